@@ -1,0 +1,679 @@
+// Package emulator is an in-process emulator of the part of the Azure Blob
+// Storage REST API that azlease uses: containers, block blobs with metadata
+// and conditional writes, and the Lease Blob operation with Azure's documented
+// state machine (available, leased, expired, breaking, broken).
+//
+// It follows Azure's documentation, not Azurite, where the two differ; the
+// conformance tests in the azlease module list every difference.
+//
+// A [Server] is an [http.Handler]. Use it in one of two ways:
+//
+//   - In process: [Server.Transport] returns an azcore transporter that calls
+//     the handler directly, with no sockets. The real azblob client then runs
+//     inside testing/synctest, where the server's clock is the bubble's fake
+//     clock, so a 15 s lease expires in microseconds of real time.
+//   - On a loopback listener: [Server.Listen] serves it over HTTP for demos and
+//     for other processes.
+//
+// The server can misbehave on purpose (see [FaultFunc]): delay a request,
+// fail it before applying it, apply it and lose the response, answer
+// 500/503, or hang until the client gives up. Its clock can run faster or
+// slower than the client's ([Server.SetClockRate]). [Server.Grants] reports
+// the true lease intervals the server granted, in local time, so tests can
+// check what clients believed against what the server enforced.
+//
+// Authentication is not checked: any account key or SAS is accepted.
+package emulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Account and AccountKey are the defaults of [Options]: Azurite's well-known
+// development account, so connection strings written for Azurite work here too.
+const (
+	Account    = "devstoreaccount1"
+	AccountKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// serviceVersion is echoed in x-ms-version on every response.
+const serviceVersion = "2026-12-06"
+
+// Options configures a [Server]. A nil *Options means the defaults.
+type Options struct {
+	// Account is the storage account name the server answers for, the first
+	// path segment of every URL. Default: [Account].
+	Account string
+}
+
+// Server emulates one storage account. It is safe for concurrent use.
+type Server struct {
+	account string
+
+	mu         sync.Mutex
+	containers map[string]*containerState
+	seq        uint64 // ETag and request ID source
+	clock      serverClock
+	faults     FaultFunc
+	closed     chan struct{}
+	closeOnce  sync.Once
+}
+
+type containerState struct {
+	blobs        map[string]*blobState
+	etag         string
+	lastModified time.Time
+}
+
+type blobState struct {
+	blobType     string
+	content      []byte
+	contentType  string
+	metadata     map[string]string // names as sent; looked up case-insensitively
+	etag         string
+	lastModified time.Time
+	created      time.Time
+	lease        leaseRecord
+	grants       []Grant
+}
+
+// New returns an empty server. Its clock runs at the same rate as the local
+// clock until [Server.SetClockRate] says otherwise.
+func New(opts *Options) *Server {
+	account := Account
+	if opts != nil && opts.Account != "" {
+		account = opts.Account
+	}
+	now := time.Now()
+	return &Server{
+		account:    account,
+		containers: make(map[string]*containerState),
+		clock:      serverClock{baseLocal: now, baseServer: now, rate: 1},
+		closed:     make(chan struct{}),
+	}
+}
+
+// Close releases every request that is hanging or delayed on purpose, so a
+// server that is being shut down never holds a client forever. The server
+// keeps answering afterwards; Close only ends deliberate waits.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+}
+
+// serverClock maps local time to the server's time. The server's clock runs
+// at rate times the speed of the local clock.
+type serverClock struct {
+	baseLocal  time.Time
+	baseServer time.Time
+	rate       float64
+}
+
+func (c serverClock) at(local time.Time) time.Time {
+	return c.baseServer.Add(time.Duration(float64(local.Sub(c.baseLocal)) * c.rate))
+}
+
+func (c serverClock) local(server time.Time) time.Time {
+	return c.baseLocal.Add(time.Duration(float64(server.Sub(c.baseServer)) / c.rate))
+}
+
+// SetClockRate makes the server's clock run rate times as fast as the local
+// clock from now on (1.01: 1 % fast, so leases expire early in local time).
+// It panics unless 0.5 <= rate <= 2: anything else is a test bug.
+func (s *Server) SetClockRate(rate float64) {
+	if !(rate >= 0.5 && rate <= 2) {
+		panic(fmt.Sprintf("emulator: clock rate %v outside [0.5, 2]", rate))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	local := time.Now()
+	s.clock = serverClock{baseLocal: local, baseServer: s.clock.at(local), rate: rate}
+}
+
+// Now returns the server's current time.
+func (s *Server) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clock.at(time.Now())
+}
+
+// ServeHTTP answers one Blob service request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req := parseRequest(s.account, r)
+	if !s.injectFault(w, r, req) {
+		return
+	}
+	res := s.handle(r, req)
+	if res.applied && req.fault.Action == ApplyThenDrop {
+		panic(http.ErrAbortHandler)
+	}
+	if res.applied && req.fault.Action == ApplyThenHang {
+		s.hang(r.Context())
+		panic(http.ErrAbortHandler)
+	}
+	res.write(w, r)
+}
+
+// request is a parsed Blob service request.
+type request struct {
+	Request
+	query queryParams
+	fault Fault
+}
+
+type queryParams struct {
+	restype, comp string
+}
+
+func parseRequest(account string, r *http.Request) *request {
+	path := strings.TrimPrefix(r.URL.Path, "/")
+	parts := strings.SplitN(path, "/", 3)
+	req := &request{Request: Request{Client: clientFrom(r.Context()), Header: r.Header}}
+	req.query = queryParams{restype: r.URL.Query().Get("restype"), comp: r.URL.Query().Get("comp")}
+	if len(parts) > 0 && parts[0] == account {
+		if len(parts) > 1 {
+			req.Container = parts[1]
+		}
+		if len(parts) > 2 {
+			req.Blob = parts[2]
+		}
+	} else {
+		req.Container = "\x00" // wrong account: answered by handle
+	}
+	req.Op = classify(r.Method, req)
+	return req
+}
+
+func classify(method string, req *request) Op {
+	if req.Blob == "" {
+		switch {
+		case req.query.restype == "container" && req.query.comp == "" && method == http.MethodPut:
+			return OpCreateContainer
+		case req.query.restype == "container" && req.query.comp == "" && (method == http.MethodGet || method == http.MethodHead):
+			return OpGetContainerProperties
+		case req.query.restype == "container" && req.query.comp == "" && method == http.MethodDelete:
+			return OpDeleteContainer
+		}
+		return OpUnknown
+	}
+	switch req.query.comp {
+	case "":
+		switch method {
+		case http.MethodPut:
+			return OpPutBlob
+		case http.MethodHead:
+			return OpGetProperties
+		case http.MethodGet:
+			return OpGetBlob
+		case http.MethodDelete:
+			return OpDeleteBlob
+		}
+	case "metadata":
+		switch method {
+		case http.MethodPut:
+			return OpSetMetadata
+		case http.MethodGet, http.MethodHead:
+			return OpGetMetadata
+		}
+	case "lease":
+		if method == http.MethodPut {
+			switch strings.ToLower(req.Header.Get("x-ms-lease-action")) {
+			case "acquire":
+				return OpAcquireLease
+			case "renew":
+				return OpRenewLease
+			case "change":
+				return OpChangeLease
+			case "release":
+				return OpReleaseLease
+			case "break":
+				return OpBreakLease
+			}
+			return OpLeaseInvalid
+		}
+	}
+	return OpUnknown
+}
+
+// result is what the server answers; applied says whether the request
+// changed state or would have been answered successfully.
+type result struct {
+	status  int
+	code    string
+	message string
+	header  http.Header
+	body    []byte
+	applied bool
+}
+
+func (res *result) write(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	for k, vs := range res.header {
+		h[k] = vs
+	}
+	if res.code != "" {
+		h.Set("x-ms-error-code", res.code)
+		if r.Method != http.MethodHead {
+			var b bytes.Buffer
+			b.WriteString(xml.Header)
+			b.WriteString("<Error><Code>")
+			_ = xml.EscapeText(&b, []byte(res.code))
+			b.WriteString("</Code><Message>")
+			_ = xml.EscapeText(&b, []byte(res.message))
+			b.WriteString("</Message></Error>")
+			res.body = b.Bytes()
+			h.Set("Content-Type", "application/xml")
+		}
+	}
+	if res.body != nil || r.Method == http.MethodHead {
+		if h.Get("Content-Length") == "" {
+			h.Set("Content-Length", strconv.Itoa(len(res.body)))
+		}
+	}
+	w.WriteHeader(res.status)
+	if r.Method != http.MethodHead && len(res.body) > 0 {
+		_, _ = w.Write(res.body)
+	}
+}
+
+func (s *Server) fail(status int, code, message string) *result {
+	if message == "" {
+		message = messages[code]
+	}
+	return &result{status: status, code: code, message: message, header: http.Header{}}
+}
+
+func (s *Server) handle(r *http.Request, req *request) *result {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBlobSize+1))
+	if err != nil {
+		return s.fail(http.StatusBadRequest, "InvalidInput", "could not read the request body")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	now := s.clock.at(time.Now())
+	res := s.dispatch(req, body, now)
+	if res.header == nil {
+		res.header = http.Header{}
+	}
+	res.header.Set("x-ms-request-id", fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq))
+	res.header.Set("x-ms-version", serviceVersion)
+	res.header.Set("Date", now.UTC().Truncate(time.Second).Format(http.TimeFormat))
+	if id := r.Header.Get("x-ms-client-request-id"); id != "" {
+		res.header.Set("x-ms-client-request-id", id)
+	}
+	return res
+}
+
+func (s *Server) dispatch(req *request, body []byte, now time.Time) *result {
+	if req.Container == "\x00" {
+		return s.fail(http.StatusBadRequest, "InvalidUri", "the account name in the URL is not "+s.account)
+	}
+	switch req.Op {
+	case OpCreateContainer:
+		return s.createContainer(req, now)
+	case OpGetContainerProperties:
+		return s.getContainer(req)
+	case OpDeleteContainer:
+		return s.deleteContainer(req)
+	case OpUnknown, OpLeaseInvalid:
+		if req.Op == OpLeaseInvalid {
+			return s.fail(http.StatusBadRequest, "InvalidHeaderValue", "x-ms-lease-action must be acquire, renew, change, release or break")
+		}
+		return s.fail(http.StatusBadRequest, "UnsupportedQueryParameter", "the emulator does not implement this operation")
+	}
+	c, ok := s.containers[req.Container]
+	if !ok {
+		return s.fail(http.StatusNotFound, "ContainerNotFound", "")
+	}
+	if req.Op == OpPutBlob {
+		return s.putBlob(c, req, body, now)
+	}
+	b, ok := c.blobs[req.Blob]
+	if !ok {
+		return s.fail(http.StatusNotFound, "BlobNotFound", "")
+	}
+	switch req.Op {
+	case OpGetProperties, OpGetBlob, OpGetMetadata:
+		return s.readBlob(b, req, now)
+	case OpSetMetadata:
+		return s.setMetadata(b, req, now)
+	case OpDeleteBlob:
+		return s.deleteBlob(c, b, req, now)
+	default:
+		return s.leaseOp(b, req, now)
+	}
+}
+
+func (s *Server) newETag() string {
+	s.seq++
+	return fmt.Sprintf("\"0x8DE%013X\"", s.seq)
+}
+
+func (s *Server) createContainer(req *request, now time.Time) *result {
+	if !validContainerName(req.Container) {
+		return s.fail(http.StatusBadRequest, "InvalidResourceName", "")
+	}
+	if _, ok := s.containers[req.Container]; ok {
+		return s.fail(http.StatusConflict, "ContainerAlreadyExists", "")
+	}
+	c := &containerState{blobs: make(map[string]*blobState), etag: s.newETag(), lastModified: now}
+	s.containers[req.Container] = c
+	return &result{status: http.StatusCreated, header: stamp(c.etag, c.lastModified), applied: true}
+}
+
+func (s *Server) getContainer(req *request) *result {
+	c, ok := s.containers[req.Container]
+	if !ok {
+		return s.fail(http.StatusNotFound, "ContainerNotFound", "")
+	}
+	h := stamp(c.etag, c.lastModified)
+	h.Set("x-ms-lease-state", "available")
+	h.Set("x-ms-lease-status", "unlocked")
+	return &result{status: http.StatusOK, header: h, applied: true}
+}
+
+func (s *Server) deleteContainer(req *request) *result {
+	if _, ok := s.containers[req.Container]; !ok {
+		return s.fail(http.StatusNotFound, "ContainerNotFound", "")
+	}
+	delete(s.containers, req.Container)
+	return &result{status: http.StatusAccepted, applied: true}
+}
+
+// maxBlobSize bounds what the emulator keeps in memory for one blob.
+const maxBlobSize = 4 << 20
+
+func (s *Server) putBlob(c *containerState, req *request, body []byte, now time.Time) *result {
+	if !validBlobName(req.Blob) {
+		return s.fail(http.StatusBadRequest, "InvalidResourceName", "")
+	}
+	if len(body) > maxBlobSize {
+		return s.fail(http.StatusRequestEntityTooLarge, "RequestBodyTooLarge", "the emulator keeps blobs up to 4 MiB")
+	}
+	md, res := s.parseMetadata(req.Header)
+	if res != nil {
+		return res
+	}
+	b, exists := c.blobs[req.Blob]
+	if exists {
+		// Azure checks the lease before the conditions: creating a blob that
+		// exists and is leased answers 412 LeaseIdMissing, not 409.
+		if res := s.checkWriteLease(b, req, now); res != nil {
+			return res
+		}
+		if res := s.checkConditions(req.Header, b, true); res != nil {
+			if res.status == http.StatusPreconditionFailed && req.Header.Get("If-None-Match") == "*" {
+				return s.fail(http.StatusConflict, "BlobAlreadyExists", "")
+			}
+			return res
+		}
+	} else {
+		if res := s.checkConditions(req.Header, nil, true); res != nil {
+			return res
+		}
+		if req.Header.Get("x-ms-lease-id") != "" {
+			return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
+		}
+		b = &blobState{created: now}
+		c.blobs[req.Blob] = b
+	}
+	s.afterWrite(b, req, now)
+	b.blobType = req.Header.Get("x-ms-blob-type")
+	if b.blobType == "" {
+		b.blobType = "BlockBlob"
+	}
+	b.content = body
+	b.contentType = req.Header.Get("x-ms-blob-content-type")
+	if b.contentType == "" {
+		b.contentType = "application/octet-stream"
+	}
+	b.metadata = md
+	b.etag = s.newETag()
+	b.lastModified = now
+	h := stamp(b.etag, b.lastModified)
+	h.Set("x-ms-request-server-encrypted", "true")
+	return &result{status: http.StatusCreated, header: h, applied: true}
+}
+
+func (s *Server) setMetadata(b *blobState, req *request, now time.Time) *result {
+	md, res := s.parseMetadata(req.Header)
+	if res != nil {
+		return res
+	}
+	if res := s.checkWriteLease(b, req, now); res != nil {
+		return res
+	}
+	if res := s.checkConditions(req.Header, b, true); res != nil {
+		return res
+	}
+	s.afterWrite(b, req, now)
+	b.metadata = md
+	b.etag = s.newETag()
+	b.lastModified = now
+	h := stamp(b.etag, b.lastModified)
+	h.Set("x-ms-request-server-encrypted", "true")
+	return &result{status: http.StatusOK, header: h, applied: true}
+}
+
+func (s *Server) deleteBlob(c *containerState, b *blobState, req *request, now time.Time) *result {
+	if res := s.checkWriteLease(b, req, now); res != nil {
+		return res
+	}
+	if res := s.checkConditions(req.Header, b, true); res != nil {
+		return res
+	}
+	delete(c.blobs, req.Blob)
+	return &result{status: http.StatusAccepted, header: http.Header{}, applied: true}
+}
+
+func (s *Server) readBlob(b *blobState, req *request, now time.Time) *result {
+	if res := s.checkReadLease(b, req, now); res != nil {
+		return res
+	}
+	if res := s.checkConditions(req.Header, b, false); res != nil {
+		return res
+	}
+	h := stamp(b.etag, b.lastModified)
+	for _, k := range sortedKeys(b.metadata) {
+		h["x-ms-meta-"+k] = []string{b.metadata[k]}
+	}
+	if req.Op == OpGetMetadata {
+		return &result{status: http.StatusOK, header: h, applied: true}
+	}
+	l := b.lease.effective(now)
+	h.Set("x-ms-lease-state", l.state.String())
+	if l.state == leased || l.state == breaking {
+		h.Set("x-ms-lease-status", "locked")
+	} else {
+		h.Set("x-ms-lease-status", "unlocked")
+	}
+	if l.state == leased {
+		if l.duration < 0 {
+			h.Set("x-ms-lease-duration", "infinite")
+		} else {
+			h.Set("x-ms-lease-duration", "fixed")
+		}
+	}
+	h.Set("x-ms-blob-type", b.blobType)
+	h.Set("Content-Type", b.contentType)
+	h.Set("Content-Length", strconv.Itoa(len(b.content)))
+	h.Set("x-ms-creation-time", b.created.UTC().Format(http.TimeFormat))
+	h.Set("Accept-Ranges", "bytes")
+	res := &result{status: http.StatusOK, header: h, applied: true}
+	if req.Op == OpGetBlob {
+		res.body = append([]byte{}, b.content...)
+		if res.body == nil {
+			res.body = []byte{}
+		}
+	}
+	return res
+}
+
+// afterWrite applies the side effect of a successful write on the lease: a
+// write without a lease ID to an expired or broken lease makes the blob
+// available, so the old holder can no longer renew it.
+func (s *Server) afterWrite(b *blobState, req *request, now time.Time) {
+	if req.Header.Get("x-ms-lease-id") != "" {
+		return
+	}
+	switch b.lease.effective(now).state {
+	case expired, broken:
+		b.lease = leaseRecord{}
+	}
+}
+
+// checkConditions evaluates If-Match, If-None-Match, If-Modified-Since and
+// If-Unmodified-Since. b is nil when the blob does not exist.
+func (s *Server) checkConditions(h http.Header, b *blobState, write bool) *result {
+	failed := func() *result {
+		if !write {
+			// Reads answer 304 for If-None-Match and 412 otherwise; azblob
+			// treats both as errors, so 412 ConditionNotMet keeps it simple.
+			return s.fail(http.StatusPreconditionFailed, "ConditionNotMet", "")
+		}
+		return s.fail(http.StatusPreconditionFailed, "ConditionNotMet", "")
+	}
+	if m := h.Get("If-Match"); m != "" {
+		if b == nil || (m != "*" && m != b.etag) {
+			if b == nil {
+				return s.fail(http.StatusNotFound, "BlobNotFound", "")
+			}
+			return failed()
+		}
+	}
+	if m := h.Get("If-None-Match"); m != "" && b != nil {
+		if m == "*" || m == b.etag {
+			return failed()
+		}
+	}
+	if v := h.Get("If-Modified-Since"); v != "" && b != nil {
+		if t, err := http.ParseTime(v); err == nil && !b.lastModified.Truncate(time.Second).After(t) {
+			return failed()
+		}
+	}
+	if v := h.Get("If-Unmodified-Since"); v != "" && b != nil {
+		if t, err := http.ParseTime(v); err == nil && b.lastModified.Truncate(time.Second).After(t) {
+			return failed()
+		}
+	}
+	return nil
+}
+
+// parseMetadata collects x-ms-meta-* headers and validates them the way Azure
+// does: names are C# identifiers, values are header-safe, 8 KiB in all.
+func (s *Server) parseMetadata(h http.Header) (map[string]string, *result) {
+	md := make(map[string]string)
+	size := 0
+	for k, vs := range h {
+		if len(k) <= len("x-ms-meta-") || !strings.EqualFold(k[:len("x-ms-meta-")], "x-ms-meta-") {
+			continue
+		}
+		name := k[len("x-ms-meta-"):]
+		if !validMetadataName(name) {
+			return nil, s.fail(http.StatusBadRequest, "InvalidMetadata", "")
+		}
+		for existing := range md {
+			if strings.EqualFold(existing, name) {
+				return nil, s.fail(http.StatusBadRequest, "InvalidMetadata", "duplicate metadata name")
+			}
+		}
+		v := strings.Join(vs, ",")
+		md[name] = v
+		size += len(name) + len(v)
+	}
+	if size > 8<<10 {
+		return nil, s.fail(http.StatusBadRequest, "MetadataTooLarge", "")
+	}
+	return md, nil
+}
+
+func validMetadataName(n string) bool {
+	for i, c := range n {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return n != ""
+}
+
+func validContainerName(n string) bool {
+	if n == "$root" {
+		return true
+	}
+	if len(n) < 3 || len(n) > 63 || n[0] == '-' || n[len(n)-1] == '-' || strings.Contains(n, "--") {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func validBlobName(n string) bool {
+	return n != "" && len(n) <= 1024 && strings.Count(n, "/") < 254
+}
+
+func stamp(etag string, lastModified time.Time) http.Header {
+	h := http.Header{}
+	h.Set("ETag", etag)
+	h.Set("Last-Modified", lastModified.UTC().Format(http.TimeFormat))
+	return h
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// hang blocks until the client gives up or the server is closed.
+func (s *Server) hang(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-s.closed:
+	}
+}
+
+// messages are Azure's texts for the codes the emulator answers.
+var messages = map[string]string{
+	"BlobAlreadyExists":                  "The specified blob already exists.",
+	"BlobNotFound":                       "The specified blob does not exist.",
+	"ConditionNotMet":                    "The condition specified using HTTP conditional header(s) is not met.",
+	"ContainerAlreadyExists":             "The specified container already exists.",
+	"ContainerNotFound":                  "The specified container does not exist.",
+	"InvalidHeaderValue":                 "The value for one of the HTTP headers is not in the correct format.",
+	"InvalidMetadata":                    "The metadata specified is invalid. It has characters that are not permitted.",
+	"InvalidResourceName":                "The specified resource name contains invalid characters.",
+	"LeaseAlreadyPresent":                "There is already a lease present.",
+	"LeaseIdMismatchWithBlobOperation":   "The lease ID specified did not match the lease ID for the blob.",
+	"LeaseIdMismatchWithLeaseOperation":  "The lease ID specified did not match the lease ID for the blob.",
+	"LeaseIdMissing":                     "There is currently a lease on the blob and no lease ID was specified in the request.",
+	"LeaseIsBreakingAndCannotBeAcquired": "The lease ID matched, but the lease is currently in breaking state and cannot be acquired until it is broken.",
+	"LeaseIsBreakingAndCannotBeChanged":  "The lease ID matched, but the lease is currently in breaking state and cannot be changed.",
+	"LeaseIsBrokenAndCannotBeRenewed":    "The lease ID matched, but the lease has been broken explicitly and cannot be renewed.",
+	"LeaseLost":                          "A lease ID was specified, but the lease for the blob has expired.",
+	"LeaseNotPresentWithBlobOperation":   "There is currently no lease on the blob.",
+	"LeaseNotPresentWithLeaseOperation":  "There is currently no lease on the blob.",
+	"MetadataTooLarge":                   "The size of the specified metadata exceeds the maximum size permitted.",
+	"MissingRequiredHeader":              "An HTTP header that's mandatory for this request is not specified.",
+	"ServerBusy":                         "The server is currently unable to receive requests. Please retry your request.",
+	"InternalError":                      "The server encountered an internal error. Please retry the request.",
+}

@@ -1,0 +1,135 @@
+package emulator
+
+import (
+	"net/http"
+	"time"
+)
+
+// Op names a Blob service operation, as the fault hook sees it.
+type Op string
+
+// The operations the emulator implements.
+const (
+	OpCreateContainer        Op = "CreateContainer"
+	OpGetContainerProperties Op = "GetContainerProperties"
+	OpDeleteContainer        Op = "DeleteContainer"
+	OpPutBlob                Op = "PutBlob"
+	OpGetProperties          Op = "GetBlobProperties"
+	OpGetBlob                Op = "GetBlob"
+	OpGetMetadata            Op = "GetBlobMetadata"
+	OpSetMetadata            Op = "SetBlobMetadata"
+	OpDeleteBlob             Op = "DeleteBlob"
+	OpAcquireLease           Op = "AcquireLease"
+	OpRenewLease             Op = "RenewLease"
+	OpChangeLease            Op = "ChangeLease"
+	OpReleaseLease           Op = "ReleaseLease"
+	OpBreakLease             Op = "BreakLease"
+	OpLeaseInvalid           Op = "LeaseInvalidAction"
+	OpUnknown                Op = "Unknown"
+)
+
+// IsLease reports whether op is one of the five Lease Blob actions.
+func (op Op) IsLease() bool {
+	switch op {
+	case OpAcquireLease, OpRenewLease, OpChangeLease, OpReleaseLease, OpBreakLease:
+		return true
+	}
+	return false
+}
+
+// Request describes an incoming request to the fault hook.
+type Request struct {
+	Op        Op
+	Client    string // the label given to [Server.Transport]; "" over the network
+	Container string
+	Blob      string
+	Header    http.Header
+}
+
+// Action is what the server does with a request after its [Fault.Delay].
+type Action int
+
+const (
+	// Pass handles the request normally.
+	Pass Action = iota
+	// Fail answers Fault.Status and Fault.Code without applying the request.
+	Fail
+	// Drop breaks the connection without applying the request: the client
+	// sees a transport error, and nothing changed.
+	Drop
+	// Hang never answers and does not apply the request; the client waits
+	// until its own deadline.
+	Hang
+	// ApplyThenDrop applies the request, then breaks the connection: the
+	// client sees a transport error although the request took effect.
+	ApplyThenDrop
+	// ApplyThenHang applies the request, then never answers.
+	ApplyThenHang
+)
+
+// Fault is the misbehaviour chosen for one request. The zero Fault handles it
+// normally.
+type Fault struct {
+	// Delay holds the request this long before acting on it (local time; a
+	// client that gives up first sees its own deadline). Zero: no delay.
+	Delay time.Duration
+	// Action is what happens after the delay.
+	Action Action
+	// Status and Code are answered when Action is Fail. Zero values mean
+	// 503 ServerBusy.
+	Status int
+	Code   string
+}
+
+// FaultFunc chooses a fault for each request. It runs on the request's
+// goroutine, outside the server's lock, and must be safe for concurrent use.
+type FaultFunc func(Request) Fault
+
+// SetFaults installs f as the fault hook; nil removes it.
+func (s *Server) SetFaults(f FaultFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = f
+}
+
+// injectFault applies the pre-processing part of the fault chosen for req. It
+// returns false when the request must not be handled (failed, dropped or hung).
+func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, req *request) bool {
+	s.mu.Lock()
+	f := s.faults
+	s.mu.Unlock()
+	if f == nil {
+		return true
+	}
+	req.fault = f(req.Request)
+	if d := req.fault.Delay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		case <-s.closed:
+		}
+	}
+	switch req.fault.Action {
+	case Fail:
+		status, code := req.fault.Status, req.fault.Code
+		if status == 0 {
+			status = http.StatusServiceUnavailable
+		}
+		if code == "" {
+			code = "ServerBusy"
+		}
+		res := s.fail(status, code, "")
+		res.header.Set("x-ms-request-id", "00000000-0000-4000-8000-fa0000000000")
+		res.write(w, r)
+		return false
+	case Drop:
+		panic(http.ErrAbortHandler)
+	case Hang:
+		s.hang(r.Context())
+		panic(http.ErrAbortHandler)
+	}
+	return true
+}

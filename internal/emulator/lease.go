@@ -1,0 +1,385 @@
+package emulator
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type leaseState int
+
+const (
+	available leaseState = iota
+	leased
+	expired
+	breaking
+	broken
+)
+
+func (s leaseState) String() string {
+	return [...]string{"available", "leased", "expired", "breaking", "broken"}[s]
+}
+
+// leaseRecord is the stored lease of a blob. Expiry is lazy: effective
+// derives the state at a given server time.
+type leaseRecord struct {
+	state    leaseState
+	id       string    // canonical lower-case GUID
+	duration int       // seconds; -1 is infinite
+	expires  time.Time // fixed leases: when leased becomes expired
+	breakAt  time.Time // breaking: when it becomes broken
+}
+
+func (l leaseRecord) effective(now time.Time) leaseRecord {
+	switch {
+	case l.state == leased && l.duration >= 0 && !now.Before(l.expires):
+		l.state = expired
+	case l.state == breaking && !now.Before(l.breakAt):
+		l.state = broken
+	}
+	return l
+}
+
+// Grant is one interval during which the server held a lease for one lease ID.
+type Grant struct {
+	LeaseID string
+	// Start is the local time the server granted the lease.
+	Start time.Time
+	// End is the local time the lease ended, or will end if nobody renews,
+	// releases or breaks it. The zero time means an infinite lease.
+	End time.Time
+}
+
+// Grants returns the lease intervals the server has granted on a blob, oldest
+// first, in local time. A renewal extends the current grant; a lease acquired
+// again after it expired, or renewed after it expired, starts a new grant.
+// End times are converted with the current clock rate.
+func (s *Server) Grants(container, blob string) []Grant {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.containers[container]
+	if !ok {
+		return nil
+	}
+	b, ok := c.blobs[blob]
+	if !ok {
+		return nil
+	}
+	return append([]Grant(nil), b.grants...)
+}
+
+func (s *Server) localEnd(l leaseRecord) time.Time {
+	switch {
+	case l.state == breaking:
+		return s.clock.local(l.breakAt)
+	case l.duration < 0:
+		return time.Time{}
+	default:
+		return s.clock.local(l.expires)
+	}
+}
+
+// openGrant records a new lease interval starting now.
+func (s *Server) openGrant(b *blobState, now time.Time) {
+	local := s.clock.local(now)
+	if n := len(b.grants); n > 0 {
+		last := &b.grants[n-1]
+		if last.End.IsZero() || last.End.After(local) {
+			last.End = local
+		}
+	}
+	b.grants = append(b.grants, Grant{LeaseID: b.lease.id, Start: local, End: s.localEnd(b.lease)})
+}
+
+// setGrantEnd moves the end of the current grant.
+func (s *Server) setGrantEnd(b *blobState, end time.Time) {
+	if n := len(b.grants); n > 0 {
+		b.grants[n-1].End = end
+	}
+}
+
+func (s *Server) leaseOp(b *blobState, req *request, now time.Time) *result {
+	if res := s.checkConditions(req.Header, b, true); res != nil {
+		return res
+	}
+	l := b.lease.effective(now)
+	id, res := s.leaseIDHeader(req.Header, "x-ms-lease-id", req.Op != OpAcquireLease && req.Op != OpBreakLease)
+	if res != nil {
+		return res
+	}
+	switch req.Op {
+	case OpAcquireLease:
+		return s.acquire(b, l, req, now)
+	case OpRenewLease:
+		return s.renew(b, l, id, now)
+	case OpChangeLease:
+		return s.change(b, l, id, req, now)
+	case OpReleaseLease:
+		return s.release(b, l, id, now)
+	default:
+		return s.breakLease(b, l, req, now)
+	}
+}
+
+func (s *Server) acquire(b *blobState, l leaseRecord, req *request, now time.Time) *result {
+	ds := req.Header.Get("x-ms-lease-duration")
+	if ds == "" {
+		return s.fail(http.StatusBadRequest, "MissingRequiredHeader", "")
+	}
+	d, err := strconv.Atoi(ds)
+	if err != nil || (d != -1 && (d < 15 || d > 60)) {
+		return s.fail(http.StatusBadRequest, "InvalidHeaderValue", "")
+	}
+	proposed, res := s.leaseIDHeader(req.Header, "x-ms-proposed-lease-id", false)
+	if res != nil {
+		return res
+	}
+	if proposed == "" {
+		proposed = newGUID(s.seq)
+	}
+	switch l.state {
+	case leased:
+		if proposed != l.id {
+			return s.fail(http.StatusConflict, "LeaseAlreadyPresent", "")
+		}
+		// Same ID: the lease continues with the new duration.
+		b.lease = leaseRecord{state: leased, id: proposed, duration: d, expires: expiry(now, d)}
+		s.setGrantEnd(b, s.localEnd(b.lease))
+	case breaking:
+		if proposed == l.id {
+			return s.fail(http.StatusConflict, "LeaseIsBreakingAndCannotBeAcquired", "")
+		}
+		return s.fail(http.StatusConflict, "LeaseAlreadyPresent", "")
+	default: // available, expired, broken
+		b.lease = leaseRecord{state: leased, id: proposed, duration: d, expires: expiry(now, d)}
+		s.openGrant(b, now)
+	}
+	return s.leaseOK(http.StatusCreated, b, b.lease.id)
+}
+
+func (s *Server) renew(b *blobState, l leaseRecord, id string, now time.Time) *result {
+	if id != l.id || l.state == available {
+		return s.fail(http.StatusConflict, "LeaseIdMismatchWithLeaseOperation", "")
+	}
+	switch l.state {
+	case breaking, broken:
+		return s.fail(http.StatusConflict, "LeaseIsBrokenAndCannotBeRenewed", "")
+	case expired:
+		// Renewable because nobody leased or modified the blob since it
+		// expired (a write makes it available): a new interval begins.
+		b.lease = leaseRecord{state: leased, id: id, duration: l.duration, expires: expiry(now, l.duration)}
+		s.openGrant(b, now)
+	default:
+		b.lease = leaseRecord{state: leased, id: id, duration: l.duration, expires: expiry(now, l.duration)}
+		s.setGrantEnd(b, s.localEnd(b.lease))
+	}
+	return s.leaseOK(http.StatusOK, b, id)
+}
+
+func (s *Server) change(b *blobState, l leaseRecord, id string, req *request, now time.Time) *result {
+	proposed, res := s.leaseIDHeader(req.Header, "x-ms-proposed-lease-id", true)
+	if res != nil {
+		return res
+	}
+	switch l.state {
+	case leased:
+		switch l.id {
+		case id:
+			b.lease.id = proposed
+			if proposed != id {
+				end := s.localEnd(l)
+				s.setGrantEnd(b, s.clock.local(now))
+				b.grants = append(b.grants, Grant{LeaseID: proposed, Start: s.clock.local(now), End: end})
+			}
+		case proposed: // (B)→(A) on Leased(A): a retried change that already happened
+		default:
+			return s.fail(http.StatusConflict, "LeaseIdMismatchWithLeaseOperation", "")
+		}
+		return s.leaseOK(http.StatusOK, b, b.lease.id)
+	case breaking:
+		return s.fail(http.StatusConflict, "LeaseIsBreakingAndCannotBeChanged", "")
+	default:
+		return s.fail(http.StatusConflict, "LeaseNotPresentWithLeaseOperation", "")
+	}
+}
+
+func (s *Server) release(b *blobState, l leaseRecord, id string, now time.Time) *result {
+	if l.state == available || id != l.id {
+		return s.fail(http.StatusConflict, "LeaseIdMismatchWithLeaseOperation", "")
+	}
+	if l.state == leased || l.state == breaking {
+		s.setGrantEnd(b, s.clock.local(now))
+	}
+	b.lease = leaseRecord{}
+	return s.leaseOK(http.StatusOK, b, "")
+}
+
+func (s *Server) breakLease(b *blobState, l leaseRecord, req *request, now time.Time) *result {
+	period := -1
+	if ps := req.Header.Get("x-ms-lease-break-period"); ps != "" {
+		p, err := strconv.Atoi(ps)
+		if err != nil || p < 0 || p > 60 {
+			return s.fail(http.StatusBadRequest, "InvalidHeaderValue", "")
+		}
+		period = p
+	}
+	var at time.Time
+	switch l.state {
+	case available:
+		return s.fail(http.StatusConflict, "LeaseNotPresentWithLeaseOperation", "")
+	case leased:
+		switch {
+		case l.duration < 0 && period < 0:
+			at = now
+		case period < 0:
+			at = l.expires
+		default:
+			at = now.Add(time.Duration(period) * time.Second)
+			if l.duration >= 0 && l.expires.Before(at) {
+				at = l.expires // the break period is used only if shorter
+			}
+		}
+	case breaking:
+		at = l.breakAt
+		if p := now.Add(time.Duration(period) * time.Second); period >= 0 && p.Before(at) {
+			at = p
+		}
+	default: // expired, broken
+		at = now
+	}
+	wasHeld := l.state == leased || l.state == breaking
+	if at.After(now) {
+		b.lease = leaseRecord{state: breaking, id: l.id, duration: l.duration, breakAt: at}
+	} else {
+		b.lease = leaseRecord{state: broken, id: l.id, duration: l.duration}
+	}
+	if wasHeld {
+		s.setGrantEnd(b, s.clock.local(at))
+	}
+	res := s.leaseOK(http.StatusAccepted, b, "")
+	secs := int(math.Ceil(at.Sub(now).Seconds()))
+	res.header.Set("x-ms-lease-time", strconv.Itoa(secs))
+	return res
+}
+
+func (s *Server) leaseOK(status int, b *blobState, id string) *result {
+	h := stamp(b.etag, b.lastModified) // lease operations change neither
+	if id != "" {
+		h.Set("x-ms-lease-id", id)
+	}
+	return &result{status: status, header: h, applied: true}
+}
+
+func expiry(now time.Time, d int) time.Time {
+	if d < 0 {
+		return time.Time{}
+	}
+	return now.Add(time.Duration(d) * time.Second)
+}
+
+// leaseIDHeader reads and validates a lease ID header. Lease IDs are GUIDs in
+// any of the usual formats; they compare case-insensitively.
+func (s *Server) leaseIDHeader(h http.Header, name string, required bool) (string, *result) {
+	v := h.Get(name)
+	if v == "" {
+		if required {
+			return "", s.fail(http.StatusBadRequest, "MissingRequiredHeader", "")
+		}
+		return "", nil
+	}
+	id, ok := canonicalGUID(v)
+	if !ok {
+		return "", s.fail(http.StatusBadRequest, "InvalidHeaderValue", "")
+	}
+	return id, nil
+}
+
+// checkWriteLease applies Azure's rules for writes to a blob that may be
+// leased (Put Blob, Set Blob Metadata, Delete Blob).
+func (s *Server) checkWriteLease(b *blobState, req *request, now time.Time) *result {
+	id, res := s.leaseIDHeader(req.Header, "x-ms-lease-id", false)
+	if res != nil {
+		return res
+	}
+	l := b.lease.effective(now)
+	switch l.state {
+	case available:
+		if id != "" {
+			return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
+		}
+	case leased, breaking:
+		if id == "" {
+			return s.fail(http.StatusPreconditionFailed, "LeaseIdMissing", "")
+		}
+		if id != l.id {
+			return s.fail(http.StatusPreconditionFailed, "LeaseIdMismatchWithBlobOperation", "")
+		}
+	case expired:
+		if id == l.id {
+			return s.fail(http.StatusPreconditionFailed, "LeaseLost", "")
+		}
+		if id != "" {
+			return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
+		}
+	case broken:
+		if id != "" {
+			return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
+		}
+	}
+	return nil
+}
+
+// checkReadLease applies the rules for reads that name a lease ID; reads
+// without one always succeed.
+func (s *Server) checkReadLease(b *blobState, req *request, now time.Time) *result {
+	id, res := s.leaseIDHeader(req.Header, "x-ms-lease-id", false)
+	if res != nil || id == "" {
+		return res
+	}
+	l := b.lease.effective(now)
+	switch l.state {
+	case leased, breaking:
+		if id != l.id {
+			return s.fail(http.StatusPreconditionFailed, "LeaseIdMismatchWithBlobOperation", "")
+		}
+	case expired:
+		if id == l.id {
+			return s.fail(http.StatusPreconditionFailed, "LeaseLost", "")
+		}
+		return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
+	default:
+		return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
+	}
+	return nil
+}
+
+// canonicalGUID accepts the GUID formats Azure does (with or without hyphens,
+// braces or parentheses) and returns the lower-case hyphenated form.
+func canonicalGUID(v string) (string, bool) {
+	if len(v) >= 2 && (v[0] == '{' && v[len(v)-1] == '}' || v[0] == '(' && v[len(v)-1] == ')') {
+		v = v[1 : len(v)-1]
+	}
+	hex := strings.ReplaceAll(v, "-", "")
+	if len(hex) != 32 || (len(v) != 32 && len(v) != 36) {
+		return "", false
+	}
+	if len(v) == 36 && (v[8] != '-' || v[13] != '-' || v[18] != '-' || v[23] != '-') {
+		return "", false
+	}
+	for _, c := range hex {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return "", false
+		}
+	}
+	hex = strings.ToLower(hex)
+	return hex[0:8] + "-" + hex[8:12] + "-" + hex[12:16] + "-" + hex[16:20] + "-" + hex[20:], true
+}
+
+// newGUID makes the lease ID the server chooses when the client proposes
+// none; seq makes it unique within the server.
+func newGUID(seq uint64) string {
+	return fmt.Sprintf("5e7f0000-0000-4000-8000-%012x", seq)
+}

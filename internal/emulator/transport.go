@@ -1,0 +1,167 @@
+package emulator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+)
+
+// LocalServiceURL is the service URL in-process clients use. Nothing listens
+// there: [Server.Transport] never dials. It is a loopback address so that a
+// client that escapes the in-process transport cannot reach anything else.
+const LocalServiceURL = "http://127.0.0.1:10000/" + Account
+
+type clientKey struct{}
+
+func clientFrom(ctx context.Context) string {
+	s, _ := ctx.Value(clientKey{}).(string)
+	return s
+}
+
+// ErrConnectionLost is what an in-process client sees when the server drops
+// the connection ([Drop], [ApplyThenDrop], a hang the client gave up on).
+var ErrConnectionLost = errors.New("emulator: connection lost before a response arrived")
+
+// Transport returns an azcore transporter that serves requests in process,
+// with no sockets. client labels the requests for the fault hook. Requests
+// and responses are converted as the wire would convert them: header names
+// are canonicalised, bodies are copied.
+func (s *Server) Transport(client string) policy.Transporter {
+	return &transport{s: s, client: client}
+}
+
+type transport struct {
+	s      *Server
+	client string
+}
+
+func (t *transport) Do(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	in := req.Clone(context.WithValue(ctx, clientKey{}, t.client))
+	in.Header = make(http.Header, len(req.Header))
+	for k, vs := range req.Header {
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		in.Header[ck] = append(in.Header[ck], vs...)
+	}
+	in.Body = io.NopCloser(bytes.NewReader(body))
+	in.ContentLength = int64(len(body))
+	in.RequestURI = req.URL.RequestURI()
+
+	rec := httptest.NewRecorder()
+	if aborted := serveRecovering(t.s, rec, in); aborted {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, ErrConnectionLost)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // the client gave up while the server was working
+	}
+	res := rec.Result()
+	res.Request = req
+	return res, nil
+}
+
+// serveRecovering runs the handler and reports whether it aborted the
+// connection on purpose.
+func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (aborted bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
+				panic(v)
+			}
+			aborted = true
+		}
+	}()
+	h.ServeHTTP(w, r)
+	return false
+}
+
+// ContainerClient returns an azblob container client for the named container
+// that talks to s in process. client labels its requests for the fault hook.
+// The client's own retry policy is left at azblob's defaults: azlease sets
+// retries per call.
+func (s *Server) ContainerClient(name, client string) (*container.Client, error) {
+	cred, err := container.NewSharedKeyCredential(s.account, AccountKey)
+	if err != nil {
+		return nil, err
+	}
+	u := "http://127.0.0.1:10000/" + s.account + "/" + name
+	return container.NewClientWithSharedKeyCredential(u, cred, &container.ClientOptions{
+		ClientOptions: azcore.ClientOptions{Transport: s.Transport(client)},
+	})
+}
+
+// Endpoint is a server listening on a loopback address.
+type Endpoint struct {
+	// URL is the Blob service URL, including the account: use it as the
+	// BlobEndpoint of a connection string.
+	URL string
+	srv *http.Server
+	ln  net.Listener
+	err chan error
+}
+
+// Listen serves s over HTTP on addr, which must be a loopback address
+// ("127.0.0.1:0" picks a free port). Close the endpoint to stop.
+func (s *Server) Listen(addr string) (*Endpoint, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("emulator: %q is not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	e := &Endpoint{
+		URL: "http://" + ln.Addr().String() + "/" + s.account,
+		srv: &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second},
+		ln:  ln,
+		err: make(chan error, 1),
+	}
+	go func() { e.err <- e.srv.Serve(ln) }()
+	return e, nil
+}
+
+// ConnectionString returns a connection string for the endpoint with the
+// emulator's account and key.
+func (e *Endpoint) ConnectionString() string {
+	return "DefaultEndpointsProtocol=http;AccountName=" + Account + ";AccountKey=" + AccountKey +
+		";BlobEndpoint=" + e.URL + ";"
+}
+
+// Close stops the listener, closes open connections and waits for the
+// serving goroutine to end.
+func (e *Endpoint) Close() error {
+	err := e.srv.Close()
+	if serr := <-e.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
