@@ -134,7 +134,7 @@ func startOnce(ctx context.Context, bin string) (*Instance, error) {
 		args = append(args, "--silent")
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir // anything Azurite writes lands here, not in the checkout
+	cmd.Dir = dir                       // anything Azurite writes lands here, not in the checkout
 	cmd.Stdout, cmd.Stderr = logf, logf // files: os/exec starts no copying goroutines
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
