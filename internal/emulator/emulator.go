@@ -160,6 +160,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.hang(r.Context())
 		panic(http.ErrAbortHandler)
 	}
+	s.wait(r.Context(), req.fault.DelayResponse)
 	res.write(w, r)
 }
 

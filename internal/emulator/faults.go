@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"context"
 	"net/http"
 	"time"
 )
@@ -75,6 +76,10 @@ type Fault struct {
 	Delay time.Duration
 	// Action is what happens after the delay.
 	Action Action
+	// DelayResponse holds the response this long after the request was
+	// applied (local time). A client that gives up first never sees it,
+	// although the request took effect. Zero: no delay.
+	DelayResponse time.Duration
 	// Status and Code are answered when Action is Fail. Zero values mean
 	// 503 ServerBusy.
 	Status int
@@ -102,16 +107,7 @@ func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, req *reques
 		return true
 	}
 	req.fault = f(req.Request)
-	if d := req.fault.Delay; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			panic(http.ErrAbortHandler)
-		case <-s.closed:
-		}
-	}
+	s.wait(r.Context(), req.fault.Delay)
 	switch req.fault.Action {
 	case Fail:
 		status, code := req.fault.Status, req.fault.Code
@@ -132,4 +128,20 @@ func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, req *reques
 		panic(http.ErrAbortHandler)
 	}
 	return true
+}
+
+// wait holds a request for d, and aborts the connection if the client gives
+// up first.
+func (s *Server) wait(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		panic(http.ErrAbortHandler)
+	case <-s.closed:
+	}
 }

@@ -61,11 +61,7 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 		body = b
 	}
 	in := req.Clone(context.WithValue(ctx, clientKey{}, t.client))
-	in.Header = make(http.Header, len(req.Header))
-	for k, vs := range req.Header {
-		ck := textproto.CanonicalMIMEHeaderKey(k)
-		in.Header[ck] = append(in.Header[ck], vs...)
-	}
+	in.Header = canonical(req.Header)
 	in.Body = io.NopCloser(bytes.NewReader(body))
 	in.ContentLength = int64(len(body))
 	in.RequestURI = req.URL.RequestURI()
@@ -81,8 +77,19 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 		return nil, err // the client gave up while the server was working
 	}
 	res := rec.Result()
+	res.Header = canonical(res.Header)
 	res.Request = req
 	return res, nil
+}
+
+// canonical returns h with canonical header names, as the wire delivers them.
+func canonical(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k, vs := range h {
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		out[ck] = append(out[ck], vs...)
+	}
+	return out
 }
 
 // serveRecovering runs the handler and reports whether it aborted the

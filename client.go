@@ -1,0 +1,115 @@
+package azlease
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/service"
+)
+
+// DevelopmentConnectionString is what "UseDevelopmentStorage=true" stands for:
+// Azurite's well-known account on its default local port.
+const DevelopmentConnectionString = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
+	"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
+	"BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+
+// ContainerClientFromConnectionString returns a client for the container
+// containerName from an Azure Storage connection string, as the Azure portal
+// shows it. "UseDevelopmentStorage=true" (which azblob does not parse) means
+// [DevelopmentConnectionString]. opts passes through to azblob, including its
+// azcore.ClientOptions; nil means azblob's defaults (azlease sets retries per
+// call).
+func ContainerClientFromConnectionString(connectionString, containerName string, opts *container.ClientOptions) (*container.Client, error) {
+	if r := containerNameProblem(containerName); r != "" {
+		return nil, optionErr("containerName", "%q: %s", containerName, r)
+	}
+	cs := strings.TrimSpace(connectionString)
+	if cs == "" {
+		return nil, optionErr("connectionString", "empty")
+	}
+	if isDevelopmentStorage(cs) {
+		cs = DevelopmentConnectionString
+	}
+	cc, err := container.NewClientFromConnectionString(cs, containerName, opts)
+	if err != nil {
+		// azblob's parse errors do not quote the string, which holds a key.
+		return nil, optionErr("connectionString", "%v", err)
+	}
+	return cc, nil
+}
+
+func isDevelopmentStorage(cs string) bool {
+	for _, part := range strings.Split(cs, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "UseDevelopmentStorage") && strings.EqualFold(strings.TrimSpace(v), "true") {
+			return true
+		}
+	}
+	return false
+}
+
+// ContainerClientWithCredential returns a client for the container
+// containerName on the Blob service at serviceURL (such as
+// "https://account.blob.core.windows.net/") authenticated with a Microsoft
+// Entra ID credential. A nil cred means azidentity's DefaultAzureCredential
+// (environment, workload identity, managed identity, Azure CLI, …). The
+// identity needs a role that can read and write blobs and their leases, such
+// as Storage Blob Data Contributor.
+func ContainerClientWithCredential(serviceURL, containerName string, cred azcore.TokenCredential, opts *container.ClientOptions) (*container.Client, error) {
+	if r := containerNameProblem(containerName); r != "" {
+		return nil, optionErr("containerName", "%q: %s", containerName, r)
+	}
+	u, err := url.Parse(serviceURL)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, optionErr("serviceURL", "%q: must be an absolute http(s) URL", redactURL(serviceURL))
+	}
+	if u.RawQuery != "" {
+		return nil, optionErr("serviceURL", "%q: must not carry a query (use ContainerClientFromSASURL for SAS)", redactURL(serviceURL))
+	}
+	if cred == nil {
+		var copts *azidentity.DefaultAzureCredentialOptions
+		if opts != nil {
+			copts = &azidentity.DefaultAzureCredentialOptions{ClientOptions: opts.ClientOptions}
+		}
+		cred, err = azidentity.NewDefaultAzureCredential(copts)
+		if err != nil {
+			return nil, err
+		}
+	}
+	var sopts *service.ClientOptions
+	if opts != nil {
+		o := service.ClientOptions(*opts)
+		sopts = &o
+	}
+	sc, err := service.NewClient(serviceURL, cred, sopts)
+	if err != nil {
+		return nil, err
+	}
+	return sc.NewContainerClient(containerName), nil
+}
+
+// ContainerClientFromSASURL returns a client for the container a container
+// SAS URL points at ("https://account.blob.core.windows.net/name?sv=…&sig=…").
+// The SAS needs read, write and create permissions on blobs (r, w, c), and
+// create on the container only if it may be missing. The token never appears
+// in azlease's errors or logs.
+func ContainerClientFromSASURL(sasURL string, opts *container.ClientOptions) (*container.Client, error) {
+	u, err := url.Parse(sasURL)
+	if err != nil || u.Host == "" {
+		return nil, optionErr("sasURL", "%q: not an absolute URL", redactURL(sasURL))
+	}
+	if u.Query().Get("sig") == "" {
+		return nil, optionErr("sasURL", "%q: has no SAS token (sig parameter)", redactURL(sasURL))
+	}
+	cc, err := container.NewClientWithNoCredential(sasURL, opts)
+	if err != nil {
+		return nil, optionErr("sasURL", "%q: %v", redactURL(sasURL), err)
+	}
+	if _, err := newTarget(cc, "x", "sasURL"); err != nil {
+		return nil, err
+	}
+	return cc, nil
+}

@@ -1,0 +1,243 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+)
+
+// Sentinel errors. Match them with [errors.Is]; every error azlease returns
+// for a remote operation is an [*Error] that wraps exactly one of
+// ErrLeaseHeld, ErrLeaseLost (or one of its refinements), ErrPermanent or
+// ErrTransient.
+var (
+	// ErrLeaseHeld means another holder has the lease. For Acquire and
+	// TryLock this is a normal outcome, not a failure.
+	ErrLeaseHeld = errors.New("azlease: lease held by another holder")
+
+	// ErrLeaseLost means a lease this process held is gone: Azure rejected
+	// its lease ID, the lease was broken, or its validity deadline passed
+	// before a renewal succeeded. Stop acting on it at once.
+	ErrLeaseLost = errors.New("azlease: lease lost")
+
+	// ErrLeaseBroken refines ErrLeaseLost: an operator or another process
+	// broke the lease (Break Lease).
+	ErrLeaseBroken = fmt.Errorf("%w: broken", ErrLeaseLost)
+
+	// ErrDeadlinePassed refines ErrLeaseLost: the local validity deadline
+	// passed before a renewal succeeded (an outage, a hanging request, or a
+	// paused process). The lease may still exist on Azure, but this process
+	// can no longer be certain it holds it.
+	ErrDeadlinePassed = fmt.Errorf("%w: validity deadline passed before a renewal succeeded", ErrLeaseLost)
+
+	// ErrPaused refines ErrDeadlinePassed: the renewal loop woke up after the
+	// validity deadline, so the process was paused or starved (a GC pause, a
+	// frozen VM). Only a fresh acquisition restores trust.
+	ErrPaused = fmt.Errorf("%w (process paused or starved)", ErrDeadlinePassed)
+
+	// ErrNotHeld means an operation that needs a held lease was called
+	// without one.
+	ErrNotHeld = errors.New("azlease: lease not held")
+
+	// ErrAlreadyHeld means Acquire was called on a Lease that still holds a
+	// valid lease; Renew or Release it first.
+	ErrAlreadyHeld = errors.New("azlease: lease already held by this Lease")
+
+	// ErrPermanent means Azure refused the request for a reason retrying
+	// will not fix: authentication or authorization (401, 403), a missing
+	// container or blob with creation turned off (404), or an invalid request
+	// (400). The [*Error] keeps the Azure error code and request ID.
+	ErrPermanent = errors.New("azlease: permanent failure")
+
+	// ErrTransient means the request failed in a way that may pass: a
+	// timeout, a lost connection, throttling (503 ServerBusy) or a server
+	// error (5xx). azlease retries these within the time it has; this error
+	// means that time ran out.
+	ErrTransient = errors.New("azlease: transient failure")
+
+	// ErrInvalidOptions is wrapped by every [*OptionError].
+	ErrInvalidOptions = errors.New("azlease: invalid options")
+
+	// ErrStopped is the cause of a term's context when its holder stops it
+	// on purpose (Elector.Stop, Mutex Unlock).
+	ErrStopped = errors.New("azlease: stopped")
+)
+
+// Error describes a failed remote operation. It wraps one of the sentinel
+// errors (see [ErrLeaseHeld]) and the underlying error, which is usually an
+// [*azcore.ResponseError]; both are reachable with [errors.Is] and
+// [errors.As].
+type Error struct {
+	// Op is the operation: "acquire", "renew", "release", "break", "change",
+	// "create", "read" or "write".
+	Op string
+	// Container and Blob name the lock blob.
+	Container, Blob string
+	// Code is Azure's x-ms-error-code, or "" when no response arrived.
+	Code string
+	// StatusCode is the HTTP status, or 0 when no response arrived.
+	StatusCode int
+	// RequestID is Azure's x-ms-request-id, for support requests.
+	RequestID string
+	// Err is the underlying error.
+	Err error
+
+	kind error
+}
+
+func (e *Error) Error() string {
+	where := e.Container + "/" + e.Blob
+	kind := e.kind.Error()
+	if e.Code != "" {
+		return fmt.Sprintf("%s (%s %s: %d %s, request %s)", kind, e.Op, where, e.StatusCode, e.Code, e.RequestID)
+	}
+	// Transport errors quote the request URL, which may carry a SAS token.
+	return fmt.Sprintf("%s (%s %s: %s)", kind, e.Op, where, redactSAS(e.Err.Error()))
+}
+
+// redactSAS hides the signature of any SAS token in s.
+func redactSAS(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "sig=")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i+len("sig=")])
+		b.WriteString("REDACTED")
+		s = s[i+len("sig="):]
+		if j := strings.IndexAny(s, "&\" \t\n"); j >= 0 {
+			s = s[j:]
+		} else {
+			s = ""
+		}
+	}
+}
+
+// Unwrap returns the sentinel error and the underlying error.
+func (e *Error) Unwrap() []error { return []error{e.kind, e.Err} }
+
+// OptionError reports an invalid option or argument. It names the field.
+type OptionError struct {
+	// Field is the option or argument, such as "LeaseOptions.Duration".
+	Field string
+	// Reason says what is wrong and what is allowed.
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return "azlease: invalid " + e.Field + ": " + e.Reason
+}
+
+// Unwrap returns ErrInvalidOptions.
+func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
+
+func optionErr(field, format string, args ...any) error {
+	return &OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// class is how azlease reacts to the outcome of a remote request.
+type class int
+
+const (
+	classOK        class = iota
+	classHeld            // another holder has the lease
+	classLost            // our lease ID is no longer the lease's
+	classBroken          // our lease was broken
+	classNotFound        // the container or blob is missing
+	classExists          // create found it already there
+	classConflict        // an If-Match condition failed: re-read and retry
+	classTransient       // may pass: retry within the time left
+	classPermanent       // will not pass
+	classCanceled        // the caller's context ended
+)
+
+// classify maps an error from azblob to a class. Azure's error codes are
+// matched with bloberror.HasCode only; the HTTP status decides only for codes
+// this table does not know. caller is the caller's own context: when it has
+// ended, nothing else about the error matters.
+func classify(caller context.Context, err error) class {
+	switch {
+	case err == nil:
+		return classOK
+	case caller.Err() != nil:
+		return classCanceled
+	case bloberror.HasCode(err, bloberror.LeaseAlreadyPresent, bloberror.LeaseIsBreakingAndCannotBeAcquired):
+		return classHeld
+	case bloberror.HasCode(err, bloberror.LeaseIsBrokenAndCannotBeRenewed):
+		return classBroken
+	case bloberror.HasCode(err,
+		bloberror.LeaseIDMismatchWithLeaseOperation, bloberror.LeaseNotPresentWithLeaseOperation,
+		bloberror.LeaseIDMismatchWithBlobOperation, bloberror.LeaseNotPresentWithBlobOperation,
+		bloberror.LeaseIDMissing, bloberror.LeaseLost, bloberror.LeaseIsBreakingAndCannotBeChanged):
+		return classLost
+	case bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound):
+		return classNotFound
+	case bloberror.HasCode(err, bloberror.BlobAlreadyExists, bloberror.ContainerAlreadyExists):
+		return classExists
+	case bloberror.HasCode(err, bloberror.ConditionNotMet):
+		return classConflict
+	case bloberror.HasCode(err, bloberror.ServerBusy, bloberror.OperationTimedOut, bloberror.InternalError,
+		bloberror.ContainerBeingDeleted):
+		return classTransient
+	}
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		// No response: a timeout, a lost connection, a refused dial. The
+		// request may or may not have reached Azure.
+		return classTransient
+	}
+	switch {
+	case re.StatusCode == http.StatusRequestTimeout, re.StatusCode == http.StatusTooManyRequests,
+		re.StatusCode >= 500:
+		return classTransient
+	}
+	return classPermanent
+}
+
+// ambiguous reports whether a failed request may nevertheless have been
+// applied by Azure: no response arrived, or the server said it timed out.
+func ambiguous(err error) bool {
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return true
+	}
+	return bloberror.HasCode(err, bloberror.OperationTimedOut, bloberror.InternalError) ||
+		re.StatusCode == http.StatusGatewayTimeout
+}
+
+// opError builds the *Error for a failed operation; kind is the sentinel.
+func opError(op, containerName, blobName string, kind, err error) *Error {
+	e := &Error{Op: op, Container: containerName, Blob: blobName, Err: err, kind: kind}
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		e.Code = re.ErrorCode
+		e.StatusCode = re.StatusCode
+		if re.RawResponse != nil {
+			e.RequestID = re.RawResponse.Header.Get("x-ms-request-id")
+		}
+	}
+	return e
+}
+
+// kindOf is the sentinel for a class.
+func kindOf(c class) error {
+	switch c {
+	case classHeld:
+		return ErrLeaseHeld
+	case classLost:
+		return ErrLeaseLost
+	case classBroken:
+		return ErrLeaseBroken
+	case classTransient, classConflict:
+		return ErrTransient
+	default:
+		return ErrPermanent
+	}
+}

@@ -1,0 +1,71 @@
+package azlease_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/azlease/azlease/internal/azurite"
+	"github.com/azlease/azlease/internal/emulator"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { azurite.StopShared() }))
+}
+
+// emu is an emulator with helpers for tests. Create it inside the synctest
+// bubble so that its clock is the bubble's.
+type emu struct {
+	*emulator.Server
+	t *testing.T
+}
+
+const testContainer = "locks"
+
+func newEmu(t *testing.T) *emu {
+	t.Helper()
+	s := emulator.New(nil)
+	t.Cleanup(s.Close)
+	return &emu{Server: s, t: t}
+}
+
+// client returns a container client whose requests carry label for the
+// fault hook.
+func (e *emu) client(label string) *container.Client {
+	e.t.Helper()
+	cc, err := e.ContainerClient(testContainer, label)
+	require.NoError(e.t, err)
+	return cc
+}
+
+// azuriteClient returns a container client for a fresh container on the
+// shared Azurite, on its own transport that the test closes.
+func azuriteClient(t *testing.T, name string) *container.Client {
+	t.Helper()
+	az := azurite.Require(t)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	cc, err := az.ContainerClient(name, &http.Client{Transport: tr})
+	require.NoError(t, err)
+	return cc
+}
+
+// raw turns off the SDK's retries for a direct call made by a test.
+func raw(ctx context.Context) context.Context {
+	return policy.WithRetryOptions(ctx, policy.RetryOptions{MaxRetries: -1})
+}
+
+// faultsFor applies f only to requests from client label; others pass.
+func faultsFor(label string, f func(emulator.Request) emulator.Fault) emulator.FaultFunc {
+	return func(r emulator.Request) emulator.Fault {
+		if r.Client != label {
+			return emulator.Fault{}
+		}
+		return f(r)
+	}
+}

@@ -1,0 +1,91 @@
+// Package timing holds azlease's timing decisions as pure functions: each
+// takes the current time (and any randomness) as arguments, so they can be
+// tested with tables and reasoned about without a clock.
+//
+// The rule they implement: a lease granted by a request sent at instant s is
+// certainly valid until s + duration − margin on the local monotonic clock.
+// Azure starts the lease when it processes the request, which is after s, so
+// the lease outlives that instant as long as the local clock does not run
+// slower than Azure's by more than margin/duration.
+package timing
+
+import (
+	"math"
+	"time"
+)
+
+// ValidUntil is the instant until which a lease granted by a request sent at
+// send is certainly valid.
+func ValidUntil(send time.Time, duration, margin time.Duration) time.Time {
+	return send.Add(duration - margin)
+}
+
+// MinAttempt is the least time worth giving a remote attempt: with less left
+// before a deadline, the attempt is not sent.
+const MinAttempt = 50 * time.Millisecond
+
+// AttemptDeadline returns the deadline of a remote attempt starting at now:
+// attemptTimeout from now, but never after limit. ok is false when less than
+// MinAttempt remains before limit, and no attempt should be made.
+func AttemptDeadline(now, limit time.Time, attemptTimeout time.Duration) (deadline time.Time, ok bool) {
+	deadline = now.Add(attemptTimeout)
+	if limit.Before(deadline) {
+		deadline = limit
+	}
+	return deadline, deadline.Sub(now) >= MinAttempt
+}
+
+// Backoff returns the wait before retry number n (n >= 1): base doubled for
+// each earlier retry, capped at max, then spread over [d/2, d) by rnd in
+// [0, 1), so that many clients retrying together do not stay in step.
+func Backoff(n int, base, max time.Duration, rnd float64) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d/2 + time.Duration(rnd*float64(d/2))
+}
+
+// Jitter spreads d uniformly over [d·(1−frac), d·(1+frac)) using rnd in
+// [0, 1). frac is between 0 and 1.
+func Jitter(d time.Duration, frac, rnd float64) time.Duration {
+	return time.Duration(float64(d) * (1 - frac + 2*frac*rnd))
+}
+
+// Sleep returns how long to wait at now before something due at due, and
+// never more than until limit. A negative result is zero.
+func Sleep(now, due, limit time.Time) time.Duration {
+	if limit.Before(due) {
+		due = limit
+	}
+	return max(due.Sub(now), 0)
+}
+
+// Overslept reports by how much a wake-up at now overshot the instant it was
+// due at, and whether that overshoot passed limit (the validity deadline):
+// a process that wakes after its deadline was paused or starved, and must not
+// trust a lease it has not renewed since.
+func Overslept(due, now, limit time.Time) (late time.Duration, pastLimit bool) {
+	return max(now.Sub(due), 0), !now.Before(limit)
+}
+
+// RenewAt is when a holder whose last successful grant was sent at lastSend
+// renews next.
+func RenewAt(lastSend time.Time, interval time.Duration) time.Time {
+	return lastSend.Add(interval)
+}
+
+// ToleratedRateRatio is how much faster Azure's clock may run than the local
+// clock before ValidUntil stops being safe: duration / (duration − margin).
+func ToleratedRateRatio(duration, margin time.Duration) float64 {
+	if margin >= duration {
+		return math.Inf(1)
+	}
+	return float64(duration) / float64(duration-margin)
+}

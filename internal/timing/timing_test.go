@@ -1,0 +1,79 @@
+package timing
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func TestValidUntilMeasuresFromSend(t *testing.T) {
+	assert.Equal(t, t0.Add(14250*time.Millisecond), ValidUntil(t0, 15*time.Second, 750*time.Millisecond))
+}
+
+func TestAttemptDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   time.Time
+		timeout time.Duration
+		want    time.Time
+		ok      bool
+	}{
+		{"timeout first", t0.Add(10 * time.Second), 3 * time.Second, t0.Add(3 * time.Second), true},
+		{"limit first", t0.Add(time.Second), 3 * time.Second, t0.Add(time.Second), true},
+		{"too little left", t0.Add(MinAttempt - 1), 3 * time.Second, t0.Add(MinAttempt - 1), false},
+		{"past", t0.Add(-time.Second), 3 * time.Second, t0.Add(-time.Second), false},
+		{"exactly the minimum", t0.Add(MinAttempt), 3 * time.Second, t0.Add(MinAttempt), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := AttemptDeadline(t0, tc.limit, tc.timeout)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.ok, ok)
+			assert.False(t, got.After(tc.limit), "an attempt never outlives the limit")
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	base, maxD := 100*time.Millisecond, 2*time.Second
+	for _, tc := range []struct {
+		n      int
+		lo, hi time.Duration
+	}{
+		{0, 50 * time.Millisecond, 100 * time.Millisecond},
+		{1, 50 * time.Millisecond, 100 * time.Millisecond},
+		{2, 100 * time.Millisecond, 200 * time.Millisecond},
+		{5, 800 * time.Millisecond, 1600 * time.Millisecond},
+		{6, time.Second, 2 * time.Second},
+		{1000, time.Second, 2 * time.Second},
+	} {
+		assert.Equal(t, tc.lo, Backoff(tc.n, base, maxD, 0), "n=%d", tc.n)
+		assert.Less(t, Backoff(tc.n, base, maxD, 0.999999), tc.hi, "n=%d", tc.n)
+	}
+}
+
+func TestJitter(t *testing.T) {
+	assert.Equal(t, 8*time.Second, Jitter(10*time.Second, 0.2, 0))
+	assert.Equal(t, 10*time.Second, Jitter(10*time.Second, 0.2, 0.5))
+	assert.Equal(t, 10*time.Second, Jitter(10*time.Second, 0, 0.9))
+}
+
+func TestSleepAndOverslept(t *testing.T) {
+	assert.Equal(t, 2*time.Second, Sleep(t0, t0.Add(2*time.Second), t0.Add(5*time.Second)))
+	assert.Equal(t, time.Second, Sleep(t0, t0.Add(2*time.Second), t0.Add(time.Second)))
+	assert.Equal(t, time.Duration(0), Sleep(t0, t0.Add(-time.Second), t0.Add(time.Second)))
+
+	late, past := Overslept(t0, t0.Add(20*time.Second), t0.Add(9*time.Second))
+	assert.Equal(t, 20*time.Second, late)
+	assert.True(t, past)
+	late, past = Overslept(t0, t0.Add(time.Millisecond), t0.Add(9*time.Second))
+	assert.Equal(t, time.Millisecond, late)
+	assert.False(t, past)
+}
+
+func TestToleratedRateRatio(t *testing.T) {
+	assert.InDelta(t, 1.0526, ToleratedRateRatio(15*time.Second, 750*time.Millisecond), 0.0001)
+	assert.Equal(t, RenewAt(t0, 5*time.Second), t0.Add(5*time.Second))
+}

@@ -1,0 +1,733 @@
+package azlease
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// Retry pacing between attempts of one operation.
+const (
+	retryBase = 100 * time.Millisecond
+	retryMax  = 2 * time.Second
+)
+
+// holdState is what a Lease knows about its lease.
+type holdState int
+
+const (
+	notHeld holdState = iota
+	pending           // an acquire with l.id may have been granted; its answer was lost
+	held
+)
+
+// Lease is a lease on one lock blob: the low-level building block of
+// [Elector], [Mutex] and [DoOnce].
+//
+// Each acquisition starts a term with a fresh lease ID and a larger fencing
+// epoch. Retries within a term reuse its lease ID, so a retried acquire or
+// release is idempotent, and a request delayed from an old term can never act
+// on a newer one. A request whose outcome is unknown (a timeout, a lost
+// response) is resolved by retrying it with the same lease ID before
+// anything is reported.
+//
+// A Lease is safe for concurrent use; its lease operations run one at a time.
+type Lease struct {
+	t   target
+	cfg leaseConfig
+	bc  *blob.Client
+	bbc *blockblob.Client
+
+	opMu sync.Mutex // serialises operations that use or change the lease ID
+
+	mu           sync.Mutex
+	id           string // the term's lease ID, or the pending one
+	state        holdState
+	lastSend     time.Time // send instant of the last successful acquire or renew
+	validUntil   time.Time
+	token        Token
+	md           map[string]*string // the metadata as this holder last wrote it
+	etag         azcore.ETag        // the ETag after this holder's last write
+	prevReleased bool               // the previous term ended with a clean release
+}
+
+// NewLease returns a Lease on the blob blobName in the container cc points at.
+// It makes no request: the container and the zero-byte lock blob are created
+// on first use (unless LeaseOptions.NoCreate is set).
+func NewLease(cc *container.Client, blobName string, opts *LeaseOptions) (*Lease, error) {
+	t, err := newTarget(cc, blobName, "blobName")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := opts.config("LeaseOptions.")
+	if err != nil {
+		return nil, err
+	}
+	return newLease(t, cfg), nil
+}
+
+func newLease(t target, cfg leaseConfig) *Lease {
+	cfg.log = cfg.log.With(slog.String("container", t.container), slog.String("blob", t.blob))
+	return &Lease{t: t, cfg: cfg, bc: t.cc.NewBlobClient(t.blob), bbc: t.cc.NewBlockBlobClient(t.blob)}
+}
+
+// Duration returns the lease duration Azure enforces.
+func (l *Lease) Duration() time.Duration { return l.cfg.duration }
+
+// ValidUntil returns the instant until which the lease is certainly held (on
+// the local monotonic clock), or the zero time when it is not held.
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return time.Time{}
+	}
+	return l.validUntil
+}
+
+// Held reports whether the lease is certainly held now.
+func (l *Lease) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == held && time.Now().Before(l.validUntil)
+}
+
+// Token returns the current term's fencing token; ok is false when the lease
+// is not certainly held.
+func (l *Lease) Token() (tok Token, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held || !time.Now().Before(l.validUntil) {
+		return Token{}, false
+	}
+	return l.token, true
+}
+
+// Acquire takes the lease and starts a term: it acquires the lease with a
+// fresh lease ID, then writes the next epoch (with this holder's identity and
+// history) into the lock blob under the new lease.
+//
+// When another holder has the lease, Acquire returns an error that wraps
+// [ErrLeaseHeld] after one request: that is a normal outcome. Transient
+// failures are retried, with the same lease ID, until ctx ends or one lease
+// duration has passed. A Lease that still holds a valid lease returns
+// [ErrAlreadyHeld].
+func (l *Lease) Acquire(ctx context.Context) (Token, error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+
+	l.mu.Lock()
+	if l.state == held && time.Now().Before(l.validUntil) {
+		l.mu.Unlock()
+		return Token{}, ErrAlreadyHeld
+	}
+	if l.state != pending {
+		l.id = newLeaseID()
+	}
+	id := l.id
+	l.state = notHeld
+	l.mu.Unlock()
+
+	send, err := l.acquire(ctx, id)
+	if err != nil {
+		return Token{}, err
+	}
+	validUntil := timing.ValidUntil(send, l.cfg.duration, l.cfg.margin)
+	l.mu.Lock()
+	l.state, l.lastSend, l.validUntil = held, send, validUntil
+	l.mu.Unlock()
+
+	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil)
+	if err != nil {
+		// The lease is ours but no term could start: give it back now
+		// rather than leave it to expire.
+		l.cfg.log.Debug("azlease: epoch write failed after acquiring; releasing", slog.Any("error", err))
+		_ = l.release(ctx, false)
+		return Token{}, err
+	}
+	l.mu.Lock()
+	l.token = Token{LeaseID: id, Epoch: next.epoch}
+	l.md, l.etag = md, etag
+	l.prevReleased = prev.released
+	tok := l.token
+	l.mu.Unlock()
+	l.cfg.log.Info("azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
+	return tok, nil
+}
+
+// acquire sends Acquire Lease with id until Azure grants or refuses it, and
+// returns the send instant of the granting request. It records an ambiguous
+// outcome as pending so the next call reuses the ID.
+func (l *Lease) acquire(ctx context.Context, id string) (time.Time, error) {
+	var send time.Time
+	var created bool
+	limit := time.Now().Add(l.cfg.duration)
+	err := l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
+		_, err := l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
+		c := classify(ctx, err)
+		if c == classNotFound && l.cfg.create && !created {
+			if err = l.ensure(ctx, actx, err); err != nil {
+				return l.acquireOutcome(ctx, err)
+			}
+			created = true
+			now = time.Now()
+			_, err = l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
+		}
+		done, oerr := l.acquireOutcome(ctx, err)
+		if err == nil {
+			send = now
+		}
+		return done, oerr
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return send, nil
+}
+
+func (l *Lease) acquireOutcome(ctx context.Context, err error) (bool, error) {
+	switch c := classify(ctx, err); c {
+	case classOK:
+		return true, nil
+	case classHeld:
+		return true, l.errorf("acquire", ErrLeaseHeld, err)
+	case classTransient, classConflict:
+		if ambiguous(err) {
+			l.mu.Lock()
+			l.state = pending // it may have been granted: reuse the ID next time
+			l.mu.Unlock()
+		}
+		return false, l.errorf("acquire", ErrTransient, err)
+	case classCanceled:
+		return true, err
+	default:
+		return true, l.errorf("acquire", ErrPermanent, err)
+	}
+}
+
+// ensure creates what a failed acquire found missing: the container (when
+// Azure said ContainerNotFound) and the zero-byte lock blob, with
+// If-None-Match: * so an existing blob is never overwritten.
+func (l *Lease) ensure(ctx, actx context.Context, notFound error) error {
+	if bloberror.HasCode(notFound, bloberror.ContainerNotFound) {
+		_, err := l.t.cc.Create(actx, nil)
+		if c := classify(ctx, err); c != classOK && c != classExists {
+			return err
+		}
+		l.cfg.log.Info("azlease: created the container")
+	}
+	_, err := l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{
+		AccessConditions: &blob.AccessConditions{
+			ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
+		},
+	})
+	switch classify(ctx, err) {
+	case classOK:
+		l.cfg.log.Info("azlease: created the lock blob")
+		return nil
+	case classExists, classConflict:
+		return nil // created meanwhile by someone else
+	case classLost:
+		// Azure answers 412 LeaseIdMissing when the blob exists and is
+		// leased (Azurite answers 409 BlobAlreadyExists): it exists.
+		return nil
+	}
+	return err
+}
+
+// bumpEpoch reads the lock blob's record and writes the next one under the
+// lease, conditional on the ETag it read. Only the lease holder can write, so
+// epochs grow strictly from one term to the next. A retried write after an
+// ambiguous failure may skip an epoch; it never repeats one.
+func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
+	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
+		props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
+		if err != nil {
+			return l.writeOutcome(ctx, "read", err)
+		}
+		prev, err = parseRecord(props.Metadata)
+		if err != nil {
+			return true, l.errorf("write", ErrPermanent, err)
+		}
+		next = prev.next(l.cfg.identity, time.Now(), l.cfg.history)
+		md = next.format(props.Metadata)
+		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, props.ETag)})
+		if err != nil {
+			return l.writeOutcome(ctx, "write", err)
+		}
+		etag = *resp.ETag
+		return true, nil
+	})
+	return prev, next, md, etag, err
+}
+
+// writeOutcome classifies the failure of a read or write made under the lease.
+func (l *Lease) writeOutcome(ctx context.Context, op string, err error) (bool, error) {
+	switch c := classify(ctx, err); c {
+	case classTransient, classConflict:
+		return false, l.errorf(op, ErrTransient, err)
+	case classLost, classBroken, classNotFound:
+		l.markLost()
+		return true, l.errorf(op, ErrLeaseLost, err)
+	case classCanceled:
+		return true, err
+	default:
+		return true, l.errorf(op, ErrPermanent, err)
+	}
+}
+
+// Renew renews the lease. Transient failures are retried until the lease's
+// validity deadline; after it, Renew returns an error wrapping
+// [ErrDeadlinePassed] and the lease is no longer held. Azure's refusal of the
+// lease ID returns an error wrapping [ErrLeaseLost] (or [ErrLeaseBroken]) at
+// once.
+func (l *Lease) Renew(ctx context.Context) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	id, state, validUntil := l.id, l.state, l.validUntil
+	l.mu.Unlock()
+	if state != held {
+		return ErrNotHeld
+	}
+	if !time.Now().Before(validUntil) {
+		l.markLost()
+		return l.errorf("renew", ErrDeadlinePassed, errors.New("the validity deadline had passed before Renew was called"))
+	}
+	err := l.loop(ctx, "renew", validUntil, func(actx context.Context, now time.Time) (bool, error) {
+		resp, err := l.leaseClient(id).RenewLease(actx, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+			if resp.LeaseID != nil && !strings.EqualFold(*resp.LeaseID, id) {
+				// A renewal that answers with someone else's lease ID
+				// (Azurite revives an expired lease for any ID) is not ours.
+				l.markLost()
+				return true, l.errorf("renew", ErrLeaseLost, fmt.Errorf("renewal answered with a different lease ID"))
+			}
+			l.mu.Lock()
+			if l.state == held && l.id == id {
+				l.lastSend, l.validUntil = now, timing.ValidUntil(now, l.cfg.duration, l.cfg.margin)
+			}
+			l.mu.Unlock()
+			return true, nil
+		case classLost, classNotFound:
+			l.markLost()
+			return true, l.errorf("renew", ErrLeaseLost, err)
+		case classBroken:
+			l.markLost()
+			return true, l.errorf("renew", ErrLeaseBroken, err)
+		case classTransient, classConflict:
+			l.cfg.log.Debug("azlease: renew attempt failed; retrying", slog.Any("error", err))
+			return false, l.errorf("renew", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("renew", ErrPermanent, err)
+		}
+	})
+	if errors.Is(err, ErrTransient) {
+		// The loop ran out of validity.
+		l.markLost()
+		var e *Error
+		errors.As(err, &e)
+		return l.errorf("renew", ErrDeadlinePassed, e.Err)
+	}
+	return err
+}
+
+// Release releases the lease so another holder can acquire it at once. The
+// lease stops being held before the request is sent. Releasing a Lease that
+// holds nothing returns nil. If Azure says the lease ID is no longer the
+// lease's, Release returns an error wrapping [ErrLeaseLost] (the lease was
+// lost before it was released; a newer holder is unaffected), unless an
+// earlier attempt of this call may have released it already.
+func (l *Lease) Release(ctx context.Context) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	return l.release(ctx, l.cfg.markRelease)
+}
+
+func (l *Lease) release(ctx context.Context, mark bool) error {
+	l.mu.Lock()
+	id, state, validUntil, md, etag := l.id, l.state, l.validUntil, l.md, l.etag
+	l.state, l.id, l.md = notHeld, "", nil
+	l.mu.Unlock()
+	if state == notHeld || id == "" {
+		return nil
+	}
+	now := time.Now()
+	if mark && state == held && now.Before(validUntil) && md != nil {
+		l.markReleased(ctx, id, validUntil, md, etag)
+	}
+	limit := now.Add(max(validUntil.Sub(now), l.cfg.attemptTimeout))
+	if state == pending {
+		limit = now.Add(l.cfg.attemptTimeout)
+	}
+	var maybeReleased bool
+	err := l.loop(ctx, "release", limit, func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := l.leaseClient(id).ReleaseLease(actx, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+			return true, nil
+		case classLost, classNotFound:
+			if maybeReleased || state == pending {
+				return true, nil // an earlier attempt released it, or it was never granted
+			}
+			return true, l.errorf("release", ErrLeaseLost, err)
+		case classTransient, classConflict:
+			maybeReleased = maybeReleased || ambiguous(err)
+			return false, l.errorf("release", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("release", ErrPermanent, err)
+		}
+	})
+	if err == nil && state == held {
+		l.cfg.log.Info("azlease: released")
+	}
+	return err
+}
+
+// markReleased writes the clean-release marker under the lease in one
+// attempt; a successor that finds it knows the previous holder stopped its
+// work before releasing. Failure only costs the successor its takeover delay.
+func (l *Lease) markReleased(ctx context.Context, id string, validUntil time.Time, md map[string]*string, etag azcore.ETag) {
+	deadline, ok := timing.AttemptDeadline(time.Now(), validUntil, l.cfg.attemptTimeout)
+	if !ok {
+		return
+	}
+	actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
+	defer cancel()
+	r, err := parseRecord(md)
+	if err != nil {
+		return
+	}
+	r.released = true
+	if _, err := l.bc.SetMetadata(actx, r.format(md), &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)}); err != nil {
+		l.cfg.log.Debug("azlease: could not mark the release as clean", slog.Any("error", err))
+	}
+}
+
+// Break breaks the lease, whoever holds it, so it can be acquired again after
+// period (whole seconds, 0 to 60 s; Azure uses the lease's remaining time if
+// that is shorter). It needs no lease ID: this is the operator's tool for a
+// stuck holder. It returns how long until the lease can be acquired. If this
+// Lease held the lease, it no longer does. Breaking a blob that has no lease
+// returns 0 and nil.
+func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration, error) {
+	if period < 0 || period > MaxDuration || period%time.Second != 0 {
+		return 0, optionErr("period", "%v: must be whole seconds from 0s to 60s", period)
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	var remaining time.Duration
+	err := l.loop(ctx, "break", time.Now().Add(l.cfg.duration), func(actx context.Context, _ time.Time) (bool, error) {
+		lc := l.leaseClient(newLeaseID()) // Break sends no lease ID
+		resp, err := lc.BreakLease(actx, &lease.BlobBreakOptions{BreakPeriod: to.Ptr(int32(period / time.Second))})
+		switch c := classify(ctx, err); c {
+		case classOK:
+			if resp.LeaseTime != nil {
+				remaining = time.Duration(*resp.LeaseTime) * time.Second
+			}
+			return true, nil
+		case classLost:
+			return true, nil // LeaseNotPresentWithLeaseOperation: nothing to break
+		case classTransient, classConflict:
+			return false, l.errorf("break", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("break", ErrPermanent, err)
+		}
+	})
+	if err == nil {
+		l.markLost()
+		l.cfg.log.Info("azlease: broke the lease", slog.Duration("acquirable_in", remaining))
+	}
+	return remaining, err
+}
+
+// Change replaces the lease ID of the held lease with proposedID, a GUID, or
+// with a fresh one when proposedID is empty, and returns the term's token
+// with the new lease ID. The epoch and the validity deadline do not change.
+// Use it when a lease ID may have leaked, or to hand the lease to a process
+// that knows the proposed ID.
+func (l *Lease) Change(ctx context.Context, proposedID string) (Token, error) {
+	if proposedID == "" {
+		proposedID = newLeaseID()
+	}
+	canon, ok := canonicalLeaseID(proposedID)
+	if !ok {
+		return Token{}, optionErr("proposedID", "%q: must be a GUID", proposedID)
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	id, state, validUntil := l.id, l.state, l.validUntil
+	l.mu.Unlock()
+	if state != held || !time.Now().Before(validUntil) {
+		return Token{}, ErrNotHeld
+	}
+	err := l.loop(ctx, "change", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
+		// A fresh SDK client per call: ChangeLease rewrites its lease ID field.
+		_, err := l.leaseClient(id).ChangeLease(actx, canon, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+			return true, nil
+		case classLost, classBroken, classNotFound:
+			l.markLost()
+			return true, l.errorf("change", ErrLeaseLost, err)
+		case classTransient, classConflict:
+			return false, l.errorf("change", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("change", ErrPermanent, err)
+		}
+	})
+	if err != nil {
+		return Token{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.id = canon
+	l.token.LeaseID = canon
+	return l.token, nil
+}
+
+// SetMetadata replaces the lock blob's user metadata with md, under the
+// lease: Azure rejects the write (and SetMetadata returns an error wrapping
+// [ErrLeaseLost]) if this holder's lease is gone, so a stale holder cannot
+// overwrite a newer one's state. azlease's own keys are kept. Names must be
+// C# identifiers and must not start with "azlease"; Azure stores names
+// case-insensitively and returns them in changed case.
+func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
+	for k := range md {
+		if !validMetadataName(k) || strings.HasPrefix(strings.ToLower(k), metaPrefix) {
+			return optionErr("metadata", "name %q: must be a C# identifier not starting with %q", k, metaPrefix)
+		}
+	}
+	return l.fencedWrite(ctx, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
+		next := make(map[string]*string, len(md)+5)
+		for k, v := range cur {
+			if strings.HasPrefix(strings.ToLower(k), metaPrefix) {
+				next[k] = v
+			}
+		}
+		for k, v := range md {
+			next[k] = to.Ptr(v)
+		}
+		resp, err := l.bc.SetMetadata(actx, next, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)})
+		if err != nil {
+			return "", nil, err
+		}
+		return *resp.ETag, next, nil
+	})
+}
+
+// Write replaces the lock blob's content with content, under the lease, and
+// keeps its metadata. Like [Lease.SetMetadata], it fails with
+// [ErrLeaseLost] when this holder's lease is gone.
+func (l *Lease) Write(ctx context.Context, content []byte) error {
+	return l.fencedWrite(ctx, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
+		resp, err := l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(content)), &blockblob.UploadOptions{
+			Metadata:         cur,
+			AccessConditions: leaseAccess(id, &etag),
+		})
+		if err != nil {
+			return "", nil, err
+		}
+		return *resp.ETag, cur, nil
+	})
+}
+
+type writeFunc func(actx context.Context, id string, md map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error)
+
+// fencedWrite runs a write under the lease until the validity deadline. The
+// cached metadata and ETag are this holder's own last write; when they are
+// stale (another write by this process, a lost response), it reads them
+// again and retries.
+func (l *Lease) fencedWrite(ctx context.Context, write writeFunc) error {
+	l.mu.Lock()
+	id, state, validUntil, md, etag := l.id, l.state, l.validUntil, l.md, l.etag
+	l.mu.Unlock()
+	if state != held || !time.Now().Before(validUntil) {
+		return ErrNotHeld
+	}
+	return l.loop(ctx, "write", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
+		if md == nil {
+			props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
+			if err != nil {
+				return l.writeOutcome(ctx, "read", err)
+			}
+			md, etag = props.Metadata, *props.ETag
+		}
+		newETag, newMD, err := write(actx, id, md, etag)
+		if err != nil {
+			md = nil // re-read before the next attempt
+			return l.writeOutcome(ctx, "write", err)
+		}
+		l.mu.Lock()
+		if l.id == id && l.state == held {
+			l.md, l.etag = newMD, newETag
+		}
+		l.mu.Unlock()
+		return true, nil
+	})
+}
+
+// markLost records that the lease is no longer certainly held.
+func (l *Lease) markLost() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == held {
+		l.state = notHeld
+	}
+}
+
+// snapshot returns what the timing core needs about the current term.
+func (l *Lease) snapshot() (id string, lastSend, validUntil time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id, l.lastSend, l.validUntil, l.state == held
+}
+
+// loop runs try until it reports done, ctx ends, or limit passes. Each
+// attempt gets a deadline of AttemptTimeout, never after limit, and runs with
+// the SDK's retries turned off: retries happen here, where their timing is
+// known. Between attempts it waits a jittered, growing backoff. It returns
+// the last attempt's error when time runs out.
+func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(actx context.Context, send time.Time) (bool, error)) error {
+	var last error
+	for n := 1; ; n++ {
+		now := time.Now()
+		deadline, ok := timing.AttemptDeadline(now, limit, l.cfg.attemptTimeout)
+		if !ok {
+			if last == nil {
+				last = l.errorf(op, ErrTransient, errors.New("no time left for an attempt"))
+			}
+			return last
+		}
+		actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
+		done, err := try(actx, now)
+		cancel()
+		if done {
+			return err
+		}
+		last = err
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		wait := timing.Sleep(time.Now(), time.Now().Add(timing.Backoff(n, retryBase, retryMax, mrand.Float64())), limit)
+		l.cfg.log.Debug("azlease: retrying", slog.String("op", op), slog.Int("attempt", n), slog.Duration("wait", wait), slog.Any("error", err))
+		if !sleepCtx(ctx, wait) {
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// errorf builds the *Error of a failed operation on this lease.
+func (l *Lease) errorf(op string, kind, err error) error {
+	return opError(op, l.t.container, l.t.blob, kind, err)
+}
+
+func (l *Lease) leaseClient(id string) *lease.BlobClient {
+	lc, err := lease.NewBlobClient(l.bc, &lease.BlobClientOptions{LeaseID: to.Ptr(id)})
+	if err != nil {
+		panic("azlease: lease.NewBlobClient: " + err.Error()) // only fails for a nil client
+	}
+	return lc
+}
+
+// noRetry turns the SDK's retries off for one call: azlease retries itself,
+// within deadlines it knows.
+func noRetry(ctx context.Context) context.Context {
+	return policy.WithRetryOptions(ctx, policy.RetryOptions{MaxRetries: -1})
+}
+
+func leaseAccess(id string, ifMatch *azcore.ETag) *blob.AccessConditions {
+	ac := &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: to.Ptr(id)}}
+	if ifMatch != nil {
+		ac.ModifiedAccessConditions = &blob.ModifiedAccessConditions{IfMatch: ifMatch}
+	}
+	return ac
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// newLeaseID returns a random version-4 UUID in lower case, the form both
+// Azure and Azurite compare without surprises.
+func newLeaseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// canonicalLeaseID checks that id is a GUID in the 8-4-4-4-12 form and
+// returns it in lower case.
+func canonicalLeaseID(id string) (string, bool) {
+	if len(id) != 36 {
+		return "", false
+	}
+	for i, c := range id {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return "", false
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
+		default:
+			return "", false
+		}
+	}
+	return strings.ToLower(id), true
+}
+
+func validMetadataName(n string) bool {
+	for i, c := range n {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return n != ""
+}

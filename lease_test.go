@@ -1,0 +1,695 @@
+package azlease_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/internal/emulator"
+)
+
+func newLease(t *testing.T, cc *container.Client, name string, opts *azlease.LeaseOptions) *azlease.Lease {
+	t.Helper()
+	l, err := azlease.NewLease(cc, name, opts)
+	require.NoError(t, err)
+	return l
+}
+
+func TestLeaseAcquireRenewRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "leader", &azlease.LeaseOptions{Identity: "node-a"})
+		b := newLease(t, e.client("b"), "leader", &azlease.LeaseOptions{Identity: "node-b"})
+
+		tok, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), tok.Epoch)
+		assert.Len(t, tok.LeaseID, 36)
+		assert.True(t, a.Held())
+		assert.Equal(t, "epoch 1", tok.String(), "String never shows the lease ID")
+
+		_, err = a.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrAlreadyHeld)
+
+		_, err = b.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+		var aerr *azlease.Error
+		require.ErrorAs(t, err, &aerr)
+		assert.Equal(t, "LeaseAlreadyPresent", aerr.Code)
+		assert.Equal(t, 409, aerr.StatusCode)
+		assert.NotEmpty(t, aerr.RequestID)
+		assert.True(t, bloberror.HasCode(err, bloberror.LeaseAlreadyPresent), "the Azure error stays reachable")
+		assert.NotContains(t, err.Error(), tok.LeaseID)
+
+		time.Sleep(5 * time.Second)
+		require.NoError(t, a.Renew(ctx))
+		assert.Equal(t, time.Now().Add(15*time.Second-750*time.Millisecond), a.ValidUntil())
+
+		require.NoError(t, a.Release(ctx))
+		assert.False(t, a.Held())
+		require.NoError(t, a.Release(ctx), "releasing again is a no-op")
+		require.ErrorIs(t, a.Renew(ctx), azlease.ErrNotHeld)
+
+		tok2, err := b.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(2), tok2.Epoch)
+		assert.NotEqual(t, tok.LeaseID, tok2.LeaseID)
+
+		st, err := azlease.Inspect(ctx, e.client("observer"), "leader")
+		require.NoError(t, err)
+		assert.True(t, st.Exists)
+		assert.True(t, st.Leased)
+		assert.Equal(t, "leased", st.State)
+		assert.Equal(t, "node-b", st.Holder)
+		assert.Equal(t, uint64(2), st.Epoch)
+		require.Len(t, st.History, 2)
+		assert.Equal(t, "node-b", st.History[0].Holder)
+		assert.Equal(t, "node-a", st.History[1].Holder)
+		assert.Equal(t, uint64(1), st.History[1].Epoch)
+	})
+}
+
+func TestLeaseFreshIDPerTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		l := newLease(t, e.client("a"), "x", nil)
+		seen := map[string]bool{}
+		for range 20 {
+			tok, err := l.Acquire(context.Background())
+			require.NoError(t, err)
+			require.False(t, seen[tok.LeaseID], "a lease ID is never reused across terms")
+			seen[tok.LeaseID] = true
+			assert.Equal(t, strings.ToLower(tok.LeaseID), tok.LeaseID)
+			require.NoError(t, l.Release(context.Background()))
+		}
+	})
+}
+
+func TestLeaseCreatesContainerAndBlobWithoutOverwriting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		cc := e.client("a")
+
+		// Missing container and blob: both are created.
+		l := newLease(t, cc, "fresh", nil)
+		_, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		props, err := cc.NewBlobClient("fresh").GetProperties(raw(ctx), nil)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), *props.ContentLength, "the lock blob is zero bytes")
+
+		// An existing blob with content and metadata keeps both.
+		_, err = cc.NewBlockBlobClient("precious").Upload(raw(ctx), streaming.NopCloser(strings.NewReader("keep me")),
+			&blockblob.UploadOptions{Metadata: map[string]*string{"owner": to.Ptr("ops")}})
+		require.NoError(t, err)
+		p := newLease(t, cc, "precious", nil)
+		_, err = p.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "keep me", download(t, cc, "precious"))
+		st, err := p.Inspect(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{"owner": "ops"}, st.Metadata)
+		assert.Equal(t, uint64(1), st.Epoch)
+	})
+}
+
+func TestLeaseNoCreate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		l := newLease(t, e.client("a"), "x", &azlease.LeaseOptions{NoCreate: true})
+		_, err := l.Acquire(context.Background())
+		require.ErrorIs(t, err, azlease.ErrPermanent)
+		assert.True(t, bloberror.HasCode(err, bloberror.ContainerNotFound))
+
+		_, err = e.client("a").Create(raw(context.Background()), nil)
+		require.NoError(t, err)
+		_, err = l.Acquire(context.Background())
+		require.ErrorIs(t, err, azlease.ErrPermanent)
+		assert.True(t, bloberror.HasCode(err, bloberror.BlobNotFound))
+	})
+}
+
+// TestLeaseCreateRacesWithALeasedBlob: between our acquire's 404 and our
+// create, another process creates the blob and leases it. Azure answers our
+// create-if-absent with 412 LeaseIdMissing, which means "exists": the
+// acquire then reports the lease as held, and nothing is overwritten.
+func TestLeaseCreateRacesWithALeasedBlob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		other := e.client("other")
+		_, err := other.Create(raw(ctx), nil)
+		require.NoError(t, err)
+		var once sync.Once
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpPutBlob {
+				once.Do(func() {
+					_, err := other.NewBlockBlobClient("x").Upload(raw(ctx), streaming.NopCloser(strings.NewReader("theirs")), nil)
+					require.NoError(t, err)
+					lc, err := lease.NewBlobClient(other.NewBlobClient("x"), nil)
+					require.NoError(t, err)
+					_, err = lc.AcquireLease(raw(ctx), 15, nil)
+					require.NoError(t, err)
+				})
+			}
+			return emulator.Fault{}
+		}))
+		l := newLease(t, e.client("a"), "x", nil)
+		_, err = l.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+		assert.Equal(t, "theirs", download(t, other, "x"))
+	})
+}
+
+func TestLeaseExpiresAtExactlyItsDuration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		b := newLease(t, e.client("b"), "x", nil)
+		t0 := time.Now()
+		_, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, t0.Add(15*time.Second-750*time.Millisecond), a.ValidUntil(), "validity: send + duration − margin")
+
+		time.Sleep(15*time.Second - 750*time.Millisecond - time.Nanosecond)
+		assert.True(t, a.Held())
+		time.Sleep(time.Nanosecond)
+		assert.False(t, a.Held(), "no longer certain at the validity deadline")
+		_, ok := a.Token()
+		assert.False(t, ok)
+
+		time.Sleep(750*time.Millisecond - time.Nanosecond)
+		_, err = b.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld, "Azure still holds it 1 ns before the duration")
+		time.Sleep(time.Nanosecond)
+		_, err = b.Acquire(ctx)
+		require.NoError(t, err, "and frees it at exactly the duration")
+
+		err = a.Renew(ctx)
+		require.ErrorIs(t, err, azlease.ErrDeadlinePassed)
+		require.ErrorIs(t, err, azlease.ErrLeaseLost)
+	})
+}
+
+// TestLeaseValidityFromSendTime: a slow request or a slow response never
+// extends what the client trusts. Azure's own lease starts when it processes
+// the request, which is at or after the send.
+func TestLeaseValidityFromSendTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault emulator.Fault
+	}{
+		{"slow request", emulator.Fault{Delay: 2 * time.Second}},
+		{"slow response", emulator.Fault{DelayResponse: 2 * time.Second}},
+		{"both", emulator.Fault{Delay: time.Second, DelayResponse: time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				l := newLease(t, e.client("a"), "x", nil)
+				_, err := l.Acquire(ctx)
+				require.NoError(t, err)
+
+				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+					if r.Op == emulator.OpRenewLease {
+						return tc.fault
+					}
+					return emulator.Fault{}
+				}))
+				time.Sleep(5 * time.Second)
+				send := time.Now()
+				require.NoError(t, l.Renew(ctx))
+				assert.Equal(t, 2*time.Second, time.Since(send))
+				assert.Equal(t, send.Add(15*time.Second-750*time.Millisecond), l.ValidUntil())
+
+				grants := e.Grants(testContainer, "x")
+				require.Len(t, grants, 1)
+				assert.True(t, grants[0].End.After(l.ValidUntil()), "the client never trusts beyond Azure's expiry")
+			})
+		})
+	}
+}
+
+// TestLeaseRenewHangingServer: every renewal hangs. Each attempt is cut at
+// AttemptTimeout, no attempt outlives the validity deadline, and Renew gives
+// up exactly at the deadline with ErrDeadlinePassed.
+func TestLeaseRenewHangingServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		l := newLease(t, e.client("a"), "x", nil)
+		_, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		validUntil := l.ValidUntil()
+
+		var mu sync.Mutex
+		var starts []time.Time
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			mu.Unlock()
+			return emulator.Fault{Action: emulator.Hang}
+		}))
+		time.Sleep(5 * time.Second)
+		err = l.Renew(ctx)
+		require.ErrorIs(t, err, azlease.ErrDeadlinePassed)
+		assert.Equal(t, validUntil, time.Now(), "gives up at the deadline, not later")
+		assert.False(t, l.Held())
+
+		require.GreaterOrEqual(t, len(starts), 3, "retries within the validity")
+		for i, s := range starts {
+			if i > 0 {
+				assert.GreaterOrEqual(t, s.Sub(starts[i-1]), 3*time.Second, "each attempt ran for at most AttemptTimeout")
+			}
+			assert.True(t, s.Before(validUntil))
+		}
+	})
+}
+
+// TestLeaseAcquireHangingServer: Acquire gives up after one lease duration.
+func TestLeaseAcquireHangingServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		e.SetFaults(func(emulator.Request) emulator.Fault { return emulator.Fault{Action: emulator.Hang} })
+		l := newLease(t, e.client("a"), "x", nil)
+		start := time.Now()
+		_, err := l.Acquire(context.Background())
+		require.ErrorIs(t, err, azlease.ErrTransient)
+		assert.LessOrEqual(t, time.Since(start), 15*time.Second)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+// TestLeaseAmbiguousAcquire: Azure grants the lease but the response is
+// lost. The retry proposes the same lease ID, which Azure accepts as the
+// same lease: one grant, no self-inflicted "held by someone else".
+func TestLeaseAmbiguousAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		var lost atomic.Int32
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpAcquireLease && lost.Add(1) == 1 {
+				return emulator.Fault{Action: emulator.ApplyThenDrop}
+			}
+			return emulator.Fault{}
+		}))
+		l := newLease(t, e.client("a"), "x", nil)
+		tok, err := l.Acquire(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), tok.Epoch)
+		grants := e.Grants(testContainer, "x")
+		require.Len(t, grants, 1)
+		assert.Equal(t, tok.LeaseID, grants[0].LeaseID)
+	})
+}
+
+// TestLeaseAmbiguousAcquireAcrossCalls: every acquire response is lost until
+// Acquire gives up. The next Acquire reuses the pending lease ID and so gets
+// the lease at once, instead of waiting for its own orphan to expire.
+func TestLeaseAmbiguousAcquireAcrossCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		var drop atomic.Bool
+		drop.Store(true)
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpAcquireLease && drop.Load() {
+				return emulator.Fault{Action: emulator.ApplyThenHang}
+			}
+			return emulator.Fault{}
+		}))
+		l := newLease(t, e.client("a"), "x", nil)
+		_, err := l.Acquire(context.Background())
+		require.ErrorIs(t, err, azlease.ErrTransient)
+		grants := e.Grants(testContainer, "x")
+		require.NotEmpty(t, grants)
+		orphan := grants[len(grants)-1]
+		require.True(t, orphan.End.After(time.Now()), "the orphaned grant is still live")
+
+		drop.Store(false)
+		tok, err := l.Acquire(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, orphan.LeaseID, tok.LeaseID, "the pending ID is reused")
+	})
+}
+
+// TestLeaseAmbiguousRelease: the release is applied but its response lost;
+// the retry gets 409 and Release reports success. A follower gets the lease
+// at once.
+func TestLeaseAmbiguousRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		_, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpReleaseLease {
+				return emulator.Fault{Action: emulator.ApplyThenDrop}
+			}
+			return emulator.Fault{}
+		}))
+		require.NoError(t, a.Release(ctx))
+		_, err = newLease(t, e.client("b"), "x", nil).Acquire(ctx)
+		require.NoError(t, err)
+	})
+}
+
+// TestLeaseReleaseAfterLoss: releasing a lease that was broken and taken by
+// someone else reports the loss and leaves the new holder alone.
+func TestLeaseReleaseAfterLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		b := newLease(t, e.client("b"), "x", nil)
+		_, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		op := newLease(t, e.client("operator"), "x", nil)
+		left, err := op.Break(ctx, 0)
+		require.NoError(t, err)
+		assert.Zero(t, left)
+		_, err = b.Acquire(ctx)
+		require.NoError(t, err)
+
+		err = a.Release(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseLost)
+		assert.True(t, b.Held())
+		require.NoError(t, b.Renew(ctx), "the new holder is unharmed")
+	})
+}
+
+func TestLeaseRenewDefinitiveLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		_, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = newLease(t, e.client("op"), "x", nil).Break(ctx, 10*time.Second)
+		require.NoError(t, err)
+		start := time.Now()
+		err = a.Renew(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseBroken)
+		require.ErrorIs(t, err, azlease.ErrLeaseLost)
+		assert.Zero(t, time.Since(start), "a definitive answer ends the lease at once, without retries")
+		assert.False(t, a.Held())
+
+		// Another holder took over after expiry: the old ID is refused.
+		time.Sleep(16 * time.Second)
+		c := newLease(t, e.client("c"), "x", nil)
+		_, err = c.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = a.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+	})
+}
+
+// TestLeaseRenewRetriesTransientFailures: 503s and lost connections are
+// retried within the validity; the renewal that gets through counts from its
+// own send.
+func TestLeaseRenewRetriesTransientFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		l := newLease(t, e.client("a"), "x", nil)
+		_, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		var n atomic.Int32
+		var lastSend atomic.Int64
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			lastSend.Store(time.Now().UnixNano())
+			switch n.Add(1) {
+			case 1:
+				return emulator.Fault{Action: emulator.Fail} // 503 ServerBusy
+			case 2:
+				return emulator.Fault{Action: emulator.Drop}
+			case 3:
+				return emulator.Fault{Action: emulator.Fail, Status: 500, Code: "InternalError"}
+			}
+			return emulator.Fault{}
+		}))
+		time.Sleep(5 * time.Second)
+		start := time.Now()
+		require.NoError(t, l.Renew(ctx))
+		assert.Equal(t, int32(4), n.Load())
+		assert.Greater(t, time.Since(start), time.Duration(0), "backed off between attempts")
+		assert.Equal(t, time.Unix(0, lastSend.Load()).Add(15*time.Second-750*time.Millisecond).UnixNano(), l.ValidUntil().UnixNano())
+	})
+}
+
+// TestLeaseRenewServerClockFast: Azure's clock runs 5 % fast, within the
+// default margin (5.2 %): the client's validity still ends before Azure's
+// expiry.
+func TestLeaseRenewServerClockFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		e.SetClockRate(1.05)
+		l := newLease(t, e.client("a"), "x", nil)
+		_, err := l.Acquire(context.Background())
+		require.NoError(t, err)
+		g := e.Grants(testContainer, "x")
+		require.Len(t, g, 1)
+		assert.True(t, l.ValidUntil().Before(g[0].End), "valid until %v, Azure expires at %v", l.ValidUntil(), g[0].End)
+	})
+}
+
+// TestLeaseStaleHolderWritesAreRejected: a holder whose lease is gone cannot
+// write the lock blob; Azure itself refuses.
+func TestLeaseStaleHolderWritesAreRejected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		b := newLease(t, e.client("b"), "x", nil)
+		tokA, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, a.SetMetadata(ctx, map[string]string{"checkpoint": "1"}))
+		require.NoError(t, a.Write(ctx, []byte("state-1")))
+		st, err := b.Inspect(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{"checkpoint": "1"}, st.Metadata)
+		assert.Equal(t, uint64(1), st.Epoch, "Write keeps the epoch")
+
+		// a is paused past its lease; b takes over.
+		time.Sleep(16 * time.Second)
+		_, err = b.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, b.Write(ctx, []byte("state-2")))
+
+		// a's process resumes, still believing in its old state; the
+		// library knows better, and so does Azure for a forced write.
+		require.ErrorIs(t, a.Write(ctx, []byte("stale")), azlease.ErrNotHeld)
+		aBlob := e.client("a").NewBlockBlobClient("x")
+		_, err = aBlob.Upload(raw(ctx), streaming.NopCloser(strings.NewReader("stale")), &blockblob.UploadOptions{
+			AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: &tokA.LeaseID}},
+		})
+		require.True(t, bloberror.HasCode(err, bloberror.LeaseIDMismatchWithBlobOperation), "%v", err)
+		assert.Equal(t, "state-2", download(t, e.client("b"), "x"))
+
+		require.Error(t, a.SetMetadata(ctx, map[string]string{"azleaseEpoch": "99"}), "azlease's keys are reserved")
+	})
+}
+
+// TestLeaseStaleHolderKeepsItsOldID replays the realistic stale write: the
+// old holder still has its old lease ID and writes with it after losing.
+func TestLeaseStaleHolderKeepsItsOldID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		tokA, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		time.Sleep(16 * time.Second)
+		b := newLease(t, e.client("b"), "x", nil)
+		tokB, err := b.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, tokB.Epoch, tokA.Epoch)
+
+		_, err = e.client("a").NewBlobClient("x").SetMetadata(raw(ctx), map[string]*string{"x": to.Ptr("1")},
+			&blob.SetMetadataOptions{AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: &tokA.LeaseID}}})
+		require.True(t, bloberror.HasCode(err, bloberror.LeaseIDMismatchWithBlobOperation), "%v", err)
+	})
+}
+
+func TestLeaseChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		l := newLease(t, e.client("a"), "x", nil)
+		tok, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		want := "0f0e0d0c-0b0a-4908-8706-050403020100"
+		tok2, err := l.Change(ctx, strings.ToUpper(want))
+		require.NoError(t, err)
+		assert.Equal(t, want, tok2.LeaseID)
+		assert.Equal(t, tok.Epoch, tok2.Epoch)
+		require.NoError(t, l.Renew(ctx))
+		require.NoError(t, l.SetMetadata(ctx, map[string]string{"a": "b"}))
+		tok3, err := l.Change(ctx, "")
+		require.NoError(t, err)
+		assert.NotEqual(t, want, tok3.LeaseID)
+		require.NoError(t, l.Release(ctx))
+
+		_, err = l.Change(ctx, "")
+		require.ErrorIs(t, err, azlease.ErrNotHeld)
+		_, err = l.Change(ctx, "not-a-guid")
+		require.ErrorIs(t, err, azlease.ErrInvalidOptions)
+	})
+}
+
+func TestLeaseBreak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", &azlease.LeaseOptions{Duration: 60 * time.Second})
+		_, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		op := newLease(t, e.client("op"), "x", nil)
+		left, err := op.Break(ctx, 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, 10*time.Second, left)
+		st, err := op.Inspect(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "breaking", st.State)
+		assert.True(t, st.Leased)
+
+		left, err = op.Break(ctx, 0)
+		require.NoError(t, err)
+		assert.Zero(t, left)
+		require.ErrorIs(t, a.Renew(ctx), azlease.ErrLeaseBroken)
+		require.NoError(t, a.Release(ctx), "a broken lease can still be released")
+
+		left, err = op.Break(ctx, 0)
+		require.NoError(t, err, "nothing to break is not an error")
+		assert.Zero(t, left)
+
+		for _, p := range []time.Duration{-time.Second, 61 * time.Second, 1500 * time.Millisecond} {
+			_, err = op.Break(ctx, p)
+			require.ErrorIs(t, err, azlease.ErrInvalidOptions, "%v", p)
+		}
+		_, err = newLease(t, e.client("op"), "missing", nil).Break(ctx, 0)
+		require.ErrorIs(t, err, azlease.ErrPermanent)
+	})
+}
+
+func TestInspectMissing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		st, err := azlease.Inspect(context.Background(), e.client("a"), "nothing")
+		require.NoError(t, err)
+		assert.False(t, st.Exists)
+		_, err = azlease.Inspect(context.Background(), nil, "x")
+		require.ErrorIs(t, err, azlease.ErrInvalidOptions)
+	})
+}
+
+func TestLeaseMalformedEpochIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		cc := e.client("a")
+		_, err := cc.Create(raw(ctx), nil)
+		require.NoError(t, err)
+		_, err = cc.NewBlockBlobClient("x").Upload(raw(ctx), streaming.NopCloser(bytes.NewReader(nil)),
+			&blockblob.UploadOptions{Metadata: map[string]*string{"AzLeaseEpoch": to.Ptr("seven")}})
+		require.NoError(t, err)
+		l := newLease(t, cc, "x", nil)
+		_, err = l.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrPermanent)
+		assert.Contains(t, err.Error(), "azleaseepoch")
+		assert.False(t, l.Held())
+		_, err = newLease(t, e.client("b"), "x", nil).Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrPermanent, "the failed holder released the lease")
+	})
+}
+
+// TestLeaseEpochStrictlyIncreases: four holders compete for one lock over
+// 1,000 terms while a fifth of all requests fail (503, lost connections,
+// lost responses). Every completed acquisition's epoch is larger than every
+// epoch completed before it.
+func TestLeaseEpochStrictlyIncreases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		rng := rand.New(rand.NewPCG(1, 2))
+		var rmu sync.Mutex
+		e.SetFaults(func(r emulator.Request) emulator.Fault {
+			rmu.Lock()
+			defer rmu.Unlock()
+			if rng.Float64() >= 0.2 {
+				return emulator.Fault{}
+			}
+			return emulator.Fault{Action: []emulator.Action{emulator.Fail, emulator.Drop, emulator.ApplyThenDrop}[rng.IntN(3)]}
+		})
+		const terms = 1000
+		var (
+			mu     sync.Mutex
+			epochs []uint64
+			wg     sync.WaitGroup
+		)
+		stop := time.Now().Add(24 * time.Hour) // fake time: a bound, never reached when things work
+		for i := range 4 {
+			label := string(rune('a' + i))
+			l := newLease(t, e.client(label), "contended", nil)
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					mu.Lock()
+					if len(epochs) >= terms {
+						mu.Unlock()
+						return
+					}
+					mu.Unlock()
+					tok, err := l.Acquire(context.Background())
+					if err != nil {
+						time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
+						continue
+					}
+					mu.Lock()
+					epochs = append(epochs, tok.Epoch)
+					mu.Unlock()
+					time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
+					_ = l.Release(context.Background())
+				}
+			})
+		}
+		wg.Wait()
+		require.GreaterOrEqual(t, len(epochs), terms)
+		for i := 1; i < len(epochs); i++ {
+			require.Greater(t, epochs[i], epochs[i-1], "term %d", i)
+		}
+		t.Logf("%d terms, last epoch %d (epochs skipped by retried writes: %d)", len(epochs), epochs[len(epochs)-1], int(epochs[len(epochs)-1])-len(epochs))
+		assert.True(t, sort.SliceIsSorted(epochs, func(i, j int) bool { return epochs[i] < epochs[j] }))
+	})
+}
+
+func download(t *testing.T, cc *container.Client, name string) string {
+	t.Helper()
+	resp, err := cc.NewBlobClient(name).DownloadStream(raw(context.Background()), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}

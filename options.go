@@ -1,0 +1,259 @@
+package azlease
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+)
+
+// Limits that apply to every lease.
+const (
+	// MinDuration and MaxDuration bound a lease's duration, as Azure does.
+	MinDuration = 15 * time.Second
+	MaxDuration = 60 * time.Second
+
+	// DefaultDuration is the lease duration when none is given.
+	DefaultDuration = 15 * time.Second
+
+	// MaxIdentity is the longest holder identity, in bytes.
+	MaxIdentity = 64
+
+	// MaxHistory is the most past terms a lock blob keeps.
+	MaxHistory = 16
+)
+
+// LeaseOptions configures a [Lease]. A nil *LeaseOptions means the defaults;
+// so does the zero value of each field.
+type LeaseOptions struct {
+	// Duration is the lease duration Azure enforces: whole seconds from 15 s
+	// to 60 s. Zero means 15 s. Longer leases make a crashed holder's
+	// successor wait longer; shorter ones cost more renewals.
+	Duration time.Duration
+
+	// SafetyMargin is subtracted from Duration when computing how long a
+	// lease is certainly valid: a lease granted by a request sent at s is
+	// trusted until s + Duration − SafetyMargin on the local monotonic clock.
+	// It covers the local clock running slower than Azure's: the lease stays
+	// safe while Azure's clock runs no more than Duration/(Duration −
+	// SafetyMargin) times as fast as the local one. Zero means Duration/20
+	// (750 ms for 15 s, tolerating a 5.2 % rate difference). It must be at
+	// least Duration/100 and at most Duration/4.
+	SafetyMargin time.Duration
+
+	// AttemptTimeout bounds each request to Azure; a request is also never
+	// given longer than the time left before the validity deadline. Zero
+	// means 3 s. It must be at least 100 ms and at most a third of
+	// (Duration − SafetyMargin), so a renewal has room for retries.
+	AttemptTimeout time.Duration
+
+	// Identity names this holder in the lock blob's metadata, where anyone
+	// can read it. Zero means "<hostname>-<pid>". At most 64 bytes of
+	// printable UTF-8.
+	Identity string
+
+	// History is how many past terms the lock blob's metadata keeps (holder,
+	// epoch, start). Zero means 8; negative means none; at most 16.
+	History int
+
+	// NoCreate turns off creating the container and the zero-byte lock blob
+	// on first use. Zero (false) means they are created when missing, never
+	// overwriting an existing blob.
+	NoCreate bool
+
+	// Logger receives transitions at Info and retries at Debug. Lease IDs,
+	// keys and SAS tokens are never logged. Nil means silent.
+	Logger *slog.Logger
+}
+
+// leaseConfig is a validated LeaseOptions with defaults filled in.
+type leaseConfig struct {
+	duration       time.Duration
+	margin         time.Duration
+	attemptTimeout time.Duration
+	identity       string
+	history        int
+	create         bool
+	log            *slog.Logger
+	// markRelease writes a clean-release marker before releasing (Elector).
+	markRelease bool
+}
+
+func (o *LeaseOptions) config(prefix string) (leaseConfig, error) {
+	var z LeaseOptions
+	if o == nil {
+		o = &z
+	}
+	c := leaseConfig{
+		duration:       o.Duration,
+		margin:         o.SafetyMargin,
+		attemptTimeout: o.AttemptTimeout,
+		identity:       o.Identity,
+		history:        o.History,
+		create:         !o.NoCreate,
+		log:            o.Logger,
+	}
+	if c.duration == 0 {
+		c.duration = DefaultDuration
+	}
+	if c.duration < MinDuration || c.duration > MaxDuration || c.duration%time.Second != 0 {
+		return c, optionErr(prefix+"Duration", "%v: must be whole seconds from 15s to 60s", o.Duration)
+	}
+	if c.margin == 0 {
+		c.margin = c.duration / 20
+	}
+	if c.margin < c.duration/100 || c.margin > c.duration/4 {
+		return c, optionErr(prefix+"SafetyMargin", "%v: must be from %v to %v (Duration/100 to Duration/4)",
+			o.SafetyMargin, c.duration/100, c.duration/4)
+	}
+	if c.attemptTimeout == 0 {
+		c.attemptTimeout = 3 * time.Second
+	}
+	if maxA := (c.duration - c.margin) / 3; c.attemptTimeout < 100*time.Millisecond || c.attemptTimeout > maxA {
+		return c, optionErr(prefix+"AttemptTimeout", "%v: must be from 100ms to %v ((Duration−SafetyMargin)/3)",
+			o.AttemptTimeout, maxA)
+	}
+	if c.identity == "" {
+		c.identity = defaultIdentity()
+	}
+	if err := validIdentity(c.identity); err != "" {
+		return c, optionErr(prefix+"Identity", "%q: %s", o.Identity, err)
+	}
+	switch {
+	case c.history == 0:
+		c.history = 8
+	case c.history < 0:
+		c.history = 0
+	case c.history > MaxHistory:
+		return c, optionErr(prefix+"History", "%d: at most %d", o.History, MaxHistory)
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// defaultIdentity is "<hostname>-<pid>", shortened to fit.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > MaxIdentity {
+		host = host[:MaxIdentity-len(pid)]
+	}
+	return strings.ToValidUTF8(host, "?") + pid
+}
+
+func validIdentity(id string) string {
+	switch {
+	case len(id) > MaxIdentity:
+		return fmt.Sprintf("longer than %d bytes", MaxIdentity)
+	case !utf8.ValidString(id):
+		return "not valid UTF-8"
+	case strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return "contains a non-printable character"
+	}
+	return ""
+}
+
+// positive returns d, or def when d is zero; negative is an error naming field.
+func positive(field string, d, def time.Duration) (time.Duration, error) {
+	switch {
+	case d == 0:
+		return def, nil
+	case d < 0:
+		return 0, optionErr(field, "%v: must not be negative", d)
+	}
+	return d, nil
+}
+
+// target is a validated container client and blob name.
+type target struct {
+	cc        *container.Client
+	container string
+	blob      string
+}
+
+// newTarget validates the container client and blob name every constructor
+// takes. field prefixes name the arguments in errors.
+func newTarget(cc *container.Client, blobName, blobField string) (target, error) {
+	if cc == nil {
+		return target{}, optionErr("container", "nil *container.Client")
+	}
+	parts, err := azblob.ParseURL(cc.URL())
+	if err != nil {
+		return target{}, optionErr("container", "URL %q: %v", redactURL(cc.URL()), err)
+	}
+	if r := containerNameProblem(parts.ContainerName); r != "" {
+		return target{}, optionErr("container", "container name %q: %s", parts.ContainerName, r)
+	}
+	if r := blobNameProblem(blobName); r != "" {
+		return target{}, optionErr(blobField, "%q: %s", blobName, r)
+	}
+	return target{cc: cc, container: parts.ContainerName, blob: blobName}, nil
+}
+
+// containerNameProblem applies Azure's container naming rules: 3 to 63
+// characters, lower-case letters, digits and single hyphens, starting and
+// ending with a letter or digit. "$root" is also allowed.
+func containerNameProblem(n string) string {
+	if n == "$root" {
+		return ""
+	}
+	switch {
+	case n == "":
+		return "empty (the container client must point at a container)"
+	case len(n) < 3 || len(n) > 63:
+		return "must be 3 to 63 characters long"
+	case n[0] == '-' || n[len(n)-1] == '-':
+		return "must start and end with a letter or digit"
+	case strings.Contains(n, "--"):
+		return "must not contain consecutive hyphens"
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return "may contain only lower-case letters, digits and hyphens"
+		}
+	}
+	return ""
+}
+
+// blobNameProblem applies Azure's blob naming rules: 1 to 1024 characters,
+// at most 254 path segments, not ending with a dot or slash; azlease also
+// refuses control characters and invalid UTF-8, which no lock name needs.
+func blobNameProblem(n string) string {
+	switch {
+	case n == "":
+		return "empty"
+	case len(n) > 1024:
+		return "longer than 1024 characters"
+	case !utf8.ValidString(n):
+		return "not valid UTF-8"
+	case strings.Count(n, "/") >= 254:
+		return "more than 254 path segments"
+	case strings.HasSuffix(n, ".") || strings.HasSuffix(n, "/"):
+		return "must not end with a dot or a slash"
+	case strings.IndexFunc(n, unicode.IsControl) >= 0:
+		return "contains a control character"
+	case strings.Contains(n, "\\"):
+		return "contains a backslash (Azure tools turn it into a slash)"
+	}
+	return ""
+}
+
+// redactURL drops the query (a SAS token) from a URL for error messages.
+func redactURL(u string) string {
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		return u[:i] + "?<redacted>"
+	}
+	return u
+}

@@ -1,0 +1,241 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+)
+
+// Metadata keys azlease owns on a lock blob. Azure returns metadata names
+// with changed case (Go canonicalises "azleaseepoch" to "Azleaseepoch"), so
+// every lookup is case-insensitive. User metadata must not start with
+// metaPrefix.
+const (
+	metaPrefix   = "azlease"
+	metaEpoch    = "azleaseepoch"
+	metaHolder   = "azleaseholder"
+	metaAcquired = "azleaseacquired"
+	metaReleased = "azleasereleased"
+	metaHistory  = "azleasehistory"
+)
+
+// Token is the fencing token of one term: the lease ID Azure enforces on the
+// lock blob, and an epoch that grows with every acquisition.
+//
+// Pass Epoch to anything the holder writes outside the lock blob and have it
+// reject writes whose epoch is lower than the highest it has seen (a SQL
+// "WHERE epoch <= @epoch" guard, a conditional update). That is what keeps a
+// paused or partitioned former holder from doing damage after its lease
+// expired: timing alone cannot.
+//
+// The lease ID lets its holder write the lock blob itself; treat it as a
+// secret. Token's String and LogValue omit it.
+type Token struct {
+	LeaseID string
+	Epoch   uint64
+}
+
+// String returns "epoch N" without the lease ID.
+func (t Token) String() string { return "epoch " + strconv.FormatUint(t.Epoch, 10) }
+
+// HistoryEntry is one past term of a lock blob.
+type HistoryEntry struct {
+	Holder   string
+	Epoch    uint64
+	Acquired time.Time // the holder's wall clock; informational only
+}
+
+// record is azlease's part of a lock blob's metadata.
+type record struct {
+	epoch    uint64
+	holder   string
+	acquired time.Time
+	released bool // the holder of epoch released the lease cleanly
+	history  []HistoryEntry
+}
+
+// lookup finds a metadata value by case-insensitive name.
+func lookup(md map[string]*string, name string) (string, bool) {
+	for k, v := range md {
+		if strings.EqualFold(k, name) && v != nil {
+			return *v, true
+		}
+	}
+	return "", false
+}
+
+// errBadEpoch means the epoch in a lock blob's metadata is not a number, or
+// cannot grow any more. Fencing depends on the epoch only ever growing, so
+// azlease refuses to guess: an operator must fix or remove the value.
+var errBadEpoch = errors.New("the lock blob's " + metaEpoch + " metadata is not a number below 2^64-1; fix or remove it")
+
+// parseRecord reads azlease's keys from metadata. A malformed epoch is an
+// error, since guessing it could make it go backwards; other malformed
+// values are informational and read as absent.
+func parseRecord(md map[string]*string) (record, error) {
+	var r record
+	if v, ok := lookup(md, metaEpoch); ok {
+		e, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || e == math.MaxUint64 {
+			return r, errBadEpoch
+		}
+		r.epoch = e
+	}
+	if v, ok := lookup(md, metaHolder); ok {
+		r.holder, _ = url.QueryUnescape(v)
+	}
+	if v, ok := lookup(md, metaAcquired); ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			r.acquired = time.UnixMilli(ms).UTC()
+		}
+	}
+	if v, ok := lookup(md, metaReleased); ok {
+		e, err := strconv.ParseUint(v, 10, 64)
+		r.released = err == nil && e == r.epoch && r.epoch > 0
+	}
+	if v, ok := lookup(md, metaHistory); ok && v != "" {
+		for _, item := range strings.Split(v, ";") {
+			f := strings.Split(item, ",")
+			if len(f) != 3 {
+				continue
+			}
+			e, err1 := strconv.ParseUint(f[0], 10, 64)
+			ms, err2 := strconv.ParseInt(f[1], 10, 64)
+			h, err3 := url.QueryUnescape(f[2])
+			if err1 != nil || err2 != nil || err3 != nil {
+				continue
+			}
+			r.history = append(r.history, HistoryEntry{Holder: h, Epoch: e, Acquired: time.UnixMilli(ms).UTC()})
+		}
+	}
+	return r, nil
+}
+
+// format writes the record into md, replacing azlease's keys whatever their
+// case and keeping every other key.
+func (r record) format(md map[string]*string) map[string]*string {
+	out := make(map[string]*string, len(md)+5)
+	for k, v := range md {
+		if !strings.HasPrefix(strings.ToLower(k), metaPrefix) {
+			out[k] = v
+		}
+	}
+	set := func(k, v string) { out[k] = &v }
+	set(metaEpoch, strconv.FormatUint(r.epoch, 10))
+	set(metaHolder, url.QueryEscape(r.holder))
+	set(metaAcquired, strconv.FormatInt(r.acquired.UnixMilli(), 10))
+	if r.released {
+		set(metaReleased, strconv.FormatUint(r.epoch, 10))
+	}
+	if len(r.history) > 0 {
+		items := make([]string, len(r.history))
+		for i, h := range r.history {
+			items[i] = strconv.FormatUint(h.Epoch, 10) + "," + strconv.FormatInt(h.Acquired.UnixMilli(), 10) + "," + url.QueryEscape(h.Holder)
+		}
+		set(metaHistory, strings.Join(items, ";"))
+	}
+	return out
+}
+
+// next is the record of the term that follows r: the epoch grows by one, and
+// the new term goes first in a history of at most keep entries.
+func (r record) next(holder string, now time.Time, keep int) record {
+	n := record{epoch: r.epoch + 1, holder: holder, acquired: now.UTC().Truncate(time.Millisecond)}
+	if keep > 0 {
+		n.history = append([]HistoryEntry{{Holder: holder, Epoch: n.epoch, Acquired: n.acquired}}, r.history...)
+		if len(n.history) > keep {
+			n.history = n.history[:keep]
+		}
+	}
+	return n
+}
+
+// userMetadata returns the metadata that is not azlease's, with lower-case
+// names.
+func userMetadata(md map[string]*string) map[string]string {
+	out := make(map[string]string)
+	for k, v := range md {
+		if lk := strings.ToLower(k); !strings.HasPrefix(lk, metaPrefix) && v != nil {
+			out[lk] = *v
+		}
+	}
+	return out
+}
+
+// Status is what anyone can read about a lock blob, holder or not: the lease
+// state Azure reports and the record azlease keeps in the blob's metadata.
+type Status struct {
+	// Exists is false when the lock blob has never been created; the other
+	// fields are then zero.
+	Exists bool
+	// Leased is true while some holder has the lease (Azure's lease state
+	// "leased" or "breaking").
+	Leased bool
+	// State is Azure's lease state: "available", "leased", "expired",
+	// "breaking" or "broken".
+	State string
+	// Holder, Epoch and Acquired describe the latest term: the current one
+	// when Leased is true. Acquired is the holder's wall clock, for display.
+	Holder   string
+	Epoch    uint64
+	Acquired time.Time
+	// Released is true when the holder of Epoch released the lease cleanly,
+	// after stopping its work.
+	Released bool
+	// History lists past terms, newest first.
+	History []HistoryEntry
+	// Metadata is the lock blob's metadata that is not azlease's, with
+	// lower-case names.
+	Metadata map[string]string
+}
+
+// Inspect reads the status of the lock blob blobName in the container cc
+// points at. It needs only read access and holds no lease.
+func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status, error) {
+	t, err := newTarget(cc, blobName, "blobName")
+	if err != nil {
+		return Status{}, err
+	}
+	cfg, _ := (*LeaseOptions)(nil).config("")
+	return newLease(t, cfg).Inspect(ctx)
+}
+
+// Inspect reads the status of the lease's lock blob.
+func (l *Lease) Inspect(ctx context.Context) (Status, error) {
+	var st Status
+	err := l.loop(ctx, "read", time.Now().Add(l.cfg.duration), func(actx context.Context, _ time.Time) (bool, error) {
+		props, err := l.bc.GetProperties(actx, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+		case classNotFound:
+			st = Status{}
+			return true, nil
+		case classTransient, classConflict:
+			return false, l.errorf("read", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("read", ErrPermanent, err)
+		}
+		r, err := parseRecord(props.Metadata)
+		if err != nil {
+			return true, l.errorf("read", ErrPermanent, err)
+		}
+		st = Status{
+			Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
+			History: r.history, Metadata: userMetadata(props.Metadata),
+		}
+		if props.LeaseState != nil {
+			st.State = string(*props.LeaseState)
+			st.Leased = st.State == "leased" || st.State == "breaking"
+		}
+		return true, nil
+	})
+	return st, err
+}
