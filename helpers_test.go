@@ -2,6 +2,8 @@ package azlease_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"testing"
 
@@ -43,7 +45,13 @@ func (e *emu) client(label string) *container.Client {
 	return cc
 }
 
-// azuriteClient returns a container client for a fresh container on the
+// unique returns prefix with a random suffix: a container name no earlier
+// run on the shared Azurite has used.
+func unique(prefix string) string {
+	return fmt.Sprintf("%s-%08x", prefix, rand.Uint32())
+}
+
+// azuriteClient returns a container client for the named container on the
 // shared Azurite, on its own transport that the test closes.
 func azuriteClient(t *testing.T, name string) *container.Client {
 	t.Helper()

@@ -632,19 +632,32 @@ func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(a
 		actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
 		done, err := try(actx, now)
 		cancel()
-		if done {
+		switch {
+		case done && err == nil:
+			return nil // a success stands even if ctx ended meanwhile
+		case ctx.Err() != nil:
+			return l.canceled(ctx, op, last)
+		case done:
 			return err
 		}
 		last = err
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
 		wait := timing.Sleep(time.Now(), time.Now().Add(timing.Backoff(n, retryBase, retryMax, mrand.Float64())), limit)
 		l.cfg.log.Debug("azlease: retrying", slog.String("op", op), slog.Int("attempt", n), slog.Duration("wait", wait), slog.Any("error", err))
 		if !sleepCtx(ctx, wait) {
-			return context.Cause(ctx)
+			return l.canceled(ctx, op, last)
 		}
 	}
+}
+
+// canceled is the error of an operation whose caller's context ended. It
+// wraps the context's cause and, when there was one, the last attempt's
+// *Error, whose text is safe to log. The raw error of the attempt cut short
+// is dropped: it may quote a URL with a SAS token.
+func (l *Lease) canceled(ctx context.Context, op string, last error) error {
+	if last == nil {
+		return fmt.Errorf("azlease: %s %s/%s: %w", op, l.t.container, l.t.blob, context.Cause(ctx))
+	}
+	return fmt.Errorf("azlease: %s %s/%s: %w; last attempt: %w", op, l.t.container, l.t.blob, context.Cause(ctx), last)
 }
 
 // errorf builds the *Error of a failed operation on this lease.

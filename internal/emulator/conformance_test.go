@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -450,7 +452,8 @@ func TestConformanceAzurite(t *testing.T) {
 	az := azurite.Require(t)
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(hc.CloseIdleConnections)
-	cc, err := az.ContainerClient("conformance", hc)
+	// A fresh container per run: the shared Azurite keeps state across -count.
+	cc, err := az.ContainerClient(fmt.Sprintf("conformance-%08x", rand.Uint32()), hc)
 	require.NoError(t, err)
 	_, err = cc.Create(raw(context.Background()), nil)
 	require.NoError(t, err)

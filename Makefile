@@ -1,0 +1,45 @@
+# azlease developer commands. Needs Go and Node.js (with npm); nothing else.
+#   make demo   the main job on the embedded emulator (no Azure account)
+#   make test   installs the pinned Azurite, runs vet and every test with -race
+#   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
+
+GO        ?= go
+NPM       ?= npm
+# Tests that wait in real time (Azurite) run in parallel.
+PARALLEL  ?= 16
+SEEDS     ?= 300
+
+export CGO_ENABLED := 1
+
+.PHONY: all test demo bench lint deps fuzz clean
+
+all: test
+
+# Azurite is pinned in package-lock.json and installed locally.
+deps: node_modules/.azlease-installed
+node_modules/.azlease-installed: package.json package-lock.json
+	$(NPM) ci --no-audit --no-fund
+	@touch $@
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+test: deps lint
+	AZLEASE_SEEDS=$(SEEDS) $(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 30m ./...
+
+demo:
+	$(GO) run ./examples/demo
+
+bench: deps
+	$(GO) run ./internal/bench -out bench/results.md
+
+# Longer fuzzing than the seed corpus run in `make test`.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzLeaseOptions -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz FuzzRecordMetadata -fuzztime $(FUZZTIME) .
+
+clean:
+	rm -rf node_modules

@@ -1,0 +1,206 @@
+package azlease_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/internal/azurite"
+)
+
+// Azurite tests prove on the real wire what the emulator tests prove in
+// fake time. They run in parallel, so real lease expiries overlap.
+
+// lossyTransport sends requests to Azurite and, when lose says so, throws the
+// response away and reports a broken connection: the request took effect but
+// the client cannot know.
+type lossyTransport struct {
+	next http.RoundTripper
+	lose func(*http.Request) bool
+}
+
+var errLostResponse = errors.New("test: response lost on the way back")
+
+func (l *lossyTransport) Do(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err == nil && l.lose(req) {
+		resp.Body.Close()
+		return nil, errLostResponse
+	}
+	return resp, err
+}
+
+func azuriteLossyClient(t *testing.T, containerName string, lose func(*http.Request) bool) *container.Client {
+	t.Helper()
+	az := azurite.Require(t)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	cred, err := container.NewSharedKeyCredential(azurite.Account, azurite.Key)
+	require.NoError(t, err)
+	cc, err := container.NewClientWithSharedKeyCredential(az.URL+"/"+containerName, cred,
+		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &lossyTransport{next: tr, lose: lose}}})
+	require.NoError(t, err)
+	return cc
+}
+
+// leaseAction reads x-ms-lease-action; azblob sets it under a raw
+// lower-case key, which Header.Get does not find.
+func leaseAction(req *http.Request) string {
+	return strings.Join(req.Header["x-ms-lease-action"], "")
+}
+
+func TestAzuriteLeaseLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cc := azuriteClient(t, unique("lifecycle")) // the container does not exist yet
+	a := newLease(t, cc, "leader", &azlease.LeaseOptions{Identity: "node-a"})
+	b := newLease(t, cc, "leader", &azlease.LeaseOptions{Identity: "node-b"})
+
+	tokA, err := a.Acquire(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), tokA.Epoch)
+	_, err = b.Acquire(ctx)
+	require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+	require.NoError(t, a.Renew(ctx))
+	require.NoError(t, a.SetMetadata(ctx, map[string]string{"checkpoint": "7"}))
+	require.NoError(t, a.Write(ctx, []byte("state")))
+	require.NoError(t, a.Release(ctx))
+
+	tokB, err := b.Acquire(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), tokB.Epoch)
+	st, err := azlease.Inspect(ctx, cc, "leader")
+	require.NoError(t, err)
+	assert.Equal(t, "node-b", st.Holder)
+	assert.True(t, st.Leased)
+	assert.Equal(t, map[string]string{"checkpoint": "7"}, st.Metadata)
+	require.Len(t, st.History, 2)
+	assert.Equal(t, "state", download(t, cc, "leader"))
+
+	// The former holder's lease ID no longer writes anything.
+	_, err = cc.NewBlobClient("leader").SetMetadata(raw(ctx), map[string]*string{"x": to.Ptr("1")},
+		&blob.SetMetadataOptions{AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: &tokA.LeaseID}}})
+	assert.True(t, bloberror.HasCode(err, bloberror.LeaseIDMismatchWithBlobOperation), "%v", err)
+
+	// Breaking ends b's term at its next renewal.
+	_, err = newLease(t, cc, "leader", nil).Break(ctx, 0)
+	require.NoError(t, err)
+	require.ErrorIs(t, b.Renew(ctx), azlease.ErrLeaseBroken)
+}
+
+// TestAzuriteLeaseLostResponses: acquire and release both take effect on
+// Azurite while their responses are lost; the Lease resolves both.
+func TestAzuriteLeaseLostResponses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var lostAcquire, lostRelease atomic.Int32
+	name := unique("lost-responses")
+	cc := azuriteLossyClient(t, name, func(req *http.Request) bool {
+		switch leaseAction(req) {
+		case "acquire":
+			return lostAcquire.Add(1) == 1
+		case "release":
+			return lostRelease.Add(1) == 1
+		}
+		return false
+	})
+	// Create the container and lock blob first, so that the lost acquire
+	// is one Azurite granted.
+	pre := newLease(t, azuriteClient(t, name), "x", nil)
+	_, err := pre.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, pre.Release(ctx))
+
+	l := newLease(t, cc, "x", nil)
+	tok, err := l.Acquire(ctx)
+	require.NoError(t, err, "the same-ID retry is granted")
+	assert.Equal(t, int32(2), lostAcquire.Load())
+	assert.Equal(t, uint64(2), tok.Epoch)
+	require.NoError(t, l.Release(ctx), "the retry's 409 means the lost release worked")
+	assert.Equal(t, int32(2), lostRelease.Load())
+	_, err = newLease(t, azuriteClient(t, name), "x", nil).Acquire(ctx)
+	require.NoError(t, err, "released for real")
+}
+
+// TestAzuriteLeaseExpiry: a holder that stops renewing loses the lease to a
+// follower after the lease duration, on Azurite's real clock, and learns it
+// at its next renewal.
+func TestAzuriteLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cc := azuriteClient(t, unique("expiry"))
+	a := newLease(t, cc, "x", nil)
+	b := newLease(t, cc, "x", nil)
+	_, err := a.Acquire(ctx)
+	require.NoError(t, err)
+	validUntil := a.ValidUntil()
+	start := time.Now()
+	var tok azlease.Token
+	for time.Since(start) < 30*time.Second {
+		if tok, err = b.Acquire(ctx); err == nil {
+			break
+		}
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	assert.True(t, time.Now().After(validUntil), "the follower got the lease only after a's validity ended")
+	assert.Equal(t, uint64(2), tok.Epoch)
+	require.ErrorIs(t, a.Renew(ctx), azlease.ErrLeaseLost)
+}
+
+// TestAzuriteCreateOnLeasedBlob: Azurite answers a create-if-absent on a
+// leased blob with 409 BlobAlreadyExists (Azure: 412 LeaseIdMissing). Both
+// mean "exists": a Lease whose acquire raced with another creator reports
+// the lease as held.
+func TestAzuriteCreateOnLeasedBlob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var first atomic.Bool
+	first.Store(true)
+	name := unique("create-race")
+	other := azuriteClient(t, name)
+	// The blob does not exist when the acquire is sent; it exists and is
+	// leased by another holder when the create-if-absent arrives.
+	_, err := other.Create(raw(ctx), nil)
+	require.NoError(t, err)
+	otherLease := newLease(t, other, "x", nil)
+	hook := &hookTransport{next: &http.Transport{}, before: func(req *http.Request) {
+		if req.Method == http.MethodPut && req.URL.Query().Get("comp") == "" && first.Swap(false) {
+			_, err := otherLease.Acquire(ctx)
+			require.NoError(t, err)
+		}
+	}}
+	t.Cleanup(hook.next.CloseIdleConnections)
+	cred, err := container.NewSharedKeyCredential(azurite.Account, azurite.Key)
+	require.NoError(t, err)
+	cc, err := container.NewClientWithSharedKeyCredential(azurite.Require(t).URL+"/"+name, cred,
+		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: hook}})
+	require.NoError(t, err)
+	_, err = newLease(t, cc, "x", nil).Acquire(ctx)
+	require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+	assert.False(t, first.Load(), "the race happened")
+}
+
+type hookTransport struct {
+	next   *http.Transport
+	before func(*http.Request)
+}
+
+func (h *hookTransport) Do(req *http.Request) (*http.Response, error) {
+	h.before(req)
+	return h.next.RoundTrip(req)
+}

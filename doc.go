@@ -1,0 +1,73 @@
+// Package azlease provides leader election, distributed mutexes and run-once
+// initialization on Azure Blob Storage leases.
+//
+//   - [Elector]: many instances of a service contend for one lock blob; one
+//     leads, the others stand by and take over when it stops or fails.
+//   - [Mutex]: a critical section held across processes, renewed
+//     automatically while held.
+//   - [DoOnce]: a function that completes once across every process calling
+//     it with the same key; the others wait until it is done.
+//   - [Lease]: the low-level lease all three are built on.
+//
+// # What is guaranteed
+//
+// A holder trusts its lease from the instant it sent the request that Azure
+// granted or renewed it, for the lease duration minus a safety margin
+// ([LeaseOptions.SafetyMargin], 5 % by default), measured on the local
+// monotonic clock. Azure starts the lease when it processes the request,
+// never before it was sent, so the holder's trust ends before Azure's lease
+// does — provided Azure's clock runs no more than Duration/(Duration −
+// SafetyMargin) times as fast as the local one (5.2 % with the defaults).
+// Clock offsets do not matter: azlease never compares its clock with
+// Azure's or another holder's.
+//
+// Loss of a lease is a signal the holder cannot miss: each term has a
+// context that is cancelled with a cause ([ErrLeaseLost], [ErrLeaseBroken],
+// [ErrDeadlinePassed], [ErrStopped]; read it with [context.Cause]). The
+// cancellation fires at the local validity deadline on its own, even when
+// the renewal request hangs or the renewing goroutine is starved, and
+// [Elector.IsLeader] turns false at that deadline whatever else is
+// happening. Every request to Azure runs under a deadline that ends no later
+// than the validity deadline, with the SDK's own retries turned off.
+//
+// Each term carries a fencing [Token]: a monotonic epoch, written into the
+// lock blob's metadata under the new lease at every acquisition. Writes to
+// the lock blob itself ([Lease.SetMetadata], [Lease.Write]) are checked by
+// Azure against the lease ID, so a former holder cannot overwrite a newer
+// one's state.
+//
+// # What is not guaranteed
+//
+// No lease library can stop a process that is paused (a long GC pause, a
+// frozen VM, SIGSTOP) between checking its lease and acting on it: the
+// action happens late, possibly after another holder took over. Leases give
+// mutual exclusion under the timing assumptions above; they do not give it
+// against pauses. For anything that must never be done twice or out of
+// order, pass [Token.Epoch] to the system you write to and have it reject
+// writes with an epoch lower than the highest it has seen. That fencing is
+// what makes the lease safe for correctness rather than only for efficiency.
+//
+// A system suspend stops the monotonic clock on Linux, so a process resumed
+// from suspend believes less time has passed than Azure does; the epoch
+// protects here too. Deleting a lock blob resets its epoch; do not delete lock
+// blobs while they are in use. Breaking a lease (Azure's Break Lease, or
+// [Lease.Break]) hands it to another holder before the old one's validity
+// deadline: the old holder learns of it at its next renewal at the latest,
+// and only fencing protects the gap. Azure documents that after a lease
+// expires (rather than being released), a new lease may take up to a minute
+// to be granted; failover after a crash can take that long.
+//
+// # Cost
+//
+// Each lease operation is one Azure "other" transaction. A leader renews
+// every RenewInterval and a follower polls every PollInterval, so with the
+// defaults (5 s) each instance makes about 520,000 requests a month.
+//
+// # Testing
+//
+// azlease's own tests run the real azblob client against an in-process
+// emulator of the Blob lease API inside testing/synctest, where a 15-second
+// lease expires in microseconds, and against Azurite on the real wire. The
+// emulator lives in internal/emulator for now; it may be exported later so
+// that services using azlease can be tested the same way.
+package azlease
