@@ -79,7 +79,7 @@ func NewLease(cc *container.Client, blobName string, opts *LeaseOptions) (*Lease
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := opts.config("LeaseOptions.")
+	cfg, err := opts.config("LeaseOptions.", "Duration")
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package azlease
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -86,7 +87,9 @@ type leaseConfig struct {
 	markRelease bool
 }
 
-func (o *LeaseOptions) config(prefix string) (leaseConfig, error) {
+// config validates o. Errors name fields with prefix; the duration field is
+// called durationField (LeaseOptions.Duration, ElectorOptions.LeaseDuration).
+func (o *LeaseOptions) config(prefix, durationField string) (leaseConfig, error) {
 	var z LeaseOptions
 	if o == nil {
 		o = &z
@@ -104,7 +107,7 @@ func (o *LeaseOptions) config(prefix string) (leaseConfig, error) {
 		c.duration = DefaultDuration
 	}
 	if c.duration < MinDuration || c.duration > MaxDuration || c.duration%time.Second != 0 {
-		return c, optionErr(prefix+"Duration", "%v: must be whole seconds from 15s to 60s", o.Duration)
+		return c, optionErr(prefix+durationField, "%v: must be whole seconds from 15s to 60s", o.Duration)
 	}
 	if c.margin == 0 {
 		c.margin = c.duration / 20
@@ -256,4 +259,150 @@ func redactURL(u string) string {
 		return u[:i] + "?<redacted>"
 	}
 	return u
+}
+
+// AfterTask says what an [Elector] does when its leader task returns.
+type AfterTask int
+
+const (
+	// ReleaseAndContend releases the lease, waits one poll interval so that
+	// another instance can take over, and contends again. The default.
+	ReleaseAndContend AfterTask = iota
+	// StopElecting releases the lease and stops the Elector; Run returns
+	// the task's error.
+	StopElecting
+)
+
+// ElectorOptions configures an [Elector]. A nil *ElectorOptions means the
+// defaults; so does the zero value of each field.
+type ElectorOptions struct {
+	// Identity names this instance in the lock blob, where followers and
+	// operators read who leads. Zero means "<hostname>-<pid>". At most 64
+	// bytes of printable UTF-8.
+	Identity string
+
+	// LeaseDuration is the lease duration Azure enforces: whole seconds
+	// from 15 s to 60 s. Zero means 15 s. After a crash, a follower takes
+	// over within LeaseDuration + PollInterval.
+	LeaseDuration time.Duration
+
+	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
+	// LeaseDuration/20.
+	SafetyMargin time.Duration
+
+	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
+	// Zero means 3 s.
+	AttemptTimeout time.Duration
+
+	// RenewInterval is how often the leader renews, counted from the send of
+	// its last successful renewal. Zero means LeaseDuration/3. It must be at
+	// least 100 ms and leave room for two attempts before the validity
+	// deadline: RenewInterval + 2×AttemptTimeout ≤ LeaseDuration −
+	// SafetyMargin.
+	RenewInterval time.Duration
+
+	// PollInterval is how often a follower checks the lease (one request).
+	// Zero means 5 s. At least 100 ms. After a graceful stop, a follower
+	// takes over within one PollInterval (plus jitter).
+	PollInterval time.Duration
+
+	// Jitter spreads each poll over PollInterval × (1 ± Jitter), so that
+	// followers do not poll in step. Zero means 0.2; negative means none;
+	// at most 0.5.
+	Jitter float64
+
+	// TakeoverDelay makes a new leader that took over an expired or broken
+	// lease (not a clean release) wait this long before it starts leading,
+	// so that a former leader that was paused has time to notice it lost.
+	// It holds the lease meanwhile. Zero means no delay.
+	TakeoverDelay time.Duration
+
+	// DrainTimeout bounds how long Stop waits for the leader task to return
+	// after cancelling its context, renewing the lease meanwhile. If the
+	// task is slower, the lease is left to expire instead of released (the
+	// task keeps its fencing token), and Stop goes on waiting for the task.
+	// Zero means LeaseDuration.
+	DrainTimeout time.Duration
+
+	// AfterTask says what happens when the leader task returns. Zero means
+	// ReleaseAndContend.
+	AfterTask AfterTask
+
+	// HeartbeatTimeout, when positive, makes [Elector.Check] fail while this
+	// instance leads and its task has not called [Term.Heartbeat] for this
+	// long: the stalled-leader problem. Zero means no heartbeat check.
+	HeartbeatTimeout time.Duration
+
+	// History is how many past terms the lock blob keeps; see
+	// [LeaseOptions.History].
+	History int
+
+	// NoCreate turns off creating the container and lock blob.
+	NoCreate bool
+
+	// Logger receives transitions at Info (became leader, lost leadership
+	// and why, stepped down) and retries at Debug. Nil means silent.
+	Logger *slog.Logger
+}
+
+type electorConfig struct {
+	lease            leaseConfig
+	renewEvery       time.Duration
+	poll             time.Duration
+	jitter           float64
+	takeoverDelay    time.Duration
+	drainTimeout     time.Duration
+	afterTask        AfterTask
+	heartbeatTimeout time.Duration
+}
+
+func (o *ElectorOptions) config() (electorConfig, error) {
+	var z ElectorOptions
+	if o == nil {
+		o = &z
+	}
+	lc, err := (&LeaseOptions{
+		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
+		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
+	}).config("ElectorOptions.", "LeaseDuration")
+	if err != nil {
+		return electorConfig{}, err
+	}
+	lc.markRelease = true
+	c := electorConfig{lease: lc, afterTask: o.AfterTask}
+	if c.renewEvery, err = positive("ElectorOptions.RenewInterval", o.RenewInterval, lc.duration/3); err != nil {
+		return c, err
+	}
+	if limit := lc.duration - lc.margin - 2*lc.attemptTimeout; c.renewEvery < 100*time.Millisecond || c.renewEvery > limit {
+		return c, optionErr("ElectorOptions.RenewInterval", "%v: must be from 100ms to %v, leaving room for two attempts before the validity deadline (LeaseDuration − SafetyMargin − 2×AttemptTimeout)", c.renewEvery, limit)
+	}
+	if c.poll, err = positive("ElectorOptions.PollInterval", o.PollInterval, 5*time.Second); err != nil {
+		return c, err
+	}
+	if c.poll < 100*time.Millisecond {
+		return c, optionErr("ElectorOptions.PollInterval", "%v: must be at least 100ms", c.poll)
+	}
+	switch {
+	case o.Jitter == 0:
+		c.jitter = 0.2
+	case o.Jitter < 0:
+		c.jitter = 0
+	case o.Jitter > 0.5 || math.IsNaN(o.Jitter):
+		return c, optionErr("ElectorOptions.Jitter", "%v: at most 0.5", o.Jitter)
+	default:
+		c.jitter = o.Jitter
+	}
+	if c.takeoverDelay, err = positive("ElectorOptions.TakeoverDelay", o.TakeoverDelay, 0); err != nil {
+		return c, err
+	}
+	if c.drainTimeout, err = positive("ElectorOptions.DrainTimeout", o.DrainTimeout, lc.duration); err != nil {
+		return c, err
+	}
+	if c.heartbeatTimeout, err = positive("ElectorOptions.HeartbeatTimeout", o.HeartbeatTimeout, 0); err != nil {
+		return c, err
+	}
+	if o.AfterTask != ReleaseAndContend && o.AfterTask != StopElecting {
+		return c, optionErr("ElectorOptions.AfterTask", "%d: must be ReleaseAndContend or StopElecting", o.AfterTask)
+	}
+	return c, nil
 }

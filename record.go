@@ -202,14 +202,20 @@ func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status
 	if err != nil {
 		return Status{}, err
 	}
-	cfg, _ := (*LeaseOptions)(nil).config("")
+	cfg, _ := (*LeaseOptions)(nil).config("", "Duration")
 	return newLease(t, cfg).Inspect(ctx)
 }
 
-// Inspect reads the status of the lease's lock blob.
+// Inspect reads the status of the lease's lock blob, retrying transient
+// failures for up to one lease duration.
 func (l *Lease) Inspect(ctx context.Context) (Status, error) {
+	return l.inspect(ctx, time.Now().Add(l.cfg.duration))
+}
+
+// inspect reads the status, retrying transient failures until limit.
+func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 	var st Status
-	err := l.loop(ctx, "read", time.Now().Add(l.cfg.duration), func(actx context.Context, _ time.Time) (bool, error) {
+	err := l.loop(ctx, "read", limit, func(actx context.Context, _ time.Time) (bool, error) {
 		props, err := l.bc.GetProperties(actx, nil)
 		switch c := classify(ctx, err); c {
 		case classOK:

@@ -1,0 +1,216 @@
+package azlease_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/internal/emulator"
+)
+
+// believed is one interval during which an elector believed it led: from the
+// start of its leader task to the earlier of the term's end and its final
+// validity deadline (IsLeader is false after either).
+type believed struct {
+	node    string
+	epoch   uint64
+	leaseID string
+	start   time.Time
+	end     time.Time
+	cause   error
+}
+
+// cluster is a set of electors on one emulator, with per-node network
+// partitions and a record of what each believed.
+type cluster struct {
+	t     *testing.T
+	emu   *emu
+	blob  string
+	opts  azlease.ElectorOptions
+	mu    sync.Mutex
+	cut   map[string]emulator.Action // partitioned nodes and how their requests die
+	extra emulator.FaultFunc         // faults for everyone else
+	nodes map[string]*azlease.Elector
+	terms []believed
+}
+
+func newCluster(t *testing.T, opts azlease.ElectorOptions) *cluster {
+	c := &cluster{t: t, emu: newEmu(t), blob: "leader", opts: opts, cut: map[string]emulator.Action{}, nodes: map[string]*azlease.Elector{}}
+	c.emu.SetFaults(c.faults)
+	return c
+}
+
+func (c *cluster) faults(r emulator.Request) emulator.Fault {
+	c.mu.Lock()
+	a, cut := c.cut[r.Client]
+	extra := c.extra
+	c.mu.Unlock()
+	if cut {
+		return emulator.Fault{Action: a}
+	}
+	if extra != nil {
+		return extra(r)
+	}
+	return emulator.Fault{}
+}
+
+// setFaults installs faults for every node that is not partitioned.
+func (c *cluster) setFaults(f emulator.FaultFunc) {
+	c.mu.Lock()
+	c.extra = f
+	c.mu.Unlock()
+}
+
+// partition cuts a node off: its requests hang (the default) or die.
+func (c *cluster) partition(name string, a emulator.Action) {
+	c.mu.Lock()
+	c.cut[name] = a
+	c.mu.Unlock()
+}
+
+func (c *cluster) heal(name string) {
+	c.mu.Lock()
+	delete(c.cut, name)
+	c.mu.Unlock()
+}
+
+// task is the leader task of node name: it records the believed interval.
+func (c *cluster) task(name string) azlease.Task {
+	return func(ctx context.Context, term *azlease.Term) error {
+		b := believed{node: name, epoch: term.Epoch(), leaseID: term.Token().LeaseID, start: time.Now()}
+		<-ctx.Done()
+		b.end = time.Now()
+		if vu := term.ValidUntil(); vu.Before(b.end) {
+			b.end = vu
+		}
+		b.cause = context.Cause(ctx)
+		c.mu.Lock()
+		c.terms = append(c.terms, b)
+		c.mu.Unlock()
+		return nil
+	}
+}
+
+// start creates and starts an elector called name.
+func (c *cluster) start(name string, opts *azlease.ElectorOptions) *azlease.Elector {
+	c.t.Helper()
+	if opts == nil {
+		o := c.opts
+		opts = &o
+	}
+	if opts.Identity == "" {
+		opts.Identity = name
+	}
+	e, err := azlease.NewElector(c.emu.client(name), c.blob, opts)
+	require.NoError(c.t, err)
+	require.NoError(c.t, e.Start(context.Background(), c.task(name)))
+	c.mu.Lock()
+	c.nodes[name] = e
+	c.mu.Unlock()
+	return e
+}
+
+// leaders returns the nodes that believe they lead now.
+func (c *cluster) leaders() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name, e := range c.nodes {
+		if e.IsLeader() {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitLeader waits (in fake time) until some node leads, and returns it.
+func (c *cluster) waitLeader(limit time.Duration) string {
+	c.t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if l := c.leaders(); len(l) == 1 {
+			return l[0]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader within %v", limit)
+	return ""
+}
+
+// stopAll stops every elector that is still running, healing partitions
+// first so that their goroutines can finish.
+func (c *cluster) stopAll() {
+	c.mu.Lock()
+	c.cut = map[string]emulator.Action{}
+	c.extra = nil
+	nodes := make([]*azlease.Elector, 0, len(c.nodes))
+	for _, e := range c.nodes {
+		nodes = append(nodes, e)
+	}
+	c.mu.Unlock()
+	for _, e := range nodes {
+		require.NoError(c.t, e.Stop(context.Background()))
+	}
+}
+
+// sample records, every interval until stop, whether more than one node
+// believes it leads; run it in a goroutine the test joins.
+func (c *cluster) sample(interval time.Duration, stop <-chan struct{}) (overlaps int) {
+	for {
+		select {
+		case <-stop:
+			return overlaps
+		case <-time.After(interval):
+		}
+		if len(c.leaders()) > 1 {
+			overlaps++
+		}
+	}
+}
+
+// checkSafety asserts the two safety properties over everything recorded:
+// every believed interval lies inside a lease the server granted to that
+// term's lease ID, and no two believed intervals overlap.
+func (c *cluster) checkSafety() []believed {
+	c.t.Helper()
+	grants := c.emu.Grants(testContainer, c.blob)
+	c.mu.Lock()
+	terms := append([]believed(nil), c.terms...)
+	c.mu.Unlock()
+	for _, b := range terms {
+		require.Falsef(c.t, b.end.Before(b.start), "term %d of %s ends before it starts", b.epoch, b.node)
+		require.Truef(c.t, containedInGrant(b, grants), "term %d of %s [%v, %v] is outside every grant of its lease ID:\n%s",
+			b.epoch, b.node, b.start, b.end, describeGrants(grants))
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i].start.Before(terms[j].start) })
+	for i := 1; i < len(terms); i++ {
+		require.Falsef(c.t, terms[i].start.Before(terms[i-1].end), "terms overlap: %s epoch %d [%v, %v] and %s epoch %d [%v, %v]",
+			terms[i-1].node, terms[i-1].epoch, terms[i-1].start, terms[i-1].end, terms[i].node, terms[i].epoch, terms[i].start, terms[i].end)
+		require.Greater(c.t, terms[i].epoch, terms[i-1].epoch, "epochs grow from term to term")
+	}
+	return terms
+}
+
+func containedInGrant(b believed, grants []emulator.Grant) bool {
+	for _, g := range grants {
+		if g.LeaseID == b.leaseID && !b.start.Before(g.Start) && (g.End.IsZero() || !b.end.After(g.End)) {
+			return true
+		}
+	}
+	return false
+}
+
+func describeGrants(gs []emulator.Grant) string {
+	s := ""
+	for _, g := range gs {
+		s += fmt.Sprintf("  %s [%v, %v]\n", g.LeaseID, g.Start, g.End)
+	}
+	return s
+}

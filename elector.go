@@ -1,0 +1,450 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// Task is leader work: it runs while this instance leads and must return
+// when ctx is done. ctx is the term's context ([Term.Context]); term carries
+// the fencing token to pass to everything the task writes.
+type Task func(ctx context.Context, term *Term) error
+
+// Errors of the Elector's life cycle.
+var (
+	ErrAlreadyStarted = errors.New("azlease: elector already started")
+	ErrNotStarted     = errors.New("azlease: elector not started")
+)
+
+// LeaderInfo describes the leader of an election as the lock blob shows it.
+type LeaderInfo struct {
+	// Leased is true while some instance holds the lease. Holder, Epoch and
+	// Acquired then describe its term; otherwise they describe the last term.
+	Leased bool
+	// Holder is the leader's identity (ElectorOptions.Identity).
+	Holder string
+	// Epoch is the term's fencing epoch.
+	Epoch uint64
+	// Acquired is when the term began, by the holder's wall clock; for
+	// display only.
+	Acquired time.Time
+	// Self is true when this Elector holds the term.
+	Self bool
+}
+
+// Elector elects one leader among the instances that contend for the same
+// lock blob. Each instance runs one Elector; the one that holds the lease
+// leads, and the others follow and take over when it stops or fails.
+//
+// The Elector runs its contend/renew loop in a goroutine it owns: [Elector.Start]
+// starts it and [Elector.Stop] stops it gracefully and waits for it;
+// [Elector.Run] does both around a blocking call. While leading it runs the
+// leader [Task], if one is given, under the term's context.
+//
+// An Elector is safe for concurrent use. It runs once: it cannot be started
+// again after it stopped.
+type Elector struct {
+	t     target
+	cfg   electorConfig
+	lease *Lease
+	log   *slog.Logger
+
+	mu           sync.Mutex
+	started      bool
+	stop         context.CancelCauseFunc
+	done         chan struct{}
+	holding      *keeper // from acquisition until release
+	leading      *Term   // while leading: after any takeover delay, until the term is wound up
+	lastProgress time.Time
+	lastErr      error
+	leader       LeaderInfo
+	runErr       error
+	changes      chan LeaderInfo
+
+	// beforeRenew is a test hook: see keeper.beforeRenew.
+	beforeRenew func()
+}
+
+// NewElector returns an Elector for the lock blob blobName in the container cc
+// points at. It makes no request until started.
+func NewElector(cc *container.Client, blobName string, opts *ElectorOptions) (*Elector, error) {
+	t, err := newTarget(cc, blobName, "blobName")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return nil, err
+	}
+	l := newLease(t, cfg.lease)
+	return &Elector{
+		t: t, cfg: cfg, lease: l, log: l.cfg.log,
+		done:    make(chan struct{}),
+		changes: make(chan LeaderInfo, 1),
+	}, nil
+}
+
+// Identity returns this instance's identity.
+func (e *Elector) Identity() string { return e.cfg.lease.identity }
+
+// Start starts contending for leadership in a goroutine the Elector owns, and
+// returns at once. While this instance leads, task (which may be nil) runs
+// under the term's context. Cancelling ctx stops the Elector as Stop does;
+// ctx's values reach the task. Starting twice is an error.
+func (e *Elector) Start(ctx context.Context, task Task) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return ErrAlreadyStarted
+	}
+	e.started = true
+	e.lastProgress = time.Now()
+	runCtx, stop := context.WithCancelCause(ctx)
+	e.stop = stop
+	go e.run(runCtx, task)
+	return nil
+}
+
+// Stop stops the Elector gracefully and waits for its goroutine: if it leads,
+// it cancels the term's context (cause [ErrStopped]), waits up to
+// DrainTimeout for the task to return while still renewing, and then releases
+// the lease so a follower takes over within its poll interval. It returns
+// ctx's error if ctx ends first; the Elector goes on stopping, and Stop may
+// be called again to wait. Stopping a stopped Elector returns nil.
+func (e *Elector) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.started {
+		e.mu.Unlock()
+		return ErrNotStarted
+	}
+	e.stop(ErrStopped)
+	e.mu.Unlock()
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Run starts the Elector, runs task in each term while this instance leads,
+// and returns after ctx is done and the Elector has stopped gracefully (see
+// Stop). With AfterTask StopElecting it also returns when the task returns,
+// with the task's error. The task must return when its context is done: Run
+// waits for it.
+func (e *Elector) Run(ctx context.Context, task Task) error {
+	if err := e.Start(ctx, task); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-e.done:
+	}
+	_ = e.Stop(context.WithoutCancel(ctx))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runErr
+}
+
+// Done is closed when the Elector's goroutine has ended.
+func (e *Elector) Done() <-chan struct{} { return e.done }
+
+// IsLeader reports whether this instance certainly leads now. It turns false
+// at the validity deadline by itself, even if a renewal hangs or the renewing
+// goroutine is starved.
+func (e *Elector) IsLeader() bool {
+	e.mu.Lock()
+	t := e.leading
+	e.mu.Unlock()
+	return t != nil && t.Valid()
+}
+
+// Term returns the current term while this instance leads, or nil. Its
+// context ends with the term.
+func (e *Elector) Term() *Term {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leading == nil || !e.leading.Valid() {
+		return nil
+	}
+	return e.leading
+}
+
+// Changes delivers leader changes as this instance observes them: its own
+// terms, and what its polls see while it follows. It never blocks the
+// Elector: it holds only the latest change, replacing one not yet received.
+// It is closed when the Elector stops.
+func (e *Elector) Changes() <-chan LeaderInfo { return e.changes }
+
+// Leader reads who leads now from the lock blob. Any process can do this,
+// elected or not: see also [Inspect] for the history of terms.
+func (e *Elector) Leader(ctx context.Context) (LeaderInfo, error) {
+	st, err := e.lease.Inspect(ctx)
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	info := leaderInfo(st)
+	if t := e.Term(); t != nil && st.Leased && t.Epoch() == st.Epoch {
+		info.Self = true
+	}
+	return info, nil
+}
+
+func leaderInfo(st Status) LeaderInfo {
+	return LeaderInfo{Leased: st.Leased, Holder: st.Holder, Epoch: st.Epoch, Acquired: st.Acquired}
+}
+
+// Check reports the Elector's health. It fails when the Elector is not
+// running; when this instance believes it leads but has not renewed within
+// the lease duration (its loop is wedged, or its work has not returned after
+// the lease was lost); when the loop has made no progress for two lease
+// durations plus two poll intervals; and, with HeartbeatTimeout, when the
+// leader task has not called [Term.Heartbeat] in time.
+func (e *Elector) Check() error {
+	e.mu.Lock()
+	started, holding, leading, progress, lastErr := e.started, e.holding, e.leading, e.lastProgress, e.lastErr
+	e.mu.Unlock()
+	select {
+	case <-e.done:
+		return errors.New("azlease: elector has stopped")
+	default:
+	}
+	if !started {
+		return ErrNotStarted
+	}
+	now := time.Now()
+	if holding == nil {
+		if stall := 2*e.cfg.lease.duration + 2*e.cfg.poll; now.Sub(progress) > stall {
+			return fmt.Errorf("azlease: elector loop made no progress for %v (last error: %v)", now.Sub(progress).Round(time.Millisecond), lastErr)
+		}
+		return nil
+	}
+	t := holding.term
+	if since := now.Sub(t.renewedAt()); since > e.cfg.lease.duration {
+		if err := t.Err(); err != nil {
+			return fmt.Errorf("azlease: leader work still running %v after its last renewal; its term ended (%w)", since.Round(time.Millisecond), err)
+		}
+		return fmt.Errorf("azlease: leader has not renewed for %v, more than the lease duration", since.Round(time.Millisecond))
+	}
+	if hb := e.cfg.heartbeatTimeout; hb > 0 && leading != nil {
+		if since := now.Sub(leading.lastHeartbeat()); since > hb {
+			return fmt.Errorf("azlease: leader work has not sent a heartbeat for %v (HeartbeatTimeout %v)", since.Round(time.Millisecond), hb)
+		}
+	}
+	return nil
+}
+
+// HealthHandler returns an http.Handler for liveness probes: 200 with a
+// one-line state while [Elector.Check] passes, 503 with the reason otherwise.
+func (e *Elector) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if err := e.Check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if t := e.Term(); t != nil {
+			fmt.Fprintf(w, "ok: leading, epoch %d\n", t.Epoch())
+			return
+		}
+		fmt.Fprintln(w, "ok: following")
+	})
+}
+
+// run is the Elector's loop: follow until the lease is acquired, lead until
+// the term ends, and again, until stopped.
+func (e *Elector) run(ctx context.Context, task Task) {
+	defer close(e.done)
+	defer close(e.changes)
+	for ctx.Err() == nil {
+		tok, ok := e.contend(ctx)
+		if !ok {
+			return
+		}
+		if stop := e.lead(ctx, tok, task); stop {
+			return
+		}
+	}
+}
+
+// contend polls the lock blob until this instance acquires the lease or ctx
+// ends. Each poll is one read; the lease is acquired only when it is free.
+func (e *Elector) contend(ctx context.Context) (Token, bool) {
+	for {
+		e.progress(nil)
+		st, err := e.lease.inspect(ctx, time.Now().Add(e.cfg.lease.attemptTimeout))
+		switch {
+		case err != nil:
+			e.progress(err)
+			e.log.Debug("azlease: poll failed", slog.Any("error", err))
+		case st.Leased:
+			e.observe(leaderInfo(st))
+		default:
+			tok, err := e.lease.Acquire(ctx)
+			if err == nil {
+				return tok, true
+			}
+			if !errors.Is(err, ErrLeaseHeld) && ctx.Err() == nil {
+				e.progress(err)
+				e.log.Warn("azlease: acquire failed", slog.Any("error", err))
+			}
+		}
+		if !sleepCtx(ctx, e.pollWait()) {
+			return Token{}, false
+		}
+	}
+}
+
+// lead holds the term that begins with tok: it waits out any takeover delay,
+// runs the task, and winds the term up when it ends, the task returns, or ctx
+// ends. It reports whether the Elector should stop.
+func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop bool) {
+	// The term's context keeps ctx's values but ends only when the loop
+	// ends it, so that its cause says why.
+	k := hold(context.WithoutCancel(ctx), e.lease, tok, e.cfg.renewEvery, e.beforeRenew)
+	term := k.term
+	e.mu.Lock()
+	e.holding = k
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.holding, e.leading = nil, nil
+		e.mu.Unlock()
+	}()
+
+	if e.cfg.takeoverDelay > 0 && tok.Epoch > 1 && !e.lease.prevReleased {
+		e.log.Info("azlease: took over a lease that was not released; waiting before leading",
+			slog.Uint64("epoch", tok.Epoch), slog.Duration("delay", e.cfg.takeoverDelay))
+		select {
+		case <-time.After(e.cfg.takeoverDelay):
+		case <-term.Done():
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() != nil || term.Err() != nil {
+		e.windUp(k, nil, ErrStopped)
+		return ctx.Err() != nil
+	}
+
+	e.mu.Lock()
+	e.leading = term
+	e.mu.Unlock()
+	e.log.Info("azlease: became leader", slog.Uint64("epoch", tok.Epoch))
+	e.observe(LeaderInfo{Leased: true, Holder: e.cfg.lease.identity, Epoch: tok.Epoch, Acquired: time.Now().UTC(), Self: true})
+
+	var taskDone chan error
+	if task != nil {
+		taskDone = make(chan error, 1)
+		go func() { taskDone <- task(term.Context(), term) }() // joined in every branch below
+	}
+	select {
+	case <-term.Done():
+		e.log.Info("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
+		e.windUp(k, taskDone, term.Err())
+		return false
+	case <-ctx.Done():
+		term.end(ErrStopped)
+		e.log.Info("azlease: stepping down", slog.Uint64("epoch", tok.Epoch))
+		e.windUp(k, taskDone, ErrStopped)
+		return true
+	case err := <-taskDone:
+		term.end(ErrStopped)
+		taskDone = nil
+		e.windUp(k, nil, ErrStopped)
+		if e.cfg.afterTask == StopElecting {
+			e.mu.Lock()
+			e.runErr = err
+			e.mu.Unlock()
+			e.log.Info("azlease: leader task returned; stopping", slog.Any("error", err))
+			return true
+		}
+		e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
+		return !sleepCtx(ctx, e.pollWait())
+	}
+}
+
+// windUp ends a term in the only safe order: the work stops first, then the
+// lease is released. It waits for the task (if taskDone is not nil) up to
+// DrainTimeout while the keeper goes on renewing; a task that is slower gets
+// its lease left to expire rather than released under it, and windUp goes on
+// waiting for it, logging while it does.
+func (e *Elector) windUp(k *keeper, taskDone chan error, cause error) {
+	k.term.end(cause)
+	drained := taskDone == nil
+	if !drained {
+		t := time.NewTimer(e.cfg.drainTimeout)
+		select {
+		case <-taskDone:
+			drained = true
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	k.stop(cause)
+	if drained {
+		if err := e.lease.Release(context.Background()); err != nil && !errors.Is(err, ErrLeaseLost) {
+			e.log.Warn("azlease: release failed; the lease will expire", slog.Any("error", err))
+		}
+		return
+	}
+	e.log.Error("azlease: leader task did not return within DrainTimeout; leaving the lease to expire",
+		slog.Duration("drain_timeout", e.cfg.drainTimeout), slog.Uint64("epoch", k.term.Epoch()))
+	for {
+		t := time.NewTimer(e.cfg.lease.duration)
+		select {
+		case <-taskDone:
+			t.Stop()
+			e.lease.markLost() // nothing to release: it was left to expire
+			return
+		case <-t.C:
+			e.log.Error("azlease: leader task still running after its term ended", slog.Uint64("epoch", k.term.Epoch()))
+		}
+	}
+}
+
+// observe records a leader change and offers it on Changes, replacing one
+// not yet received. Only the loop goroutine calls it.
+func (e *Elector) observe(info LeaderInfo) {
+	e.mu.Lock()
+	same := info.Leased == e.leader.Leased && info.Holder == e.leader.Holder && info.Epoch == e.leader.Epoch && info.Self == e.leader.Self
+	e.leader = info
+	e.mu.Unlock()
+	if same {
+		return
+	}
+	if !info.Self {
+		e.log.Info("azlease: following", slog.String("leader", info.Holder), slog.Uint64("epoch", info.Epoch))
+	}
+	select {
+	case e.changes <- info:
+	default:
+		select {
+		case <-e.changes:
+		default:
+		}
+		e.changes <- info // cannot block: only this goroutine sends
+	}
+}
+
+func (e *Elector) progress(err error) {
+	e.mu.Lock()
+	e.lastProgress = time.Now()
+	if err != nil {
+		e.lastErr = err
+	}
+	e.mu.Unlock()
+}
+
+func (e *Elector) pollWait() time.Duration {
+	return timing.Jitter(e.cfg.poll, e.cfg.jitter, mrand.Float64())
+}

@@ -1,0 +1,547 @@
+package azlease_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/internal/emulator"
+)
+
+// Defaults used by most scenarios: a 15 s lease renewed every 5 s (trusted
+// for 14.25 s after each send), followers polling every 5 s ± 20 %.
+var defaults = azlease.ElectorOptions{}
+
+func TestElectorOneLeaderAmongMany(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		for _, n := range []string{"a", "b", "c"} {
+			c.start(n, nil)
+		}
+		leader := c.waitLeader(time.Second)
+		time.Sleep(2 * time.Minute)
+		assert.Equal(t, []string{leader}, c.leaders(), "one leader, and it keeps leading")
+
+		e := c.nodes[leader]
+		term := e.Term()
+		require.NotNil(t, term)
+		assert.Equal(t, uint64(1), term.Epoch())
+		assert.Equal(t, leader, e.Identity())
+
+		for name, f := range c.nodes {
+			info, err := f.Leader(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, azlease.LeaderInfo{Leased: true, Holder: leader, Epoch: 1, Acquired: info.Acquired, Self: name == leader}, info)
+		}
+		c.stopAll()
+		c.checkSafety()
+	})
+}
+
+func TestElectorFollowersObserveLeaderChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		a := c.start("a", nil)
+		c.waitLeader(time.Second)
+		b := c.start("b", nil)
+
+		got := <-b.Changes()
+		assert.Equal(t, azlease.LeaderInfo{Leased: true, Holder: "a", Epoch: 1, Acquired: got.Acquired}, got)
+		self := <-a.Changes()
+		assert.True(t, self.Self)
+
+		require.NoError(t, a.Stop(context.Background()))
+		var last azlease.LeaderInfo
+		for info := range b.Changes() { // closed when b stops
+			last = info
+			if info.Self {
+				break
+			}
+		}
+		assert.Equal(t, azlease.LeaderInfo{Leased: true, Holder: "b", Epoch: 2, Acquired: last.Acquired, Self: true}, last)
+		_, open := <-a.Changes()
+		assert.False(t, open, "Changes is closed when the elector stops")
+		c.stopAll()
+	})
+}
+
+// TestElectorGracefulHandoff: the leader stops; its task returns before the
+// lease is released, and a follower leads within one poll interval.
+func TestElectorGracefulHandoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		a := c.start("a", nil)
+		c.waitLeader(time.Second)
+		c.start("b", nil)
+		time.Sleep(time.Minute)
+
+		stopped := time.Now()
+		require.NoError(t, a.Stop(context.Background()))
+		assert.False(t, a.IsLeader())
+		assert.Equal(t, "b", c.waitLeader(10*time.Second))
+		handoff := time.Since(stopped)
+		assert.LessOrEqual(t, handoff, 6*time.Second, "within PollInterval × (1 + Jitter)")
+
+		st, err := azlease.Inspect(context.Background(), c.emu.client("x"), "leader")
+		require.NoError(t, err)
+		assert.Equal(t, "b", st.Holder)
+		require.Len(t, st.History, 2)
+		assert.Equal(t, "a", st.History[1].Holder)
+
+		c.stopAll()
+		terms := c.checkSafety()
+		require.Len(t, terms, 2)
+		assert.ErrorIs(t, terms[0].cause, azlease.ErrStopped)
+		assert.Equal(t, stopped, terms[0].end, "the term's context ended when Stop was called")
+		assert.Equal(t, "b", terms[1].node)
+		assert.Equal(t, uint64(2), terms[1].epoch)
+	})
+}
+
+// TestElectorCrashFailover: the leader is cut off (its requests hang). It
+// stops believing at its validity deadline; a follower takes over when
+// Azure's lease expires, within LeaseDuration + PollInterval.
+func TestElectorCrashFailover(t *testing.T) {
+	for _, how := range []emulator.Action{emulator.Hang, emulator.Drop} {
+		t.Run(map[emulator.Action]string{emulator.Hang: "hang", emulator.Drop: "drop"}[how], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, defaults)
+				a := c.start("a", nil)
+				c.waitLeader(time.Second)
+				c.start("b", nil)
+				time.Sleep(30 * time.Second)
+				validUntil := a.Term().ValidUntil()
+
+				crashed := time.Now()
+				c.partition("a", how)
+				time.Sleep(time.Until(validUntil) - time.Nanosecond)
+				assert.True(t, a.IsLeader())
+				time.Sleep(time.Nanosecond)
+				assert.False(t, a.IsLeader(), "demoted at exactly the validity deadline")
+
+				assert.Equal(t, "b", c.waitLeader(30*time.Second))
+				failover := time.Since(crashed)
+				assert.LessOrEqual(t, failover, 15*time.Second+6*time.Second)
+
+				c.stopAll()
+				terms := c.checkSafety()
+				require.Len(t, terms, 2)
+				assert.ErrorIs(t, terms[0].cause, azlease.ErrDeadlinePassed)
+			})
+		})
+	}
+}
+
+// TestElectorNoDemotionUnderTransientFaults: a fifth of all requests fail
+// (503, lost connections, lost responses, slow answers) and the leader never
+// loses its term while its validity remains.
+func TestElectorNoDemotionUnderTransientFaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		rng := rand.New(rand.NewPCG(7, 7))
+		var mu sync.Mutex
+		c.setFaults(func(emulator.Request) emulator.Fault {
+			mu.Lock()
+			defer mu.Unlock()
+			if rng.Float64() >= 0.2 {
+				return emulator.Fault{}
+			}
+			return []emulator.Fault{
+				{Action: emulator.Fail},
+				{Action: emulator.Drop},
+				{Action: emulator.ApplyThenDrop},
+				{Delay: 2 * time.Second},
+				{Action: emulator.Fail, Status: 500, Code: "InternalError"},
+			}[rng.IntN(5)]
+		})
+		c.start("a", nil)
+		c.waitLeader(time.Minute)
+		c.start("b", nil)
+		time.Sleep(time.Hour)
+		assert.Equal(t, []string{"a"}, c.leaders())
+		c.stopAll()
+		assert.Len(t, termsOf(c.checkSafety(), "a"), 1, "a led for the whole hour in one term")
+	})
+}
+
+// TestElectorRidesOutAnOutage: every request fails for 5 s (shorter than the
+// validity left after a scheduled renewal): no demotion.
+func TestElectorRidesOutAnOutage(t *testing.T) {
+	for _, action := range []emulator.Action{emulator.Fail, emulator.Drop, emulator.Hang} {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, defaults)
+			c.start("a", nil)
+			c.waitLeader(time.Second)
+			c.start("b", nil)
+			for range 10 {
+				time.Sleep(20 * time.Second)
+				c.setFaults(func(emulator.Request) emulator.Fault { return emulator.Fault{Action: action} })
+				time.Sleep(5 * time.Second)
+				c.setFaults(nil)
+			}
+			assert.Equal(t, []string{"a"}, c.leaders())
+			c.stopAll()
+			assert.Len(t, termsOf(c.checkSafety(), "a"), 1, "no demotion")
+		})
+	}
+}
+
+// TestElectorDefinitiveLoss: an operator breaks the lease; the leader's term
+// ends at its next renewal with ErrLeaseBroken, without waiting for its
+// deadline, and its task's context says so.
+func TestElectorDefinitiveLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		a := c.start("a", nil)
+		c.waitLeader(time.Second)
+		term := a.Term()
+		time.Sleep(time.Second)
+		_, err := newLease(t, c.emu.client("operator"), "leader", nil).Break(context.Background(), 0)
+		require.NoError(t, err)
+		<-term.Done()
+		assert.ErrorIs(t, term.Err(), azlease.ErrLeaseBroken)
+		assert.ErrorIs(t, context.Cause(term.Context()), azlease.ErrLeaseLost)
+		assert.Less(t, time.Until(term.ValidUntil()), 10*time.Second)
+		assert.Greater(t, time.Until(term.ValidUntil()), time.Duration(0), "ended before its deadline")
+		// It contends again and, alone, leads again with a larger epoch.
+		c.waitLeader(10 * time.Second)
+		assert.Equal(t, uint64(2), a.Term().Epoch())
+		c.stopAll()
+	})
+}
+
+// TestElectorHangingRenewals: renewals hang; the term ends at the validity
+// deadline with ErrDeadlinePassed even though a request is still open.
+func TestElectorHangingRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		a := c.start("a", nil)
+		c.waitLeader(time.Second)
+		term := a.Term()
+		c.setFaults(func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpRenewLease {
+				return emulator.Fault{Action: emulator.ApplyThenHang} // renewed, but nobody hears it
+			}
+			return emulator.Fault{}
+		})
+		<-term.Done()
+		assert.Equal(t, term.ValidUntil(), time.Now())
+		assert.ErrorIs(t, term.Err(), azlease.ErrDeadlinePassed)
+		c.setFaults(nil)
+		c.waitLeader(30 * time.Second)
+		c.stopAll()
+		c.checkSafety()
+	})
+}
+
+// TestElectorPausedPastDeadline: the renewer oversleeps by 20 s, as if its
+// process were paused. The term ends at the deadline regardless, the
+// renewer does not trust the lease when it wakes, and leadership resumes
+// only through a new acquisition with a larger epoch.
+func TestElectorPausedPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		e, err := azlease.NewElector(c.emu.client("a"), "leader", &azlease.ElectorOptions{Identity: "a"})
+		require.NoError(t, err)
+		var paused atomic.Bool
+		azlease.SetBeforeRenew(e, func() {
+			if paused.CompareAndSwap(false, true) {
+				time.Sleep(20 * time.Second)
+			}
+		})
+		c.nodes["a"] = e
+		require.NoError(t, e.Start(context.Background(), c.task("a")))
+		c.waitLeader(time.Second)
+		term := e.Term()
+		<-term.Done()
+		assert.Equal(t, term.ValidUntil(), time.Now(), "the watchdog ended the term on time")
+		assert.ErrorIs(t, term.Err(), azlease.ErrDeadlinePassed)
+		c.waitLeader(time.Minute)
+		assert.Greater(t, e.Term().Epoch(), term.Epoch(), "trust comes back only with a new term")
+		c.stopAll()
+		c.checkSafety()
+	})
+}
+
+// TestElectorTakeoverDelay: after a crash, the new leader holds the lease for
+// TakeoverDelay before it leads; after a clean handoff it leads at once.
+func TestElectorTakeoverDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := azlease.ElectorOptions{TakeoverDelay: 10 * time.Second}
+		c := newCluster(t, opts)
+		c.start("a", nil)
+		c.waitLeader(time.Second)
+		b := c.start("b", nil)
+		time.Sleep(time.Minute)
+
+		c.partition("a", emulator.Hang)
+		acquired := waitHolder(t, c, "b", time.Minute)
+		assert.False(t, b.IsLeader(), "holds the lease but waits")
+		assert.Equal(t, "b", c.waitLeader(time.Minute))
+		assert.InDelta(t, float64(10*time.Second), float64(time.Since(acquired)), float64(20*time.Millisecond))
+
+		// A clean handoff: no delay.
+		c.heal("a")
+		time.Sleep(30 * time.Second)
+		stopped := time.Now()
+		require.NoError(t, b.Stop(context.Background()))
+		c.waitLeader(time.Minute)
+		assert.Less(t, time.Since(stopped), 7*time.Second)
+		c.stopAll()
+		c.checkSafety()
+	})
+}
+
+func TestElectorAfterTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		boom := errors.New("boom")
+		el, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{AfterTask: azlease.StopElecting})
+		require.NoError(t, err)
+		err = el.Run(context.Background(), func(ctx context.Context, term *azlease.Term) error {
+			time.Sleep(time.Minute) // work, renewing meanwhile
+			return boom
+		})
+		require.ErrorIs(t, err, boom)
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "leader")
+		require.NoError(t, err)
+		assert.False(t, st.Leased, "released when the task returned")
+		assert.True(t, st.Released, "cleanly")
+
+		// ReleaseAndContend: the task runs again in a new term.
+		el2, err := azlease.NewElector(e.client("b"), "leader", nil)
+		require.NoError(t, err)
+		var runs atomic.Int32
+		ctx, cancel := context.WithCancel(context.Background())
+		err = el2.Run(ctx, func(ctx context.Context, term *azlease.Term) error {
+			if runs.Add(1) == 3 {
+				cancel()
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, int32(3), runs.Load())
+	})
+}
+
+// TestElectorDrainTimeout: a task that ignores its context for longer than
+// DrainTimeout keeps its lease until then (renewed), then the lease is left
+// to expire rather than released under it; Stop waits for the task.
+func TestElectorDrainTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		a, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{DrainTimeout: 20 * time.Second})
+		require.NoError(t, err)
+		taskEnd := make(chan time.Time, 1)
+		require.NoError(t, a.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			<-ctx.Done()
+			time.Sleep(time.Minute) // slow to stop
+			taskEnd <- time.Now()
+			return nil
+		}))
+		time.Sleep(10 * time.Second)
+		b, err := azlease.NewElector(e.client("b"), "leader", &azlease.ElectorOptions{PollInterval: time.Second})
+		require.NoError(t, err)
+		var bStart atomic.Int64
+		require.NoError(t, b.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			bStart.Store(time.Now().UnixNano())
+			<-ctx.Done()
+			return nil
+		}))
+
+		stop := time.Now()
+		require.NoError(t, a.Stop(context.Background()))
+		end := <-taskEnd
+		assert.Equal(t, stop.Add(time.Minute), end, "Stop waited for the task")
+		require.NotZero(t, bStart.Load())
+		started := time.Unix(0, bStart.Load())
+		assert.True(t, started.After(stop.Add(20*time.Second)), "not released during the drain")
+		assert.True(t, started.Before(end), "left to expire after DrainTimeout, not held until the task ended")
+		require.NoError(t, b.Stop(context.Background()))
+	})
+}
+
+func TestElectorHealth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		el, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{HeartbeatTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		require.ErrorIs(t, el.Check(), azlease.ErrNotStarted)
+		h := el.HealthHandler()
+		probe := func() (int, string) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			b, _ := io.ReadAll(rec.Body)
+			return rec.Code, string(b)
+		}
+		var beat atomic.Bool
+		beat.Store(true)
+		require.NoError(t, el.Start(context.Background(), func(ctx context.Context, term *azlease.Term) error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+					if beat.Load() {
+						term.Heartbeat()
+					}
+				}
+			}
+		}))
+		time.Sleep(time.Minute)
+		require.NoError(t, el.Check())
+		code, body := probe()
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "ok: leading, epoch 1\n", body)
+
+		beat.Store(false) // the leader's work stalls while the lease stays renewed
+		time.Sleep(12 * time.Second)
+		assert.True(t, el.IsLeader())
+		require.ErrorContains(t, el.Check(), "heartbeat")
+		code, _ = probe()
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		beat.Store(true)
+		time.Sleep(2 * time.Second)
+		require.NoError(t, el.Check())
+
+		require.NoError(t, el.Stop(context.Background()))
+		require.ErrorContains(t, el.Check(), "stopped")
+	})
+}
+
+func TestElectorHealthStalledAfterLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		el, err := azlease.NewElector(c.emu.client("a"), "leader", nil)
+		require.NoError(t, err)
+		release := make(chan struct{})
+		require.NoError(t, el.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			<-ctx.Done()
+			<-release // a task that does not stop when it should
+			return nil
+		}))
+		time.Sleep(10 * time.Second)
+		c.partition("a", emulator.Hang)
+		time.Sleep(30 * time.Second)
+		assert.False(t, el.IsLeader())
+		require.ErrorContains(t, el.Check(), "still running")
+		close(release)
+		c.heal("a")
+		time.Sleep(time.Minute)
+		require.NoError(t, el.Check())
+		require.NoError(t, el.Stop(context.Background()))
+	})
+}
+
+func TestElectorLifecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		el, err := azlease.NewElector(e.client("a"), "leader", nil) // nil options: defaults
+		require.NoError(t, err)
+		require.ErrorIs(t, el.Stop(context.Background()), azlease.ErrNotStarted)
+		require.NoError(t, el.Start(context.Background(), nil))
+		require.ErrorIs(t, el.Start(context.Background(), nil), azlease.ErrAlreadyStarted)
+		time.Sleep(time.Second)
+		assert.True(t, el.IsLeader(), "leads without a task")
+		require.NoError(t, el.Stop(context.Background()))
+		require.NoError(t, el.Stop(context.Background()), "stopping twice")
+		assert.False(t, el.IsLeader())
+		require.ErrorIs(t, el.Start(context.Background(), nil), azlease.ErrAlreadyStarted, "an Elector runs once")
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "leader")
+		require.NoError(t, err)
+		assert.False(t, st.Leased)
+
+		// A cancelled parent context stops it; Run returns at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		el2, err := azlease.NewElector(e.client("b"), "leader", nil)
+		require.NoError(t, err)
+		require.NoError(t, el2.Run(ctx, nil))
+		<-el2.Done()
+
+		// Stop gives up waiting when its own context ends, and can be
+		// called again.
+		el3, err := azlease.NewElector(e.client("c"), "leader", nil)
+		require.NoError(t, err)
+		block := make(chan struct{})
+		require.NoError(t, el3.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			<-block
+			return nil
+		}))
+		time.Sleep(time.Second)
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		defer scancel()
+		require.ErrorIs(t, el3.Stop(sctx), context.DeadlineExceeded)
+		close(block)
+		require.NoError(t, el3.Stop(context.Background()))
+	})
+}
+
+func TestNewElectorRejectsBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  azlease.ElectorOptions
+		field string
+	}{
+		{"lease too short", azlease.ElectorOptions{LeaseDuration: 10 * time.Second}, "ElectorOptions.LeaseDuration"},
+		{"renew leaves no room for retries", azlease.ElectorOptions{RenewInterval: 9 * time.Second}, "ElectorOptions.RenewInterval"},
+		{"renew too often", azlease.ElectorOptions{RenewInterval: time.Millisecond}, "ElectorOptions.RenewInterval"},
+		{"negative renew", azlease.ElectorOptions{RenewInterval: -time.Second}, "ElectorOptions.RenewInterval"},
+		{"poll too often", azlease.ElectorOptions{PollInterval: time.Millisecond}, "ElectorOptions.PollInterval"},
+		{"jitter too large", azlease.ElectorOptions{Jitter: 0.6}, "ElectorOptions.Jitter"},
+		{"negative takeover delay", azlease.ElectorOptions{TakeoverDelay: -1}, "ElectorOptions.TakeoverDelay"},
+		{"negative drain timeout", azlease.ElectorOptions{DrainTimeout: -1}, "ElectorOptions.DrainTimeout"},
+		{"negative heartbeat timeout", azlease.ElectorOptions{HeartbeatTimeout: -1}, "ElectorOptions.HeartbeatTimeout"},
+		{"unknown AfterTask", azlease.ElectorOptions{AfterTask: 7}, "ElectorOptions.AfterTask"},
+		{"margin", azlease.ElectorOptions{SafetyMargin: time.Nanosecond}, "ElectorOptions.SafetyMargin"},
+		{"identity", azlease.ElectorOptions{Identity: "a\x00"}, "ElectorOptions.Identity"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := azlease.NewElector(containerAt(t, "locks"), "leader", &tc.opts)
+			requireOptionError(t, err, tc.field)
+		})
+	}
+	_, err := azlease.NewElector(nil, "leader", nil)
+	requireOptionError(t, err, "container")
+	_, err = azlease.NewElector(containerAt(t, "locks"), "", nil)
+	requireOptionError(t, err, "blobName")
+	_, err = azlease.NewElector(containerAt(t, "locks"), "leader", &azlease.ElectorOptions{
+		LeaseDuration: 60 * time.Second, RenewInterval: 50 * time.Second, Jitter: -1, PollInterval: 100 * time.Millisecond,
+	})
+	require.NoError(t, err, "boundary values are accepted")
+}
+
+func termsOf(terms []believed, node string) []believed {
+	var out []believed
+	for _, b := range terms {
+		if b.node == node {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// waitHolder waits (in fake time, polling every 10 ms) until the lock blob
+// names holder, and returns when it first did.
+func waitHolder(t *testing.T, c *cluster, holder string, limit time.Duration) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, err := azlease.Inspect(context.Background(), c.emu.client("observer"), c.blob); err == nil && st.Holder == holder {
+			return time.Now()
+		}
+	}
+	t.Fatalf("%s did not acquire within %v", holder, limit)
+	return time.Time{}
+}

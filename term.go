@@ -1,0 +1,231 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// Term is one continuous holding of a lease: it begins with an acquisition
+// and ends when the lease is released, lost, or its validity deadline passes
+// without a renewal. Its context is cancelled when it ends, with a cause that
+// says why ([ErrStopped], or an error wrapping [ErrLeaseLost]); read it with
+// [context.Cause] or [Term.Err].
+//
+// A Term is safe for concurrent use.
+type Term struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	token  Token
+	start  time.Time
+
+	mu         sync.Mutex
+	validUntil time.Time
+	lastRenew  time.Time // send instant of the last successful acquire or renew
+	heartbeat  time.Time
+}
+
+func newTerm(parent context.Context, tok Token, lastSend, validUntil time.Time) *Term {
+	ctx, cancel := context.WithCancelCause(parent)
+	now := time.Now()
+	return &Term{ctx: ctx, cancel: cancel, token: tok, start: now, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
+}
+
+// Context returns the term's context. It is cancelled when the term ends, at
+// the latest at the validity deadline, even if a renewal request hangs.
+func (t *Term) Context() context.Context { return t.ctx }
+
+// Done is closed when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
+
+// Err returns nil while the term lasts, then why it ended.
+func (t *Term) Err() error {
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(t.ctx)
+}
+
+// Token returns the term's fencing token.
+func (t *Term) Token() Token { return t.token }
+
+// Epoch returns the term's fencing epoch, Token().Epoch.
+func (t *Term) Epoch() uint64 { return t.token.Epoch }
+
+// Start returns when the term began (local time).
+func (t *Term) Start() time.Time { return t.start }
+
+// ValidUntil returns the current validity deadline; renewals move it on.
+func (t *Term) ValidUntil() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.validUntil
+}
+
+// Valid reports whether the term is certainly still held: it has not ended
+// and its validity deadline has not passed. It checks the clock itself, so it
+// turns false at the deadline whatever the renewing goroutine is doing.
+func (t *Term) Valid() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ctx.Err() == nil && time.Now().Before(t.validUntil)
+}
+
+// Heartbeat records that the work done under this term is making progress.
+// An [Elector] with ElectorOptions.HeartbeatTimeout reports itself unhealthy
+// when its leader's work stops calling it.
+func (t *Term) Heartbeat() {
+	t.mu.Lock()
+	t.heartbeat = time.Now()
+	t.mu.Unlock()
+}
+
+func (t *Term) lastHeartbeat() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.heartbeat
+}
+
+func (t *Term) renewedAt() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastRenew
+}
+
+// extend moves the validity deadline after a renewal. A term that has ended
+// stays ended: a renewal that lands after the deadline does not revive it.
+func (t *Term) extend(lastSend, validUntil time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return false
+	}
+	if validUntil.After(t.validUntil) {
+		t.validUntil, t.lastRenew = validUntil, lastSend
+	}
+	return true
+}
+
+// end cancels the term with cause, unless it already ended.
+func (t *Term) end(cause error) { t.cancel(cause) }
+
+// keeper renews a Lease for one term and ends the term when the lease is lost
+// or its validity deadline passes. It is azlease's single timing core:
+// Elector, Mutex and DoOnce all hold their leases through it.
+//
+// It runs two goroutines and stop waits for both:
+//   - the watchdog cancels the term at its validity deadline, on its own, so
+//     that a hanging renewal or a starved renewer cannot keep it alive;
+//   - the renewer renews at the renew interval (retrying transient failures
+//     until the deadline, inside Lease.Renew) and ends the term at once on a
+//     definitive loss.
+//
+// The renewer keeps renewing after the term's context is cancelled by its
+// owner: an owner that stops drains its work under a lease it still holds,
+// and releases only after that.
+type keeper struct {
+	lease      *Lease
+	term       *Term
+	renewEvery time.Duration
+	log        *slog.Logger
+
+	// rctx carries the renewals. It is detached from the term's context,
+	// which the owner may cancel while it drains its work, and is
+	// cancelled only by stop.
+	rctx    context.Context
+	rcancel context.CancelFunc
+	wg      sync.WaitGroup
+	// beforeRenew, when set by tests, runs before each renewal: a way to
+	// make the renewer oversleep as if its process had been paused.
+	beforeRenew func()
+}
+
+// hold starts a term for a lease just acquired and the keeper that renews it.
+// parent bounds the term's context; the renewals are not tied to parent's
+// cancellation, only to stop.
+func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration, beforeRenew func()) *keeper {
+	_, lastSend, validUntil, _ := l.snapshot()
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(parent))
+	k := &keeper{
+		lease:       l,
+		term:        newTerm(parent, tok, lastSend, validUntil),
+		renewEvery:  renewEvery,
+		log:         l.cfg.log,
+		rctx:        rctx,
+		rcancel:     rcancel,
+		beforeRenew: beforeRenew,
+	}
+	k.wg.Add(2)
+	go k.watchdog()
+	go k.renewer()
+	return k
+}
+
+// stop ends the term with cause (if it has not ended already), stops
+// renewing, and waits for both goroutines. It does not release the lease.
+func (k *keeper) stop(cause error) {
+	k.term.end(cause)
+	k.rcancel()
+	k.wg.Wait()
+}
+
+func (k *keeper) watchdog() {
+	defer k.wg.Done()
+	for {
+		d := time.Until(k.term.ValidUntil())
+		if d <= 0 {
+			k.term.end(ErrDeadlinePassed)
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			// Loop: a renewal may have moved the deadline meanwhile.
+		case <-k.term.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// renewer renews until stop, a definitive loss, or the deadline. After its
+// owner cancels the term it goes on renewing, so the lease stays held while
+// the owner's work drains; a renewal that lands after the deadline keeps the
+// lease held for the owner to release, but never revives the term.
+func (k *keeper) renewer() {
+	defer k.wg.Done()
+	for {
+		_, lastSend, validUntil, ok := k.lease.snapshot()
+		if !ok {
+			k.term.end(ErrLeaseLost)
+			return
+		}
+		due := timing.RenewAt(lastSend, k.renewEvery)
+		if !sleepCtx(k.rctx, timing.Sleep(time.Now(), due, validUntil)) {
+			return
+		}
+		if k.beforeRenew != nil {
+			k.beforeRenew()
+		}
+		if late, past := timing.Overslept(due, time.Now(), validUntil); past {
+			k.log.Warn("azlease: woke up after the validity deadline; not trusting the lease",
+				slog.Duration("late", late), slog.Uint64("epoch", k.term.token.Epoch))
+			k.term.end(ErrPaused)
+			return
+		}
+		if err := k.lease.Renew(k.rctx); err != nil {
+			// Out of time for retries, the term still lasts until its
+			// deadline, where the watchdog ends it: one place decides that.
+			if k.rctx.Err() == nil && !errors.Is(err, ErrDeadlinePassed) {
+				k.term.end(err)
+			}
+			return
+		}
+		_, lastSend, validUntil, _ = k.lease.snapshot()
+		k.term.extend(lastSend, validUntil)
+	}
+}
