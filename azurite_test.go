@@ -204,3 +204,110 @@ func (h *hookTransport) Do(req *http.Request) (*http.Response, error) {
 	h.before(req)
 	return h.next.RoundTrip(req)
 }
+
+// killSwitch is a transport whose requests all fail once killed: to every
+// other process, its owner has crashed (it stops renewing without releasing).
+type killSwitch struct {
+	next   *http.Transport
+	killed atomic.Bool
+}
+
+func (k *killSwitch) Do(req *http.Request) (*http.Response, error) {
+	if k.killed.Load() {
+		return nil, errors.New("test: this process has crashed")
+	}
+	return k.next.RoundTrip(req)
+}
+
+func azuriteKillable(t *testing.T, containerName string) (*container.Client, *killSwitch) {
+	t.Helper()
+	az := azurite.Require(t)
+	ks := &killSwitch{next: &http.Transport{}}
+	t.Cleanup(ks.next.CloseIdleConnections)
+	cred, err := container.NewSharedKeyCredential(azurite.Account, azurite.Key)
+	require.NoError(t, err)
+	cc, err := container.NewClientWithSharedKeyCredential(az.URL+"/"+containerName, cred,
+		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: ks}})
+	require.NoError(t, err)
+	return cc, ks
+}
+
+// waitLeading polls (real time) until e leads.
+func waitLeading(t *testing.T, e *azlease.Elector, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if e.IsLeader() {
+			return time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("not leading within %v", limit)
+	return 0
+}
+
+var azuriteElectorOpts = azlease.ElectorOptions{PollInterval: time.Second}
+
+func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
+	t.Parallel()
+	name := unique("handoff")
+	ctx := context.Background()
+	oa, ob := azuriteElectorOpts, azuriteElectorOpts
+	oa.Identity, ob.Identity = "worker-a", "worker-b"
+	a, err := azlease.NewElector(azuriteClient(t, name), "leader", &oa)
+	require.NoError(t, err)
+	b, err := azlease.NewElector(azuriteClient(t, name), "leader", &ob)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx, nil))
+	waitLeading(t, a, 10*time.Second)
+	require.NoError(t, b.Start(ctx, nil))
+
+	// The follower sees who leads, with identity and epoch.
+	info := <-b.Changes()
+	assert.Equal(t, "worker-a", info.Holder)
+	assert.Equal(t, uint64(1), info.Epoch)
+	assert.True(t, info.Leased)
+	assert.False(t, info.Self)
+	seen, err := b.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "worker-a", seen.Holder)
+
+	stopped := time.Now()
+	require.NoError(t, a.Stop(ctx))
+	waitLeading(t, b, 10*time.Second)
+	handoff := time.Since(stopped)
+	assert.Less(t, handoff, 2*time.Second, "within PollInterval × (1 + Jitter) plus a few round trips")
+	assert.Equal(t, uint64(2), b.Term().Epoch())
+	t.Logf("graceful handoff on Azurite: %v", handoff)
+	require.NoError(t, b.Stop(ctx))
+}
+
+func TestAzuriteElectorCrashFailover(t *testing.T) {
+	t.Parallel()
+	name := unique("failover")
+	ctx := context.Background()
+	cca, kill := azuriteKillable(t, name)
+	a, err := azlease.NewElector(cca, "leader", &azuriteElectorOpts)
+	require.NoError(t, err)
+	b, err := azlease.NewElector(azuriteClient(t, name), "leader", &azuriteElectorOpts)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx, nil))
+	waitLeading(t, a, 10*time.Second)
+	require.NoError(t, b.Start(ctx, nil))
+	time.Sleep(2 * time.Second)
+	aTerm := a.Term()
+	require.NotNil(t, aTerm)
+
+	crashed := time.Now()
+	kill.killed.Store(true)
+	waitLeading(t, b, 30*time.Second)
+	failover := time.Since(crashed)
+	<-aTerm.Done()
+	assert.ErrorIs(t, aTerm.Err(), azlease.ErrDeadlinePassed)
+	assert.False(t, a.IsLeader())
+	assert.Less(t, failover, 15*time.Second+1200*time.Millisecond+time.Second, "within LeaseDuration + PollInterval × (1 + Jitter) + slack")
+	assert.True(t, time.Now().After(aTerm.ValidUntil()), "the old leader had stopped trusting its lease")
+	t.Logf("crash failover on Azurite: %v", failover)
+	require.NoError(t, b.Stop(ctx))
+	require.NoError(t, a.Stop(ctx))
+}

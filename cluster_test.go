@@ -26,6 +26,13 @@ type believed struct {
 	cause   error
 }
 
+// contender is anything that contends for leadership in a cluster: an
+// azlease Elector, or the naive loop the simulation compares it with.
+type contender interface {
+	IsLeader() bool
+	Stop(ctx context.Context) error
+}
+
 // cluster is a set of electors on one emulator, with per-node network
 // partitions and a record of what each believed.
 type cluster struct {
@@ -36,12 +43,12 @@ type cluster struct {
 	mu    sync.Mutex
 	cut   map[string]emulator.Action // partitioned nodes and how their requests die
 	extra emulator.FaultFunc         // faults for everyone else
-	nodes map[string]*azlease.Elector
+	nodes map[string]contender
 	terms []believed
 }
 
 func newCluster(t *testing.T, opts azlease.ElectorOptions) *cluster {
-	c := &cluster{t: t, emu: newEmu(t), blob: "leader", opts: opts, cut: map[string]emulator.Action{}, nodes: map[string]*azlease.Elector{}}
+	c := &cluster{t: t, emu: newEmu(t), blob: "leader", opts: opts, cut: map[string]emulator.Action{}, nodes: map[string]contender{}}
 	c.emu.SetFaults(c.faults)
 	return c
 }
@@ -90,11 +97,22 @@ func (c *cluster) task(name string) azlease.Task {
 			b.end = vu
 		}
 		b.cause = context.Cause(ctx)
-		c.mu.Lock()
-		c.terms = append(c.terms, b)
-		c.mu.Unlock()
+		c.record(b)
 		return nil
 	}
+}
+
+func (c *cluster) record(b believed) {
+	c.mu.Lock()
+	c.terms = append(c.terms, b)
+	c.mu.Unlock()
+}
+
+func (c *cluster) elector(name string) *azlease.Elector {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, _ := c.nodes[name].(*azlease.Elector)
+	return e
 }
 
 // start creates and starts an elector called name.
@@ -119,10 +137,14 @@ func (c *cluster) start(name string, opts *azlease.ElectorOptions) *azlease.Elec
 // leaders returns the nodes that believe they lead now.
 func (c *cluster) leaders() []string {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	nodes := make(map[string]contender, len(c.nodes))
+	for name, n := range c.nodes {
+		nodes[name] = n
+	}
+	c.mu.Unlock() // IsLeader may take locks that are held while recording
 	var out []string
-	for name, e := range c.nodes {
-		if e.IsLeader() {
+	for name, n := range nodes {
+		if n.IsLeader() {
 			out = append(out, name)
 		}
 	}
@@ -150,7 +172,7 @@ func (c *cluster) stopAll() {
 	c.mu.Lock()
 	c.cut = map[string]emulator.Action{}
 	c.extra = nil
-	nodes := make([]*azlease.Elector, 0, len(c.nodes))
+	nodes := make([]contender, 0, len(c.nodes))
 	for _, e := range c.nodes {
 		nodes = append(nodes, e)
 	}
@@ -196,6 +218,27 @@ func (c *cluster) checkSafety() []believed {
 		require.Greater(c.t, terms[i].epoch, terms[i-1].epoch, "epochs grow from term to term")
 	}
 	return terms
+}
+
+// violations counts, without failing, the believed intervals outside every
+// grant of their lease ID and the overlapping pairs.
+func (c *cluster) violations() (outside, overlaps int) {
+	grants := c.emu.Grants(testContainer, c.blob)
+	c.mu.Lock()
+	terms := append([]believed(nil), c.terms...)
+	c.mu.Unlock()
+	for _, b := range terms {
+		if !containedInGrant(b, grants) {
+			outside++
+		}
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i].start.Before(terms[j].start) })
+	for i := range terms {
+		for j := i + 1; j < len(terms) && terms[j].start.Before(terms[i].end); j++ {
+			overlaps++
+		}
+	}
+	return outside, overlaps
 }
 
 func containedInGrant(b believed, grants []emulator.Grant) bool {

@@ -34,14 +34,14 @@ func TestElectorOneLeaderAmongMany(t *testing.T) {
 		time.Sleep(2 * time.Minute)
 		assert.Equal(t, []string{leader}, c.leaders(), "one leader, and it keeps leading")
 
-		e := c.nodes[leader]
+		e := c.elector(leader)
 		term := e.Term()
 		require.NotNil(t, term)
 		assert.Equal(t, uint64(1), term.Epoch())
 		assert.Equal(t, leader, e.Identity())
 
-		for name, f := range c.nodes {
-			info, err := f.Leader(context.Background())
+		for _, name := range []string{"a", "b", "c"} {
+			info, err := c.elector(name).Leader(context.Background())
 			require.NoError(t, err)
 			assert.Equal(t, azlease.LeaderInfo{Leased: true, Holder: leader, Epoch: 1, Acquired: info.Acquired, Self: name == leader}, info)
 		}

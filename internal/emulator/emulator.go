@@ -64,6 +64,7 @@ type Server struct {
 	containers map[string]*containerState
 	seq        uint64 // ETag and request ID source
 	clock      serverClock
+	localNow   time.Time // local time of the request being handled, for the grant log
 	faults     FaultFunc
 	closed     chan struct{}
 	closeOnce  sync.Once
@@ -122,8 +123,19 @@ func (c serverClock) at(local time.Time) time.Time {
 	return c.baseServer.Add(time.Duration(float64(local.Sub(c.baseLocal)) * c.rate))
 }
 
+// local returns the first local instant at which the server's clock reads
+// server or later: when a lease that expires at server actually expires.
+// The float division can be off by a few nanoseconds either way; the loops
+// make it exact, since at never decreases.
 func (c serverClock) local(server time.Time) time.Time {
-	return c.baseLocal.Add(time.Duration(float64(server.Sub(c.baseServer)) / c.rate))
+	l := c.baseLocal.Add(time.Duration(float64(server.Sub(c.baseServer)) / c.rate))
+	for c.at(l).Before(server) {
+		l = l.Add(1)
+	}
+	for !c.at(l.Add(-1)).Before(server) {
+		l = l.Add(-1)
+	}
+	return l
 }
 
 // SetClockRate makes the server's clock run rate times as fast as the local
@@ -301,7 +313,8 @@ func (s *Server) handle(r *http.Request, req *request) *result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	now := s.clock.at(time.Now())
+	s.localNow = time.Now()
+	now := s.clock.at(s.localNow)
 	res := s.dispatch(req, body, now)
 	if res.header == nil {
 		res.header = http.Header{}

@@ -83,8 +83,8 @@ func (s *Server) localEnd(l leaseRecord) time.Time {
 }
 
 // openGrant records a new lease interval starting now.
-func (s *Server) openGrant(b *blobState, now time.Time) {
-	local := s.clock.local(now)
+func (s *Server) openGrant(b *blobState) {
+	local := s.localNow
 	if n := len(b.grants); n > 0 {
 		last := &b.grants[n-1]
 		if last.End.IsZero() || last.End.After(local) {
@@ -155,7 +155,7 @@ func (s *Server) acquire(b *blobState, l leaseRecord, req *request, now time.Tim
 		return s.fail(http.StatusConflict, "LeaseAlreadyPresent", "")
 	default: // available, expired, broken
 		b.lease = leaseRecord{state: leased, id: proposed, duration: d, expires: expiry(now, d)}
-		s.openGrant(b, now)
+		s.openGrant(b)
 	}
 	return s.leaseOK(http.StatusCreated, b, b.lease.id)
 }
@@ -171,7 +171,7 @@ func (s *Server) renew(b *blobState, l leaseRecord, id string, now time.Time) *r
 		// Renewable because nobody leased or modified the blob since it
 		// expired (a write makes it available): a new interval begins.
 		b.lease = leaseRecord{state: leased, id: id, duration: l.duration, expires: expiry(now, l.duration)}
-		s.openGrant(b, now)
+		s.openGrant(b)
 	default:
 		b.lease = leaseRecord{state: leased, id: id, duration: l.duration, expires: expiry(now, l.duration)}
 		s.setGrantEnd(b, s.localEnd(b.lease))
@@ -191,8 +191,8 @@ func (s *Server) change(b *blobState, l leaseRecord, id string, req *request, no
 			b.lease.id = proposed
 			if proposed != id {
 				end := s.localEnd(l)
-				s.setGrantEnd(b, s.clock.local(now))
-				b.grants = append(b.grants, Grant{LeaseID: proposed, Start: s.clock.local(now), End: end})
+				s.setGrantEnd(b, s.localNow)
+				b.grants = append(b.grants, Grant{LeaseID: proposed, Start: s.localNow, End: end})
 			}
 		case proposed: // (B)→(A) on Leased(A): a retried change that already happened
 		default:
@@ -211,7 +211,7 @@ func (s *Server) release(b *blobState, l leaseRecord, id string, now time.Time) 
 		return s.fail(http.StatusConflict, "LeaseIdMismatchWithLeaseOperation", "")
 	}
 	if l.state == leased || l.state == breaking {
-		s.setGrantEnd(b, s.clock.local(now))
+		s.setGrantEnd(b, s.localNow)
 	}
 	b.lease = leaseRecord{}
 	return s.leaseOK(http.StatusOK, b, "")
@@ -257,7 +257,11 @@ func (s *Server) breakLease(b *blobState, l leaseRecord, req *request, now time.
 		b.lease = leaseRecord{state: broken, id: l.id, duration: l.duration}
 	}
 	if wasHeld {
-		s.setGrantEnd(b, s.clock.local(at))
+		end := s.localNow
+		if at.After(now) {
+			end = s.clock.local(at)
+		}
+		s.setGrantEnd(b, end)
 	}
 	res := s.leaseOK(http.StatusAccepted, b, "")
 	secs := int(math.Ceil(at.Sub(now).Seconds()))
