@@ -528,7 +528,7 @@ func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
 			return optionErr("metadata", "name %q: must be a C# identifier not starting with %q", k, metaPrefix)
 		}
 	}
-	return l.fencedWrite(ctx, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
+	return l.updateMetadata(ctx, func(cur map[string]*string) map[string]*string {
 		next := make(map[string]*string, len(md)+5)
 		for k, v := range cur {
 			if strings.HasPrefix(strings.ToLower(k), metaPrefix) {
@@ -538,12 +538,28 @@ func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
 		for k, v := range md {
 			next[k] = to.Ptr(v)
 		}
+		return next
+	})
+}
+
+// updateMetadata replaces the lock blob's metadata with change(current),
+// under the lease and conditional on the ETag of this holder's last write.
+func (l *Lease) updateMetadata(ctx context.Context, change func(map[string]*string) map[string]*string) error {
+	return l.fencedWrite(ctx, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
+		next := change(cur)
 		resp, err := l.bc.SetMetadata(actx, next, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)})
 		if err != nil {
 			return "", nil, err
 		}
 		return *resp.ETag, next, nil
 	})
+}
+
+// metadata returns the lock blob's metadata as this holder last wrote it.
+func (l *Lease) metadata() map[string]*string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.md
 }
 
 // Write replaces the lock blob's content with content, under the lease, and

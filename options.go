@@ -346,10 +346,7 @@ type ElectorOptions struct {
 }
 
 type electorConfig struct {
-	lease            leaseConfig
-	renewEvery       time.Duration
-	poll             time.Duration
-	jitter           float64
+	holdConfig
 	takeoverDelay    time.Duration
 	drainTimeout     time.Duration
 	afterTask        AfterTask
@@ -361,41 +358,19 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 	if o == nil {
 		o = &z
 	}
-	lc, err := (&LeaseOptions{
+	hc, err := holdOptions("ElectorOptions.", LeaseOptions{
 		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
-	}).config("ElectorOptions.", "LeaseDuration")
+	}, o.RenewInterval, o.PollInterval, 5*time.Second, o.Jitter)
 	if err != nil {
 		return electorConfig{}, err
 	}
-	lc.markRelease = true
-	c := electorConfig{lease: lc, afterTask: o.AfterTask}
-	if c.renewEvery, err = positive("ElectorOptions.RenewInterval", o.RenewInterval, lc.duration/3); err != nil {
-		return c, err
-	}
-	if limit := lc.duration - lc.margin - 2*lc.attemptTimeout; c.renewEvery < 100*time.Millisecond || c.renewEvery > limit {
-		return c, optionErr("ElectorOptions.RenewInterval", "%v: must be from 100ms to %v, leaving room for two attempts before the validity deadline (LeaseDuration − SafetyMargin − 2×AttemptTimeout)", c.renewEvery, limit)
-	}
-	if c.poll, err = positive("ElectorOptions.PollInterval", o.PollInterval, 5*time.Second); err != nil {
-		return c, err
-	}
-	if c.poll < 100*time.Millisecond {
-		return c, optionErr("ElectorOptions.PollInterval", "%v: must be at least 100ms", c.poll)
-	}
-	switch {
-	case o.Jitter == 0:
-		c.jitter = 0.2
-	case o.Jitter < 0:
-		c.jitter = 0
-	case o.Jitter > 0.5 || math.IsNaN(o.Jitter):
-		return c, optionErr("ElectorOptions.Jitter", "%v: at most 0.5", o.Jitter)
-	default:
-		c.jitter = o.Jitter
-	}
+	hc.lease.markRelease = true
+	c := electorConfig{holdConfig: hc, afterTask: o.AfterTask}
 	if c.takeoverDelay, err = positive("ElectorOptions.TakeoverDelay", o.TakeoverDelay, 0); err != nil {
 		return c, err
 	}
-	if c.drainTimeout, err = positive("ElectorOptions.DrainTimeout", o.DrainTimeout, lc.duration); err != nil {
+	if c.drainTimeout, err = positive("ElectorOptions.DrainTimeout", o.DrainTimeout, hc.lease.duration); err != nil {
 		return c, err
 	}
 	if c.heartbeatTimeout, err = positive("ElectorOptions.HeartbeatTimeout", o.HeartbeatTimeout, 0); err != nil {
@@ -403,6 +378,176 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 	}
 	if o.AfterTask != ReleaseAndContend && o.AfterTask != StopElecting {
 		return c, optionErr("ElectorOptions.AfterTask", "%d: must be ReleaseAndContend or StopElecting", o.AfterTask)
+	}
+	return c, nil
+}
+
+// MutexOptions configures a [Mutex] (and [Claim]). A nil *MutexOptions
+// means the defaults; so does the zero value of each field.
+type MutexOptions struct {
+	// Identity names the holder in the lock blob. Zero means
+	// "<hostname>-<pid>". At most 64 bytes of printable UTF-8.
+	Identity string
+
+	// LeaseDuration: whole seconds from 15 s to 60 s; zero means 15 s. A
+	// holder that crashes keeps the mutex locked this long.
+	LeaseDuration time.Duration
+
+	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
+	// LeaseDuration/20.
+	SafetyMargin time.Duration
+
+	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
+	// Zero means 3 s.
+	AttemptTimeout time.Duration
+
+	// RenewInterval is how often a held lock is renewed. Zero means
+	// LeaseDuration/3. Same bounds as [ElectorOptions.RenewInterval].
+	RenewInterval time.Duration
+
+	// PollInterval is how long Lock waits between tries while the mutex is
+	// held elsewhere. Zero means 1 s; at least 100 ms.
+	PollInterval time.Duration
+
+	// Jitter spreads each wait over PollInterval × (1 ± Jitter). Zero means
+	// 0.2; negative means none; at most 0.5.
+	Jitter float64
+
+	// History is how many past holders the lock blob keeps; see
+	// [LeaseOptions.History].
+	History int
+
+	// NoCreate turns off creating the container and lock blob.
+	NoCreate bool
+
+	// Logger receives lock and loss events at Info and retries at Debug.
+	// Nil means silent. "Held elsewhere" is never logged: it is a normal
+	// outcome.
+	Logger *slog.Logger
+}
+
+// holdConfig is the part of a validated configuration that holding a lease
+// needs: the lease itself, how often to renew, and how to wait between tries.
+type holdConfig struct {
+	lease      leaseConfig
+	renewEvery time.Duration
+	poll       time.Duration
+	jitter     float64
+}
+
+// holdOptions validates the fields Mutex and DoOnce options share with
+// ElectorOptions. prefix names the struct in errors.
+func holdOptions(prefix string, lo LeaseOptions, renew, poll, defaultPoll time.Duration, jitter float64) (holdConfig, error) {
+	lc, err := lo.config(prefix, "LeaseDuration")
+	if err != nil {
+		return holdConfig{}, err
+	}
+	c := holdConfig{lease: lc}
+	if c.renewEvery, err = positive(prefix+"RenewInterval", renew, lc.duration/3); err != nil {
+		return c, err
+	}
+	if limit := lc.duration - lc.margin - 2*lc.attemptTimeout; c.renewEvery < 100*time.Millisecond || c.renewEvery > limit {
+		return c, optionErr(prefix+"RenewInterval", "%v: must be from 100ms to %v, leaving room for two attempts before the validity deadline (LeaseDuration − SafetyMargin − 2×AttemptTimeout)", c.renewEvery, limit)
+	}
+	if c.poll, err = positive(prefix+"PollInterval", poll, defaultPoll); err != nil {
+		return c, err
+	}
+	if c.poll < 100*time.Millisecond {
+		return c, optionErr(prefix+"PollInterval", "%v: must be at least 100ms", c.poll)
+	}
+	switch {
+	case jitter == 0:
+		c.jitter = 0.2
+	case jitter < 0:
+		c.jitter = 0
+	case jitter > 0.5 || math.IsNaN(jitter):
+		return c, optionErr(prefix+"Jitter", "%v: at most 0.5", jitter)
+	default:
+		c.jitter = jitter
+	}
+	return c, nil
+}
+
+func (o *MutexOptions) config() (holdConfig, error) {
+	var z MutexOptions
+	if o == nil {
+		o = &z
+	}
+	return holdOptions("MutexOptions.", LeaseOptions{
+		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
+		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
+	}, o.RenewInterval, o.PollInterval, time.Second, o.Jitter)
+}
+
+// DoOnceOptions configures [DoOnce], [InspectOnce] and [ResetOnce]. A nil
+// *DoOnceOptions means the defaults; so does the zero value of each field.
+type DoOnceOptions struct {
+	// Identity names this process in the marker (who ran it). Zero means
+	// "<hostname>-<pid>".
+	Identity string
+
+	// Prefix is put before the key to name the marker blob. Zero means
+	// "once/". The key and prefix together must be a valid blob name.
+	Prefix string
+
+	// MaxAttempts is how many attempts may be made, counting failed ones and
+	// ones whose runner died, before the marker fails for good and every
+	// caller gets a [*OnceFailedError]. Zero means 3. 1 means: if the first
+	// attempt fails, nobody retries.
+	MaxAttempts int
+
+	// LeaseDuration: whole seconds from 15 s to 60 s; zero means 15 s. If a
+	// runner dies, a waiter takes over after at most this long.
+	LeaseDuration time.Duration
+
+	// SafetyMargin, AttemptTimeout, RenewInterval: as for [MutexOptions].
+	SafetyMargin   time.Duration
+	AttemptTimeout time.Duration
+	RenewInterval  time.Duration
+
+	// PollInterval is how often a waiting caller checks the marker. Zero
+	// means 2 s; at least 100 ms.
+	PollInterval time.Duration
+
+	// Jitter spreads each wait over PollInterval × (1 ± Jitter). Zero means
+	// 0.2; negative means none; at most 0.5.
+	Jitter float64
+
+	// NoCreate turns off creating the container and marker blob.
+	NoCreate bool
+
+	// Logger receives runs, completions and failures at Info and retries at
+	// Debug. Nil means silent.
+	Logger *slog.Logger
+}
+
+type onceConfig struct {
+	holdConfig
+	prefix      string
+	maxAttempts int
+}
+
+func (o *DoOnceOptions) config() (onceConfig, error) {
+	var z DoOnceOptions
+	if o == nil {
+		o = &z
+	}
+	hc, err := holdOptions("DoOnceOptions.", LeaseOptions{
+		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
+		Identity: o.Identity, NoCreate: o.NoCreate, Logger: o.Logger,
+	}, o.RenewInterval, o.PollInterval, 2*time.Second, o.Jitter)
+	if err != nil {
+		return onceConfig{}, err
+	}
+	c := onceConfig{holdConfig: hc, prefix: o.Prefix, maxAttempts: o.MaxAttempts}
+	if c.prefix == "" {
+		c.prefix = "once/"
+	}
+	switch {
+	case c.maxAttempts == 0:
+		c.maxAttempts = 3
+	case c.maxAttempts < 0 || c.maxAttempts > 1000:
+		return c, optionErr("DoOnceOptions.MaxAttempts", "%d: must be from 1 to 1000", o.MaxAttempts)
 	}
 	return c, nil
 }

@@ -117,12 +117,25 @@ func parseRecord(md map[string]*string) (record, error) {
 	return r, nil
 }
 
-// format writes the record into md, replacing azlease's keys whatever their
-// case and keeping every other key.
+// recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
+// and user keys pass through it untouched.
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory}
+
+func isRecordKey(k string) bool {
+	for _, rk := range recordKeys {
+		if strings.EqualFold(k, rk) {
+			return true
+		}
+	}
+	return false
+}
+
+// format writes the record into a copy of md, replacing the record's keys
+// whatever their case and keeping every other key.
 func (r record) format(md map[string]*string) map[string]*string {
 	out := make(map[string]*string, len(md)+5)
 	for k, v := range md {
-		if !strings.HasPrefix(strings.ToLower(k), metaPrefix) {
+		if !isRecordKey(k) {
 			out[k] = v
 		}
 	}
@@ -193,6 +206,8 @@ type Status struct {
 	// Metadata is the lock blob's metadata that is not azlease's, with
 	// lower-case names.
 	Metadata map[string]string
+
+	raw map[string]*string // all metadata as read, for DoOnce's marker
 }
 
 // Inspect reads the status of the lock blob blobName in the container cc
@@ -235,7 +250,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		st = Status{
 			Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			History: r.history, Metadata: userMetadata(props.Metadata),
+			History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		if props.LeaseState != nil {
 			st.State = string(*props.LeaseState)

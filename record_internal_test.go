@@ -1,7 +1,6 @@
 package azlease
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -14,9 +13,10 @@ func ptr(s string) *string { return &s }
 func TestRecordKeysAreCaseInsensitive(t *testing.T) {
 	// Azure hands metadata back with Go-canonicalised names.
 	md := map[string]*string{
-		"Azleaseepoch":  ptr("41"),
-		"AZLEASEHOLDER": ptr("node%2Da"),
-		"Owner":         ptr("ops"),
+		"Azleaseepoch":     ptr("41"),
+		"AZLEASEHOLDER":    ptr("node%2Da"),
+		"Owner":            ptr("ops"),
+		"Azleaseoncestate": ptr("done"), // another azlease key: kept
 	}
 	r, err := parseRecord(md)
 	require.NoError(t, err)
@@ -25,8 +25,9 @@ func TestRecordKeysAreCaseInsensitive(t *testing.T) {
 
 	next := r.next("node b;,%", time.UnixMilli(1700000000123), 3)
 	out := next.format(md)
-	assert.Len(t, out, 5, "old-case azlease keys are replaced, not duplicated: %v", out)
+	assert.Len(t, out, 6, "old-case record keys are replaced, not duplicated: %v", out)
 	assert.Equal(t, "ops", *out["Owner"])
+	assert.Equal(t, "done", *out["Azleaseoncestate"])
 	back, err := parseRecord(out)
 	require.NoError(t, err)
 	assert.Equal(t, next, back)
@@ -84,7 +85,7 @@ func FuzzRecordMetadata(f *testing.F) {
 		require.Equal(t, n.holder, back.holder)
 		require.LessOrEqual(t, len(back.history), 8)
 		for k, v := range md {
-			if !strings.HasPrefix(strings.ToLower(k), metaPrefix) {
+			if !isRecordKey(k) {
 				require.Equal(t, v, out[k])
 			}
 		}

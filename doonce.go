@@ -1,0 +1,344 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// OnceState is the state of a [DoOnce] marker.
+type OnceState string
+
+// The states of a DoOnce marker.
+const (
+	OncePending OnceState = "pending" // nobody has run it yet (or it was reset)
+	OnceRunning OnceState = "running" // a runner holds the lease and runs fn
+	OnceDone    OnceState = "done"    // fn completed successfully, once
+	OnceFailed  OnceState = "failed"  // the last attempt failed
+)
+
+// OnceStatus is a DoOnce marker as anyone can read it.
+type OnceStatus struct {
+	State OnceState
+	// Holder is who runs it (running), completed it (done) or failed it.
+	Holder string
+	// Attempts counts the attempts made so far, including ones whose runner
+	// died.
+	Attempts int
+	// Epoch is the fencing epoch of the term that wrote the marker.
+	Epoch uint64
+	// Time is when the marker was written, by the writer's wall clock.
+	Time time.Time
+	// LastError is the failure of the last failed attempt.
+	LastError string
+	// Locked is true while some runner holds the marker's lease.
+	Locked bool
+}
+
+// OnceResult is what a DoOnce call learns.
+type OnceResult struct {
+	// Ran is true for the one call whose fn completed it.
+	Ran bool
+	// Status is the marker after completion: who completed it, when, in
+	// which term, after how many attempts.
+	Status OnceStatus
+}
+
+// ErrOnceFailed is wrapped by [*OnceFailedError].
+var ErrOnceFailed = errors.New("azlease: once failed")
+
+// OnceFailedError means a DoOnce key has used up its attempts: every caller
+// gets it until the marker is reset ([ResetOnce]).
+type OnceFailedError struct {
+	Key       string
+	Attempts  int
+	Holder    string // who made the last attempt
+	LastError string
+}
+
+func (e *OnceFailedError) Error() string {
+	return fmt.Sprintf("azlease: once %q failed after %d attempts (last by %s: %s)", e.Key, e.Attempts, e.Holder, e.LastError)
+}
+
+// Unwrap returns ErrOnceFailed.
+func (e *OnceFailedError) Unwrap() error { return ErrOnceFailed }
+
+// Marker metadata keys. They start with "azlease", so user metadata cannot
+// collide with them, and the epoch record leaves them alone.
+const (
+	metaOnceState    = "azleaseoncestate"
+	metaOnceHolder   = "azleaseonceholder"
+	metaOnceAttempts = "azleaseonceattempts"
+	metaOnceEpoch    = "azleaseonceepoch"
+	metaOnceTime     = "azleaseoncetime"
+	metaOnceError    = "azleaseonceerror"
+)
+
+var onceKeys = []string{metaOnceState, metaOnceHolder, metaOnceAttempts, metaOnceEpoch, metaOnceTime, metaOnceError}
+
+// maxErrorText bounds the error text kept in the marker (metadata is 8 KiB
+// in all).
+const maxErrorText = 1024
+
+func parseMarker(md map[string]*string) OnceStatus {
+	st := OnceStatus{State: OncePending}
+	if v, ok := lookup(md, metaOnceState); ok {
+		switch s := OnceState(v); s {
+		case OnceRunning, OnceDone, OnceFailed:
+			st.State = s
+		}
+	}
+	if v, ok := lookup(md, metaOnceHolder); ok {
+		st.Holder, _ = url.QueryUnescape(v)
+	}
+	if v, ok := lookup(md, metaOnceAttempts); ok {
+		st.Attempts, _ = strconv.Atoi(v)
+	}
+	if v, ok := lookup(md, metaOnceEpoch); ok {
+		st.Epoch, _ = strconv.ParseUint(v, 10, 64)
+	}
+	if v, ok := lookup(md, metaOnceTime); ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			st.Time = time.UnixMilli(ms).UTC()
+		}
+	}
+	if v, ok := lookup(md, metaOnceError); ok {
+		st.LastError, _ = url.QueryUnescape(v)
+	}
+	return st
+}
+
+// withMarker returns a copy of md with the marker replaced by st.
+func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
+	out := make(map[string]*string, len(md)+len(onceKeys))
+	for k, v := range md {
+		keep := true
+		for _, ok := range onceKeys {
+			keep = keep && !strings.EqualFold(k, ok)
+		}
+		if keep {
+			out[k] = v
+		}
+	}
+	if st.State == OncePending && st.Attempts == 0 {
+		return out // a reset marker is no marker
+	}
+	set := func(k, v string) { out[k] = &v }
+	set(metaOnceState, string(st.State))
+	set(metaOnceHolder, url.QueryEscape(st.Holder))
+	set(metaOnceAttempts, strconv.Itoa(st.Attempts))
+	set(metaOnceEpoch, strconv.FormatUint(st.Epoch, 10))
+	set(metaOnceTime, strconv.FormatInt(st.Time.UnixMilli(), 10))
+	if st.LastError != "" {
+		e := st.LastError
+		if len(e) > maxErrorText {
+			e = strings.ToValidUTF8(e[:maxErrorText], "") + "…"
+		}
+		set(metaOnceError, url.QueryEscape(e))
+	}
+	return out
+}
+
+// DoOnce runs fn so that, across every process calling DoOnce with the same
+// key, fn completes successfully once: the first caller to take the key's
+// lease runs it, and the others wait (polling, bounded by their ctx) until it
+// is done, then learn by whom and when. Use a key per deployment, such as
+// "migrate-" + version: a key that is done stays done (until [ResetOnce]).
+//
+// fn gets a context that ends if the lease is lost (or ctx ends), and the
+// fencing [Token] of its term. The guarantee is at-least-once with exclusion:
+// no two runs of fn overlap while the timing assumptions in the package
+// documentation hold, but fn may run more than once if a runner dies (or
+// loses its lease) after its side effects and before it marks the key done.
+// Make fn's side effects idempotent, or guard them with the token's epoch.
+//
+// If a runner dies, its lease expires and a waiting caller takes over; the
+// attempt counts. If fn returns an error, the caller that ran it gets the
+// error, the marker records the failure, and another waiting caller retries,
+// until MaxAttempts attempts have been made: then every caller gets a
+// [*OnceFailedError]. The marker is written only under the lease, so a
+// runner that lost its lease cannot mark the key done.
+func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx context.Context, tok Token) error, opts *DoOnceOptions) (OnceResult, error) {
+	o, err := newOnce(cc, key, opts)
+	if err != nil {
+		return OnceResult{}, err
+	}
+	if fn == nil {
+		return OnceResult{}, optionErr("fn", "nil function")
+	}
+	for {
+		st, err := o.status(ctx, time.Now().Add(o.cfg.lease.attemptTimeout))
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return OnceResult{}, err
+			}
+			if !errors.Is(err, ErrTransient) {
+				return OnceResult{}, err
+			}
+			o.log.Debug("azlease: once: poll failed", slog.Any("error", err))
+		case st.State == OnceDone:
+			return OnceResult{Status: st}, nil
+		case st.State == OnceFailed && st.Attempts >= o.cfg.maxAttempts:
+			return OnceResult{}, o.failed(st)
+		case !st.Locked:
+			if res, done, err := o.run(ctx, fn); done {
+				return res, err
+			}
+		}
+		if !sleepCtx(ctx, timing.Jitter(o.cfg.poll, o.cfg.jitter, mrand.Float64())) {
+			return OnceResult{}, fmt.Errorf("azlease: once %q: %w", o.key, context.Cause(ctx))
+		}
+	}
+}
+
+type once struct {
+	key   string
+	t     target
+	cfg   onceConfig
+	lease *Lease
+	log   *slog.Logger
+}
+
+func newOnce(cc *container.Client, key string, opts *DoOnceOptions) (*once, error) {
+	cfg, err := opts.config()
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, optionErr("key", "empty")
+	}
+	t, err := newTarget(cc, cfg.prefix+key, "key")
+	if err != nil {
+		return nil, err
+	}
+	l := newLease(t, cfg.lease)
+	return &once{key: key, t: t, cfg: cfg, lease: l, log: l.cfg.log.With(slog.String("key", key))}, nil
+}
+
+func (o *once) status(ctx context.Context, limit time.Time) (OnceStatus, error) {
+	st, err := o.lease.inspect(ctx, limit)
+	if err != nil {
+		return OnceStatus{}, err
+	}
+	m := parseMarker(st.raw)
+	m.Locked = st.Leased
+	return m, nil
+}
+
+func (o *once) failed(st OnceStatus) error {
+	return &OnceFailedError{Key: o.key, Attempts: st.Attempts, Holder: st.Holder, LastError: st.LastError}
+}
+
+// run tries to take the key's lease and, if it gets it, runs fn under it. done
+// is false when the caller should go on waiting.
+func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (res OnceResult, done bool, err error) {
+	tok, err := o.lease.Acquire(ctx)
+	switch {
+	case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrTransient) && ctx.Err() == nil:
+		return OnceResult{}, false, nil
+	case err != nil:
+		return OnceResult{}, true, err
+	}
+	bg := context.WithoutCancel(ctx) // to release even if ctx has ended
+	defer func() { _ = o.lease.Release(bg) }()
+
+	m := parseMarker(o.lease.metadata())
+	switch {
+	case m.State == OnceDone:
+		return OnceResult{Status: m}, true, nil
+	case m.State == OnceFailed && m.Attempts >= o.cfg.maxAttempts:
+		return OnceResult{}, true, o.failed(m)
+	case m.State == OnceRunning && m.Attempts >= o.cfg.maxAttempts:
+		// The last allowed attempt's runner died or lost its lease.
+		m.State, m.Epoch, m.Time = OnceFailed, tok.Epoch, time.Now()
+		m.LastError = fmt.Sprintf("the runner %s did not finish attempt %d (it died or lost its lease)", m.Holder, m.Attempts)
+		if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, m) }); err != nil {
+			return OnceResult{}, false, nil
+		}
+		return OnceResult{}, true, o.failed(m)
+	}
+
+	attempt := m.Attempts + 1
+	running := OnceStatus{State: OnceRunning, Holder: o.cfg.lease.identity, Attempts: attempt, Epoch: tok.Epoch, Time: time.Now()}
+	if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, running) }); err != nil {
+		if errors.Is(err, ErrPermanent) {
+			return OnceResult{}, true, err
+		}
+		return OnceResult{}, false, nil // lost or out of time: look again
+	}
+	o.log.Info("azlease: once: running", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
+
+	k := hold(ctx, o.lease, tok, o.cfg.renewEvery, nil)
+	ferr := fn(k.term.Context(), tok)
+	cause := k.term.Err() // nil while the term lasts
+	k.stop(ErrStopped)
+
+	switch {
+	case cause != nil && ctx.Err() != nil && !errors.Is(cause, ErrLeaseLost):
+		// The caller gave up mid-run; the attempt counts like one whose
+		// runner died, and the next runner takes it from here.
+		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned: %w", o.key, attempt, context.Cause(ctx))
+	case cause != nil && errors.Is(cause, ErrLeaseLost):
+		if ferr != nil {
+			return OnceResult{}, true, ferr
+		}
+		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its lease was lost before completion could be recorded; another process may run it again: %w", o.key, cause)
+	case ferr != nil:
+		failed := running
+		failed.State, failed.Time, failed.LastError = OnceFailed, time.Now(), ferr.Error()
+		if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, failed) }); err != nil {
+			o.log.Warn("azlease: once: could not record the failure", slog.Any("error", err))
+		}
+		o.log.Info("azlease: once: attempt failed", slog.Int("attempt", attempt), slog.Any("error", ferr))
+		return OnceResult{}, true, ferr
+	}
+	doneSt := running
+	doneSt.State, doneSt.Time = OnceDone, time.Now()
+	if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, doneSt) }); err != nil {
+		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but completion could not be recorded; another process may run it again: %w", o.key, err)
+	}
+	o.log.Info("azlease: once: done", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
+	return OnceResult{Ran: true, Status: doneSt}, true, nil
+}
+
+// InspectOnce reads the marker of a DoOnce key. It needs only read access.
+func InspectOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions) (OnceStatus, error) {
+	o, err := newOnce(cc, key, opts)
+	if err != nil {
+		return OnceStatus{}, err
+	}
+	return o.status(ctx, time.Now().Add(o.cfg.lease.duration))
+}
+
+// ResetOnce clears the marker of a DoOnce key, so that the next DoOnce call
+// runs fn again: an operator re-running a migration. It takes the key's
+// lease to do so, and returns an error wrapping [ErrLeaseHeld] while a runner
+// holds it.
+func ResetOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions) error {
+	o, err := newOnce(cc, key, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := o.lease.Acquire(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = o.lease.Release(context.WithoutCancel(ctx)) }()
+	if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string {
+		return withMarker(md, OnceStatus{State: OncePending})
+	}); err != nil {
+		return err
+	}
+	o.log.Info("azlease: once: reset")
+	return nil
+}

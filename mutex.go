@@ -1,0 +1,182 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// Mutex is a named mutual-exclusion lock shared by every process that uses
+// the same lock blob: smarx's AutoRenewLease, with a loss signal. While a
+// [Lock] is held its lease is renewed automatically; the holder's context is
+// cancelled, with a cause, when the lock is lost or its validity deadline
+// passes.
+//
+// A Mutex is safe for concurrent use. Each Lock or TryLock is a separate
+// holder with its own lease, so two goroutines of one process exclude each
+// other as two processes do.
+type Mutex struct {
+	t   target
+	cfg holdConfig
+}
+
+// NewMutex returns a Mutex on the lock blob name in the container cc points
+// at. It makes no request.
+func NewMutex(cc *container.Client, name string, opts *MutexOptions) (*Mutex, error) {
+	t, err := newTarget(cc, name, "name")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return nil, err
+	}
+	return &Mutex{t: t, cfg: cfg}, nil
+}
+
+// Lock is a held Mutex: one term of its lease. It embeds the [Term], whose
+// context is cancelled when the lock is lost or unlocked, and whose token
+// fences the holder's writes.
+type Lock struct {
+	*Term
+	k     *keeper
+	lease *Lease
+	once  sync.Once
+	err   error
+}
+
+// TryLock takes the mutex if it is free, without waiting for a holder: ok is
+// false and err is nil when it is held elsewhere, a normal outcome. Transient
+// failures are retried within ctx (and at most one lease duration); only
+// failures that persist return an error.
+//
+// The Lock's context ends when the lock is lost; it carries ctx's values but
+// not its cancellation: cancel work through the Lock, or Unlock it.
+func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
+	l := newLease(m.t, m.cfg.lease)
+	tok, err := l.Acquire(ctx)
+	switch {
+	case errors.Is(err, ErrLeaseHeld):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	k := hold(context.WithoutCancel(ctx), l, tok, m.cfg.renewEvery, nil)
+	l.cfg.log.Info("azlease: locked", slog.Uint64("epoch", tok.Epoch))
+	return &Lock{Term: k.term, k: k, lease: l}, true, nil
+}
+
+// Lock waits until it takes the mutex or ctx ends, trying every
+// PollInterval (with jitter). Errors that persist are returned, except
+// transient ones, which it keeps retrying until ctx ends.
+func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
+	for {
+		lock, ok, err := m.TryLock(ctx)
+		switch {
+		case ok:
+			return lock, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
+		case err != nil && !errors.Is(err, ErrTransient):
+			return nil, err
+		case err != nil:
+			m.cfg.lease.log.Debug("azlease: lock attempt failed; retrying", slog.Any("error", err))
+		}
+		if !sleepCtx(ctx, timing.Jitter(m.cfg.poll, m.cfg.jitter, mrand.Float64())) {
+			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
+		}
+	}
+}
+
+// Unlock releases the lock so another holder can take it at once; the lock's
+// context ends first (cause [ErrStopped]). It returns an error wrapping
+// [ErrLeaseLost] if the lock was lost while held, because then the critical
+// section may not have been exclusive to its end; a newer holder is never
+// affected. Unlock is idempotent: later calls return the first call's result.
+func (lk *Lock) Unlock(ctx context.Context) error {
+	lk.once.Do(func() {
+		lk.k.stop(ErrStopped)
+		lost := lk.Term.Err()
+		if errors.Is(lost, ErrStopped) {
+			lost = nil
+		}
+		err := lk.lease.Release(ctx)
+		switch {
+		case lost != nil:
+			lk.err = lost
+		case errors.Is(err, ErrLeaseLost):
+			lk.err = err
+		case err != nil:
+			// The lease expires on its own within its duration.
+			lk.lease.cfg.log.Warn("azlease: release failed; the lock frees itself when its lease expires", slog.Any("error", err))
+			lk.err = err
+		default:
+			lk.lease.cfg.log.Info("azlease: unlocked", slog.Uint64("epoch", lk.Epoch()))
+		}
+	})
+	return lk.err
+}
+
+// Do runs fn while holding the mutex and always unlocks afterwards: the
+// using-block of AutoRenewLease. It waits for the mutex as Lock does. fn gets
+// the lock's context, which ends if the lock is lost, and the fencing token.
+// Do returns fn's error; if fn succeeded but the lock was lost meanwhile, it
+// returns the loss (an error wrapping [ErrLeaseLost]).
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, tok Token) error) error {
+	if fn == nil {
+		return optionErr("fn", "nil function")
+	}
+	lock, err := m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	ferr := fn(lock.Context(), lock.Token())
+	uerr := lock.Unlock(context.WithoutCancel(ctx))
+	if ferr != nil {
+		return ferr
+	}
+	return uerr
+}
+
+// Claim takes the first of the named locks that nobody holds, in order, and
+// returns its name and Lock: the job reservation of seed 004, where several
+// workers split a list of jobs. When every lock is held it returns an error
+// wrapping [ErrLeaseHeld]. Each name is a lock blob in the container cc
+// points at.
+func Claim(ctx context.Context, cc *container.Client, names []string, opts *MutexOptions) (string, *Lock, error) {
+	if len(names) == 0 {
+		return "", nil, optionErr("names", "empty list")
+	}
+	mutexes := make([]*Mutex, len(names))
+	for i, name := range names {
+		m, err := NewMutex(cc, name, opts)
+		if err != nil {
+			return "", nil, err
+		}
+		mutexes[i] = m
+	}
+	var errs []error
+	for i, m := range mutexes {
+		lock, ok, err := m.TryLock(ctx)
+		if ok {
+			return names[i], lock, nil
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) > 0 {
+		return "", nil, errors.Join(errs...)
+	}
+	return "", nil, fmt.Errorf("%w: all %d locks are held", ErrLeaseHeld, len(names))
+}

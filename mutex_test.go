@@ -1,0 +1,260 @@
+package azlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/internal/emulator"
+)
+
+func newMutex(t *testing.T, e *emu, label, name string, opts *azlease.MutexOptions) *azlease.Mutex {
+	t.Helper()
+	m, err := azlease.NewMutex(e.client(label), name, opts)
+	require.NoError(t, err)
+	return m
+}
+
+func TestMutexTryLockLockUnlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newMutex(t, e, "a", "critical", nil)
+		b := newMutex(t, e, "b", "critical", nil)
+
+		la, ok, err := a.TryLock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, uint64(1), la.Epoch())
+		assert.True(t, la.Valid())
+
+		lb, ok, err := b.TryLock(ctx)
+		require.NoError(t, err, "held elsewhere is a normal outcome, not an error")
+		assert.False(t, ok)
+		assert.Nil(t, lb)
+
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = b.Lock(wctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		got := make(chan *azlease.Lock)
+		go func() {
+			l, err := b.Lock(ctx)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		time.Sleep(30 * time.Second) // a holds it, renewing
+		require.NoError(t, la.Unlock(ctx))
+		unlocked := time.Now()
+		lb = <-got
+		assert.LessOrEqual(t, time.Since(unlocked), 1200*time.Millisecond, "the waiter takes it within PollInterval × (1 + Jitter)")
+		assert.Equal(t, uint64(2), lb.Epoch())
+		<-la.Done()
+		assert.ErrorIs(t, la.Err(), azlease.ErrStopped)
+		require.NoError(t, la.Unlock(ctx), "Unlock is idempotent")
+		require.NoError(t, lb.Unlock(ctx))
+	})
+}
+
+// TestMutexExclusion: goroutines on four "processes" increment a shared
+// counter with a slow read–sleep–write inside the lock, while a fifth of all
+// requests fail. A lost update would mean two holders overlapped.
+func TestMutexExclusion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		rng := rand.New(rand.NewPCG(3, 4))
+		var rmu sync.Mutex
+		e.SetFaults(func(emulator.Request) emulator.Fault {
+			rmu.Lock()
+			defer rmu.Unlock()
+			return transientFault(rng, 0.2)
+		})
+		var counter, inside, increments atomic.Int64
+		var wg sync.WaitGroup
+		for p := range 4 {
+			m := newMutex(t, e, fmt.Sprintf("p%d", p), "counter", nil)
+			for range 3 { // goroutines of one process share its Mutex
+				wg.Go(func() {
+					for range 10 {
+						err := m.Do(context.Background(), func(ctx context.Context, tok azlease.Token) error {
+							require.Equal(t, int64(1), inside.Add(1), "two holders inside the critical section")
+							defer inside.Add(-1)
+							v := counter.Load()
+							time.Sleep(time.Duration(rand.IntN(3000)) * time.Millisecond)
+							if ctx.Err() != nil {
+								return ctx.Err() // lost the lock: do not write
+							}
+							counter.Store(v + 1)
+							increments.Add(1)
+							return nil
+						})
+						if err != nil {
+							require.ErrorIs(t, err, azlease.ErrLeaseLost)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		assert.Equal(t, increments.Load(), counter.Load(), "no lost updates")
+		assert.Greater(t, increments.Load(), int64(100))
+	})
+}
+
+func TestMutexAutoRenews(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		m := newMutex(t, e, "a", "long", nil)
+		lock, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		time.Sleep(time.Hour)
+		assert.True(t, lock.Valid(), "held for an hour through renewals")
+		g := e.Grants(testContainer, "long")
+		require.Len(t, g, 1, "one continuous lease")
+		require.NoError(t, lock.Unlock(context.Background()))
+	})
+}
+
+// TestMutexLossCancelsContext: the holder is cut off; its lock's context ends
+// at the validity deadline, another process takes the lock after Azure's
+// lease expires, and the old holder's Unlock reports the loss without
+// touching the new holder.
+func TestMutexLossCancelsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		e := c.emu
+		a := newMutex(t, e, "a", "m", nil)
+		b := newMutex(t, e, "b", "m", nil)
+		la, err := a.Lock(context.Background())
+		require.NoError(t, err)
+		c.partition("a", emulator.Hang)
+		<-la.Done()
+		assert.Equal(t, la.ValidUntil(), time.Now())
+		assert.ErrorIs(t, la.Err(), azlease.ErrDeadlinePassed)
+
+		lb, err := b.Lock(context.Background())
+		require.NoError(t, err)
+		c.heal("a")
+		require.ErrorIs(t, la.Unlock(context.Background()), azlease.ErrLeaseLost)
+		time.Sleep(time.Minute)
+		assert.True(t, lb.Valid(), "the new holder is unaffected")
+		require.NoError(t, lb.Unlock(context.Background()))
+
+		// Broken by an operator: the context ends at the next renewal.
+		lc, err := a.Lock(context.Background())
+		require.NoError(t, err)
+		_, err = newLease(t, e.client("op"), "m", nil).Break(context.Background(), 0)
+		require.NoError(t, err)
+		<-lc.Done()
+		assert.ErrorIs(t, lc.Err(), azlease.ErrLeaseBroken)
+		require.ErrorIs(t, lc.Unlock(context.Background()), azlease.ErrLeaseBroken)
+	})
+}
+
+// TestMutexDoReportsLoss: fn succeeded but the lock was lost while it ran:
+// Do says so.
+func TestMutexDoReportsLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		m := newMutex(t, c.emu, "a", "m", nil)
+		err := m.Do(context.Background(), func(ctx context.Context, tok azlease.Token) error {
+			c.partition("a", emulator.Drop)
+			time.Sleep(30 * time.Second) // ignores ctx, finishes anyway
+			c.heal("a")
+			return nil
+		})
+		require.ErrorIs(t, err, azlease.ErrDeadlinePassed)
+		boom := errors.New("boom")
+		require.ErrorIs(t, m.Do(context.Background(), func(context.Context, azlease.Token) error { return boom }), boom)
+	})
+}
+
+func TestClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		jobs := []string{"jobs/a", "jobs/b", "jobs/c"}
+		seen := map[string]*azlease.Lock{}
+		for w := range 3 {
+			name, lock, err := azlease.Claim(ctx, e.client(fmt.Sprintf("w%d", w)), jobs, nil)
+			require.NoError(t, err)
+			require.NotContains(t, seen, name)
+			seen[name] = lock
+		}
+		assert.Len(t, seen, 3)
+		_, _, err := azlease.Claim(ctx, e.client("w3"), jobs, nil)
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+
+		require.NoError(t, seen["jobs/b"].Unlock(ctx))
+		name, lock, err := azlease.Claim(ctx, e.client("w3"), jobs, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "jobs/b", name, "the first free job")
+		require.NoError(t, lock.Unlock(ctx))
+
+		require.NoError(t, seen["jobs/a"].Unlock(ctx))
+		require.NoError(t, seen["jobs/c"].Unlock(ctx))
+
+		_, _, err = azlease.Claim(ctx, e.client("w3"), nil, nil)
+		requireOptionError(t, err, "names")
+		_, _, err = azlease.Claim(ctx, e.client("w3"), []string{"ok", ""}, nil)
+		requireOptionError(t, err, "name")
+	})
+}
+
+func TestMutexManyHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		cc := e.client("a") // one client: shared connections
+		var locks []*azlease.Lock
+		for i := range 200 {
+			m, err := azlease.NewMutex(cc, fmt.Sprintf("m%d", i), nil)
+			require.NoError(t, err)
+			l, err := m.Lock(ctx)
+			require.NoError(t, err)
+			locks = append(locks, l)
+		}
+		time.Sleep(10 * time.Minute)
+		for _, l := range locks {
+			require.True(t, l.Valid())
+			require.NoError(t, l.Unlock(ctx))
+		}
+	})
+}
+
+func TestNewMutexRejectsBadInput(t *testing.T) {
+	cc := containerAt(t, "locks")
+	_, err := azlease.NewMutex(nil, "m", nil)
+	requireOptionError(t, err, "container")
+	_, err = azlease.NewMutex(cc, "", nil)
+	requireOptionError(t, err, "name")
+	_, err = azlease.NewMutex(cc, "bad/", nil)
+	requireOptionError(t, err, "name")
+	for _, tc := range []struct {
+		opts  azlease.MutexOptions
+		field string
+	}{
+		{azlease.MutexOptions{LeaseDuration: time.Second}, "MutexOptions.LeaseDuration"},
+		{azlease.MutexOptions{RenewInterval: 14 * time.Second}, "MutexOptions.RenewInterval"},
+		{azlease.MutexOptions{PollInterval: time.Microsecond}, "MutexOptions.PollInterval"},
+		{azlease.MutexOptions{Jitter: 2}, "MutexOptions.Jitter"},
+		{azlease.MutexOptions{AttemptTimeout: -time.Second}, "MutexOptions.AttemptTimeout"},
+	} {
+		_, err := azlease.NewMutex(cc, "m", &tc.opts)
+		requireOptionError(t, err, tc.field)
+	}
+	m, err := azlease.NewMutex(cc, "m", nil)
+	require.NoError(t, err)
+	requireOptionError(t, m.Do(context.Background(), nil), "fn")
+}
