@@ -3,8 +3,10 @@ package azlease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -310,4 +312,127 @@ func TestAzuriteElectorCrashFailover(t *testing.T) {
 	t.Logf("crash failover on Azurite: %v", failover)
 	require.NoError(t, b.Stop(ctx))
 	require.NoError(t, a.Stop(ctx))
+}
+
+func TestAzuriteMutex(t *testing.T) {
+	t.Parallel()
+	name := unique("mutex")
+	ctx := context.Background()
+	a, err := azlease.NewMutex(azuriteClient(t, name), "critical", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	b, err := azlease.NewMutex(azuriteClient(t, name), "critical", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+
+	la, ok, err := a.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = b.TryLock(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "held elsewhere")
+	require.NoError(t, la.Unlock(ctx))
+	require.NoError(t, la.Unlock(ctx))
+
+	// Exclusion on the wire: a read–sleep–write counter loses no update.
+	var counter, inside int64
+	var wg sync.WaitGroup
+	for i := range 4 {
+		m := []*azlease.Mutex{a, b}[i%2]
+		wg.Go(func() {
+			for range 5 {
+				require.NoError(t, m.Do(ctx, func(ctx context.Context, _ *azlease.Lock) error {
+					require.Equal(t, int64(1), atomic.AddInt64(&inside, 1))
+					defer atomic.AddInt64(&inside, -1)
+					v := atomic.LoadInt64(&counter)
+					time.Sleep(20 * time.Millisecond)
+					atomic.StoreInt64(&counter, v+1)
+					return nil
+				}))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(20), counter)
+
+	job, lock, err := azlease.Claim(ctx, azuriteClient(t, name), []string{"jobs/1", "jobs/2"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "jobs/1", job)
+	job2, lock2, err := azlease.Claim(ctx, azuriteClient(t, name), []string{"jobs/1", "jobs/2"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "jobs/2", job2)
+	require.NoError(t, lock.Unlock(ctx))
+	require.NoError(t, lock2.Unlock(ctx))
+}
+
+func TestAzuriteDoOnce(t *testing.T) {
+	t.Parallel()
+	name := unique("doonce")
+	ctx := context.Background()
+	var runs, inside atomic.Int32
+	var wg sync.WaitGroup
+	results := make([]azlease.OnceResult, 9)
+	for i := range results {
+		cc := azuriteClient(t, name) // a client (a "process") each
+		wg.Go(func() {
+			res, err := azlease.DoOnce(ctx, cc, "release-1.2.3/seed", func(ctx context.Context, tok azlease.Token) error {
+				runs.Add(1)
+				require.Equal(t, int32(1), inside.Add(1))
+				defer inside.Add(-1)
+				time.Sleep(500 * time.Millisecond)
+				return nil
+			}, &azlease.DoOnceOptions{Identity: fmt.Sprintf("proc-%d", i), PollInterval: 200 * time.Millisecond})
+			require.NoError(t, err)
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), runs.Load())
+	ran := 0
+	for _, r := range results {
+		if r.Ran {
+			ran++
+		}
+		assert.Equal(t, results[0].Status.Holder, r.Status.Holder)
+	}
+	assert.Equal(t, 1, ran)
+
+	// Failure propagation with MaxAttempts 1, then reset.
+	opts := &azlease.DoOnceOptions{MaxAttempts: 1, PollInterval: 200 * time.Millisecond}
+	boom := errors.New("boom")
+	_, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", func(context.Context, azlease.Token) error { return boom }, opts)
+	require.ErrorIs(t, err, boom)
+	_, err = azlease.DoOnce(ctx, azuriteClient(t, name), "fails", func(context.Context, azlease.Token) error { return nil }, opts)
+	require.ErrorIs(t, err, azlease.ErrOnceFailed)
+	require.NoError(t, azlease.ResetOnce(ctx, azuriteClient(t, name), "fails", opts))
+	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", func(context.Context, azlease.Token) error { return nil }, opts)
+	require.NoError(t, err)
+	assert.True(t, res.Ran)
+}
+
+// TestAzuriteDoOnceRunnerCrash: the runner's process dies mid-fn; a waiter
+// takes over when the lease expires on Azurite's clock.
+func TestAzuriteDoOnceRunnerCrash(t *testing.T) {
+	t.Parallel()
+	name := unique("doonce-crash")
+	ctx := context.Background()
+	cc, kill := azuriteKillable(t, name)
+	started := make(chan struct{})
+	runnerDone := make(chan error, 1)
+	go func() {
+		_, err := azlease.DoOnce(ctx, cc, "init", func(ctx context.Context, _ azlease.Token) error {
+			close(started)
+			kill.killed.Store(true)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}, nil)
+		runnerDone <- err
+	}()
+	<-started
+	begin := time.Now()
+	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "init", func(context.Context, azlease.Token) error { return nil },
+		&azlease.DoOnceOptions{PollInterval: 500 * time.Millisecond})
+	require.NoError(t, err)
+	assert.True(t, res.Ran)
+	assert.Equal(t, 2, res.Status.Attempts)
+	assert.Less(t, time.Since(begin), 20*time.Second)
+	require.ErrorIs(t, <-runnerDone, azlease.ErrLeaseLost)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"strings"
@@ -577,6 +578,38 @@ func (l *Lease) Write(ctx context.Context, content []byte) error {
 		return *resp.ETag, cur, nil
 	})
 }
+
+// read downloads the lock blob's content under the lease, retrying
+// transient failures until the validity deadline.
+func (l *Lease) read(ctx context.Context) ([]byte, error) {
+	l.mu.Lock()
+	id, state, validUntil := l.id, l.state, l.validUntil
+	l.mu.Unlock()
+	if state != held || !time.Now().Before(validUntil) {
+		return nil, ErrNotHeld
+	}
+	var content []byte
+	err := l.loop(ctx, "read", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
+		resp, err := l.bc.DownloadStream(actx, &blob.DownloadStreamOptions{AccessConditions: leaseAccess(id, nil)})
+		if err != nil {
+			return l.writeOutcome(ctx, "read", err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxContent+1))
+		if err != nil {
+			return false, l.errorf("read", ErrTransient, err)
+		}
+		if len(b) > maxContent {
+			return true, l.errorf("read", ErrPermanent, fmt.Errorf("the lock blob holds more than %d bytes", maxContent))
+		}
+		content = b
+		return true, nil
+	})
+	return content, err
+}
+
+// maxContent bounds what Read loads: lock blobs hold small state.
+const maxContent = 4 << 20
 
 type writeFunc func(actx context.Context, id string, md map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error)
 

@@ -126,10 +126,11 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 
 // Do runs fn while holding the mutex and always unlocks afterwards: the
 // using-block of AutoRenewLease. It waits for the mutex as Lock does. fn gets
-// the lock's context, which ends if the lock is lost, and the fencing token.
+// the lock's context, which ends if the lock is lost, and the Lock itself,
+// for its fencing token and the state it fences ([Term.Read], [Term.Write]).
 // Do returns fn's error; if fn succeeded but the lock was lost meanwhile, it
 // returns the loss (an error wrapping [ErrLeaseLost]).
-func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, tok Token) error) error {
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lock *Lock) error) error {
 	if fn == nil {
 		return optionErr("fn", "nil function")
 	}
@@ -137,7 +138,7 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, tok Token) 
 	if err != nil {
 		return err
 	}
-	ferr := fn(lock.Context(), lock.Token())
+	ferr := fn(lock.Context(), lock)
 	uerr := lock.Unlock(context.WithoutCancel(ctx))
 	if ferr != nil {
 		return ferr

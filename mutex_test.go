@@ -87,7 +87,7 @@ func TestMutexExclusion(t *testing.T) {
 			for range 3 { // goroutines of one process share its Mutex
 				wg.Go(func() {
 					for range 10 {
-						err := m.Do(context.Background(), func(ctx context.Context, tok azlease.Token) error {
+						err := m.Do(context.Background(), func(ctx context.Context, _ *azlease.Lock) error {
 							require.Equal(t, int64(1), inside.Add(1), "two holders inside the critical section")
 							defer inside.Add(-1)
 							v := counter.Load()
@@ -168,7 +168,7 @@ func TestMutexDoReportsLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, defaults)
 		m := newMutex(t, c.emu, "a", "m", nil)
-		err := m.Do(context.Background(), func(ctx context.Context, tok azlease.Token) error {
+		err := m.Do(context.Background(), func(ctx context.Context, _ *azlease.Lock) error {
 			c.partition("a", emulator.Drop)
 			time.Sleep(30 * time.Second) // ignores ctx, finishes anyway
 			c.heal("a")
@@ -176,7 +176,7 @@ func TestMutexDoReportsLoss(t *testing.T) {
 		})
 		require.ErrorIs(t, err, azlease.ErrDeadlinePassed)
 		boom := errors.New("boom")
-		require.ErrorIs(t, m.Do(context.Background(), func(context.Context, azlease.Token) error { return boom }), boom)
+		require.ErrorIs(t, m.Do(context.Background(), func(context.Context, *azlease.Lock) error { return boom }), boom)
 	})
 }
 
@@ -257,4 +257,38 @@ func TestNewMutexRejectsBadInput(t *testing.T) {
 	m, err := azlease.NewMutex(cc, "m", nil)
 	require.NoError(t, err)
 	requireOptionError(t, m.Do(context.Background(), nil), "fn")
+}
+
+// TestLockFencedState: state kept in the lock blob is read and written under
+// the lock's lease; once the lock is lost, the old holder writes nothing.
+func TestLockFencedState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		ctx := context.Background()
+		a := newMutex(t, c.emu, "a", "state", nil)
+		la, err := a.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, la.Write(ctx, []byte("checkpoint 1")))
+		require.NoError(t, la.SetMetadata(ctx, map[string]string{"owner": "a"}))
+		got, err := la.Read(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "checkpoint 1", string(got))
+
+		c.partition("a", emulator.Hang)
+		<-la.Done()
+		lb, err := newMutex(t, c.emu, "b", "state", nil).Lock(ctx)
+		require.NoError(t, err)
+		c.heal("a")
+		require.ErrorIs(t, la.Write(ctx, []byte("stale")), azlease.ErrNotHeld)
+		_, err = la.Read(ctx)
+		require.ErrorIs(t, err, azlease.ErrNotHeld)
+		got, err = lb.Read(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "checkpoint 1", string(got))
+		st, err := azlease.Inspect(ctx, c.emu.client("x"), "state")
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{"owner": "a"}, st.Metadata)
+		require.ErrorIs(t, la.Unlock(ctx), azlease.ErrLeaseLost)
+		require.NoError(t, lb.Unlock(ctx))
+	})
 }

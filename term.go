@@ -22,6 +22,7 @@ type Term struct {
 	cancel context.CancelCauseFunc
 	token  Token
 	start  time.Time
+	lease  *Lease
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -29,10 +30,10 @@ type Term struct {
 	heartbeat  time.Time
 }
 
-func newTerm(parent context.Context, tok Token, lastSend, validUntil time.Time) *Term {
+func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil time.Time) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
 	now := time.Now()
-	return &Term{ctx: ctx, cancel: cancel, token: tok, start: now, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
+	return &Term{ctx: ctx, cancel: cancel, token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
 }
 
 // Context returns the term's context. It is cancelled when the term ends, at
@@ -96,6 +97,37 @@ func (t *Term) renewedAt() time.Time {
 	return t.lastRenew
 }
 
+// Read returns the lock blob's content, read under the term's lease: it
+// fails (wrapping [ErrLeaseLost]) if the lease is no longer this term's.
+// State kept in the lock blob is fenced by Azure itself: see [Term.Write].
+func (t *Term) Read(ctx context.Context) ([]byte, error) {
+	if !t.Valid() {
+		return nil, ErrNotHeld
+	}
+	return t.lease.read(ctx)
+}
+
+// Write replaces the lock blob's content under the term's lease, keeping its
+// metadata. Azure rejects the write if the lease is no longer this term's,
+// so a former holder that was paused or cut off cannot overwrite a newer
+// holder's state: the write fails with an error wrapping [ErrLeaseLost].
+// Writing after the term ended returns [ErrNotHeld] without a request.
+func (t *Term) Write(ctx context.Context, content []byte) error {
+	if !t.Valid() {
+		return ErrNotHeld
+	}
+	return t.lease.Write(ctx, content)
+}
+
+// SetMetadata replaces the lock blob's user metadata under the term's lease;
+// see [Lease.SetMetadata] and [Term.Write].
+func (t *Term) SetMetadata(ctx context.Context, md map[string]string) error {
+	if !t.Valid() {
+		return ErrNotHeld
+	}
+	return t.lease.SetMetadata(ctx, md)
+}
+
 // extend moves the validity deadline after a renewal. A term that has ended
 // stays ended: a renewal that lands after the deadline does not revive it.
 func (t *Term) extend(lastSend, validUntil time.Time) bool {
@@ -152,7 +184,7 @@ func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration,
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(parent))
 	k := &keeper{
 		lease:       l,
-		term:        newTerm(parent, tok, lastSend, validUntil),
+		term:        newTerm(parent, l, tok, lastSend, validUntil),
 		renewEvery:  renewEvery,
 		log:         l.cfg.log,
 		rctx:        rctx,

@@ -10,8 +10,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -27,13 +28,22 @@ import (
 )
 
 func main() {
-	runFor := flag.Duration("run-for", 0, "stop after this long (0: run until SIGTERM)")
-	health := flag.String("health", "", "serve the liveness probe on this address, e.g. 127.0.0.1:8081")
-	flag.Parse()
-
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "leader:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, logTo io.Writer) error {
+	fs := flag.NewFlagSet("leader", flag.ContinueOnError)
+	runFor := fs.Duration("run-for", 0, "stop after this long (0: run until SIGTERM)")
+	health := fs.String("health", "", "serve the liveness probe on this address, e.g. 127.0.0.1:8081")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(logTo, nil))
 	if *runFor > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *runFor)
@@ -42,8 +52,7 @@ func main() {
 
 	cc, closeStore, err := containerClient("locks")
 	if err != nil {
-		log.Error("storage", "error", err)
-		os.Exit(1)
+		return err
 	}
 	defer closeStore()
 
@@ -52,8 +61,7 @@ func main() {
 		Logger:           log,
 	})
 	if err != nil {
-		log.Error("elector", "error", err)
-		os.Exit(1)
+		return err
 	}
 	if *health != "" {
 		srv := &http.Server{Addr: *health, Handler: elector.HealthHandler(), ReadHeaderTimeout: 5 * time.Second}
@@ -66,7 +74,7 @@ func main() {
 	// Run blocks until ctx ends, then stops gracefully: the housekeeping
 	// context is cancelled, Run waits for it to return, then releases the
 	// lease so a standby takes over at its next poll.
-	err = elector.Run(ctx, func(ctx context.Context, term *azlease.Term) error {
+	return elector.Run(ctx, func(ctx context.Context, term *azlease.Term) error {
 		log.Info("leading: starting housekeeping", "epoch", term.Epoch())
 		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()
@@ -81,10 +89,6 @@ func main() {
 			}
 		}
 	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("elector", "error", err)
-		os.Exit(1)
-	}
 }
 
 // housekeeping is the work only the leader does. Anything it writes carries
