@@ -32,8 +32,14 @@ test: deps lint
 demo:
 	$(GO) run ./examples/demo
 
+# Simulation figures (azlease beside seed 000's loop), go test -bench, then
+# the wire measurements, all folded into bench/results.md (committed).
 bench: deps
-	$(GO) run ./internal/bench -out bench/results.md
+	@mkdir -p bench
+	@rm -f bench/.sim.md
+	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -gobench bench/.gobench.txt
 
 # Longer fuzzing than the seed corpus run in `make test`.
 FUZZTIME ?= 30s

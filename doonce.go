@@ -284,16 +284,17 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	cause := k.term.Err() // nil while the term lasts
 	k.stop(ErrStopped)
 
+	lost := cause != nil && errors.Is(cause, ErrLeaseLost)
 	switch {
-	case cause != nil && ctx.Err() != nil && !errors.Is(cause, ErrLeaseLost):
-		// The caller gave up mid-run; the attempt counts like one whose
-		// runner died, and the next runner takes it from here.
-		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned: %w", o.key, attempt, context.Cause(ctx))
-	case cause != nil && errors.Is(cause, ErrLeaseLost):
-		if ferr != nil {
-			return OnceResult{}, true, ferr
-		}
+	case lost && ferr == nil:
 		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its lease was lost before completion could be recorded; another process may run it again: %w", o.key, cause)
+	case lost:
+		return OnceResult{}, true, ferr
+	case ferr != nil && ctx.Err() != nil:
+		// The caller gave up mid-run; the attempt counts like one whose
+		// runner died, and the next runner takes it from here. (A run
+		// that completed despite the cancellation is recorded below.)
+		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned: %w", o.key, attempt, context.Cause(ctx))
 	case ferr != nil:
 		failed := running
 		failed.State, failed.Time, failed.LastError = OnceFailed, time.Now(), ferr.Error()

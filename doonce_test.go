@@ -332,3 +332,24 @@ func TestDoOnceRejectsBadInput(t *testing.T) {
 	requireOptionError(t, err, "key")
 	requireOptionError(t, azlease.ResetOnce(ctx, cc, "", nil), "key")
 }
+
+// TestDoOnceCompletedDespiteCancellation: fn completes although its caller
+// cancelled meanwhile; the completion is recorded, and nobody runs it again.
+func TestDoOnceCompletedDespiteCancellation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		res, err := azlease.DoOnce(ctx, e.client("a"), "k", func(context.Context, azlease.Token) error {
+			cancel()
+			return nil // finished its work anyway
+		}, nil)
+		require.NoError(t, err)
+		assert.True(t, res.Ran)
+		res, err = azlease.DoOnce(context.Background(), e.client("b"), "k", func(context.Context, azlease.Token) error {
+			t.Error("ran twice")
+			return nil
+		}, nil)
+		require.NoError(t, err)
+		assert.False(t, res.Ran)
+	})
+}

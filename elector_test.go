@@ -545,3 +545,29 @@ func waitHolder(t *testing.T, c *cluster, holder string, limit time.Duration) ti
 	t.Fatalf("%s did not acquire within %v", holder, limit)
 	return time.Time{}
 }
+
+// TestElectorStopWhileRenewalRetries: Stop arrives while a renewal is failing
+// and being retried. The lease is still released (the follower takes over at
+// its next poll), not left to expire.
+func TestElectorStopWhileRenewalRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		a := c.start("a", nil)
+		c.waitLeader(time.Second)
+		c.start("b", &azlease.ElectorOptions{PollInterval: time.Second, Identity: "b"})
+		c.setFaults(func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpRenewLease {
+				return emulator.Fault{Action: emulator.Fail} // 503: retried
+			}
+			return emulator.Fault{}
+		})
+		time.Sleep(7 * time.Second) // the renewal due at 5 s is being retried
+		require.True(t, a.IsLeader())
+		stopped := time.Now()
+		require.NoError(t, a.Stop(context.Background()))
+		assert.Equal(t, "b", c.waitLeader(10*time.Second))
+		assert.Less(t, time.Since(stopped), 2*time.Second, "released, not left to expire")
+		c.stopAll()
+		c.checkSafety()
+	})
+}

@@ -53,7 +53,7 @@ func unique(prefix string) string {
 
 // azuriteClient returns a container client for the named container on the
 // shared Azurite, on its own transport that the test closes.
-func azuriteClient(t *testing.T, name string) *container.Client {
+func azuriteClient(t testing.TB, name string) *container.Client {
 	t.Helper()
 	az := azurite.Require(t)
 	tr := &http.Transport{}

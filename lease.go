@@ -100,7 +100,7 @@ func (l *Lease) Duration() time.Duration { return l.cfg.duration }
 func (l *Lease) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held {
+	if !l.termStarted() {
 		return time.Time{}
 	}
 	return l.validUntil
@@ -110,7 +110,7 @@ func (l *Lease) ValidUntil() time.Time {
 func (l *Lease) Held() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == held && time.Now().Before(l.validUntil)
+	return l.termStarted() && time.Now().Before(l.validUntil)
 }
 
 // Token returns the current term's fencing token; ok is false when the lease
@@ -118,10 +118,17 @@ func (l *Lease) Held() bool {
 func (l *Lease) Token() (tok Token, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held || !time.Now().Before(l.validUntil) {
+	if !l.termStarted() || !time.Now().Before(l.validUntil) {
 		return Token{}, false
 	}
 	return l.token, true
+}
+
+// termStarted reports, under l.mu, whether the lease is held and its term
+// has started: between a granted acquire and the epoch write the lease is
+// held but no term (and no token) exists yet.
+func (l *Lease) termStarted() bool {
+	return l.state == held && l.token.LeaseID != "" && l.token.LeaseID == l.id
 }
 
 // Acquire takes the lease and starts a term: it acquires the lease with a
@@ -146,7 +153,7 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 		l.id = newLeaseID()
 	}
 	id := l.id
-	l.state = notHeld
+	l.state, l.token = notHeld, Token{}
 	l.mu.Unlock()
 
 	send, err := l.acquire(ctx, id)
@@ -346,8 +353,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 			return true, l.errorf("renew", ErrPermanent, err)
 		}
 	})
-	if errors.Is(err, ErrTransient) {
-		// The loop ran out of validity.
+	if err != nil && ctx.Err() == nil && errors.Is(err, ErrTransient) {
+		// The loop ran out of validity. (A cancelled renewal also wraps its
+		// last transient failure, but says nothing about the lease.)
 		l.markLost()
 		var e *Error
 		errors.As(err, &e)
@@ -583,9 +591,9 @@ func (l *Lease) Write(ctx context.Context, content []byte) error {
 // transient failures until the validity deadline.
 func (l *Lease) read(ctx context.Context) ([]byte, error) {
 	l.mu.Lock()
-	id, state, validUntil := l.id, l.state, l.validUntil
+	id, started, validUntil := l.id, l.termStarted(), l.validUntil
 	l.mu.Unlock()
-	if state != held || !time.Now().Before(validUntil) {
+	if !started || !time.Now().Before(validUntil) {
 		return nil, ErrNotHeld
 	}
 	var content []byte
@@ -619,9 +627,9 @@ type writeFunc func(actx context.Context, id string, md map[string]*string, etag
 // again and retries.
 func (l *Lease) fencedWrite(ctx context.Context, write writeFunc) error {
 	l.mu.Lock()
-	id, state, validUntil, md, etag := l.id, l.state, l.validUntil, l.md, l.etag
+	id, started, validUntil, md, etag := l.id, l.termStarted(), l.validUntil, l.md, l.etag
 	l.mu.Unlock()
-	if state != held || !time.Now().Before(validUntil) {
+	if !started || !time.Now().Before(validUntil) {
 		return ErrNotHeld
 	}
 	return l.loop(ctx, "write", validUntil, func(actx context.Context, _ time.Time) (bool, error) {

@@ -693,3 +693,41 @@ func download(t *testing.T, cc *container.Client, name string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestLeaseNoTokenBeforeTheEpochIsWritten: between a granted acquire and the
+// epoch write no term exists; nobody may see the previous term's token.
+func TestLeaseNoTokenBeforeTheEpochIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		l := newLease(t, e.client("a"), "x", nil)
+		_, err := l.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpSetMetadata {
+				return emulator.Fault{Delay: 2 * time.Second}
+			}
+			return emulator.Fault{}
+		}))
+		done := make(chan azlease.Token)
+		go func() {
+			tok, err := l.Acquire(ctx)
+			assert.NoError(t, err)
+			done <- tok
+		}()
+		time.Sleep(time.Second) // the lease is granted; the epoch write is in flight
+		_, ok := l.Token()
+		assert.False(t, ok, "no token before the term starts")
+		assert.False(t, l.Held())
+		assert.True(t, l.ValidUntil().IsZero())
+		require.ErrorIs(t, l.Write(ctx, []byte("x")), azlease.ErrNotHeld)
+		tok := <-done
+		got, ok := l.Token()
+		assert.True(t, ok)
+		assert.Equal(t, tok, got)
+		assert.Equal(t, uint64(2), tok.Epoch)
+		require.NoError(t, l.Release(ctx))
+	})
+}
