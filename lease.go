@@ -345,8 +345,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 			l.markLost()
 			return true, l.errorf("renew", ErrLeaseBroken, err)
 		case classTransient, classConflict:
-			l.cfg.log.Debug("azlease: renew attempt failed; retrying", slog.Any("error", err))
-			return false, l.errorf("renew", ErrTransient, err)
+			return false, l.errorf("renew", ErrTransient, err) // loop logs it
 		case classCanceled:
 			return true, err
 		default:
@@ -434,7 +433,8 @@ func (l *Lease) markReleased(ctx context.Context, id string, validUntil time.Tim
 	}
 	r.released = true
 	if _, err := l.bc.SetMetadata(actx, r.format(md), &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)}); err != nil {
-		l.cfg.log.Debug("azlease: could not mark the release as clean", slog.Any("error", err))
+		l.cfg.log.Debug("azlease: could not mark the release as clean",
+			slog.Any("error", l.errorf("write", kindOf(classify(ctx, err)), err)))
 	}
 }
 

@@ -3,6 +3,8 @@ package azlease_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"io"
 	"math/rand/v2"
 	"sort"
@@ -730,4 +732,17 @@ func TestLeaseNoTokenBeforeTheEpochIsWritten(t *testing.T) {
 		assert.Equal(t, uint64(2), tok.Epoch)
 		require.NoError(t, l.Release(ctx))
 	})
+}
+
+// TestTokenNeverPrintsTheLeaseID: the lease ID lets its holder write the lock
+// blob, so neither fmt nor slog shows it.
+func TestTokenNeverPrintsTheLeaseID(t *testing.T) {
+	tok := azlease.Token{LeaseID: "0f0e0d0c-0b0a-4908-8706-050403020100", Epoch: 7}
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("acquired", "token", tok)
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("acquired", "token", tok)
+	out := buf.String() + fmt.Sprint(tok) + fmt.Sprintf("%v %+v %s", tok, tok, tok)
+	assert.NotContains(t, out, tok.LeaseID)
+	assert.Contains(t, out, "epoch=7")
+	assert.Contains(t, out, `"epoch":7`)
 }

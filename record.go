@@ -3,6 +3,7 @@ package azlease
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"net/url"
 	"strconv"
@@ -43,6 +44,9 @@ type Token struct {
 
 // String returns "epoch N" without the lease ID.
 func (t Token) String() string { return "epoch " + strconv.FormatUint(t.Epoch, 10) }
+
+// LogValue logs only the epoch: the lease ID is a write capability.
+func (t Token) LogValue() slog.Value { return slog.GroupValue(slog.Uint64("epoch", t.Epoch)) }
 
 // HistoryEntry is one past term of a lock blob.
 type HistoryEntry struct {
