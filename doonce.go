@@ -130,7 +130,7 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 			out[k] = v
 		}
 	}
-	if st.State == OncePending && st.Attempts == 0 {
+	if st.State == OncePending && st.Attempts == 0 && st.LastError == "" {
 		return out // a reset marker is no marker
 	}
 	set := func(k, v string) { out[k] = &v }
@@ -280,6 +280,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	o.log.Info("azlease: once: running", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
 
 	k := hold(ctx, o.lease, tok, o.cfg.renewEvery, nil)
+	defer k.stop(ErrStopped) // also if fn panics; stop is idempotent
 	ferr := fn(k.term.Context(), tok)
 	cause := k.term.Err() // nil while the term lasts
 	k.stop(ErrStopped)
@@ -291,10 +292,17 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	case lost:
 		return OnceResult{}, true, ferr
 	case ferr != nil && ctx.Err() != nil:
-		// The caller gave up mid-run; the attempt counts like one whose
-		// runner died, and the next runner takes it from here. (A run
-		// that completed despite the cancellation is recorded below.)
-		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned: %w", o.key, attempt, context.Cause(ctx))
+		// The caller gave up mid-run. That is not a failure of fn: put the
+		// marker back as it was, so the attempt does not count, and say
+		// what happened. (If that write fails, the marker says "running"
+		// and the next runner counts the attempt as one whose runner died.
+		// A run that completed despite the cancellation is recorded below.)
+		back := m
+		back.LastError = fmt.Sprintf("attempt %d by %s was abandoned by its caller", attempt, o.cfg.lease.identity)
+		if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, back) }); err != nil {
+			o.log.Warn("azlease: once: could not undo an abandoned attempt", slog.Any("error", err))
+		}
+		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned by its caller: %w", o.key, attempt, errors.Join(context.Cause(ctx), ferr))
 	case ferr != nil:
 		failed := running
 		failed.State, failed.Time, failed.LastError = OnceFailed, time.Now(), ferr.Error()

@@ -292,21 +292,32 @@ func TestDoOnceManyKeys(t *testing.T) {
 }
 
 // TestDoOnceCallerGivesUpMidRun: the runner's caller cancels; fn's context
-// ends, the attempt counts, and the next caller completes it.
+// ends, and fn's own error comes back with the cancellation. That is not a
+// failure of fn: the attempt does not count (even with MaxAttempts 1), the
+// marker says what happened, and the next caller completes it.
 func TestDoOnceCallerGivesUpMidRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
+		opts := &azlease.DoOnceOptions{MaxAttempts: 1, Identity: "a"}
 		ctx, cancel := context.WithCancel(context.Background())
+		stopped := errors.New("migration interrupted")
 		_, err := azlease.DoOnce(ctx, e.client("a"), "k", func(ctx context.Context, _ azlease.Token) error {
 			cancel()
 			<-ctx.Done()
-			return ctx.Err()
-		}, nil)
+			return stopped
+		}, opts)
 		require.ErrorIs(t, err, context.Canceled)
-		res, err := azlease.DoOnce(context.Background(), e.client("b"), "k", func(context.Context, azlease.Token) error { return nil }, nil)
+		require.ErrorIs(t, err, stopped, "fn's own error is kept")
+		st, err := azlease.InspectOnce(context.Background(), e.client("x"), "k", opts)
+		require.NoError(t, err)
+		assert.Equal(t, azlease.OncePending, st.State)
+		assert.Zero(t, st.Attempts)
+		assert.Contains(t, st.LastError, "abandoned by its caller")
+
+		res, err := azlease.DoOnce(context.Background(), e.client("b"), "k", func(context.Context, azlease.Token) error { return nil }, opts)
 		require.NoError(t, err)
 		assert.True(t, res.Ran)
-		assert.Equal(t, 2, res.Status.Attempts)
+		assert.Equal(t, 1, res.Status.Attempts)
 	})
 }
 
@@ -351,5 +362,58 @@ func TestDoOnceCompletedDespiteCancellation(t *testing.T) {
 		}, nil)
 		require.NoError(t, err)
 		assert.False(t, res.Ran)
+	})
+}
+
+// TestDoOnceLastAttemptRunnerDies: the last allowed attempt's runner dies;
+// the next caller records the failure instead of running a fourth attempt.
+func TestDoOnceLastAttemptRunnerDies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		opts := &azlease.DoOnceOptions{MaxAttempts: 2, Identity: "first"}
+		_, err := azlease.DoOnce(context.Background(), c.emu.client("first"), "k",
+			func(context.Context, azlease.Token) error { return errors.New("flaky") }, opts)
+		require.Error(t, err)
+		started := make(chan struct{})
+		died := make(chan error, 1)
+		go func() { // the second and last attempt's runner is cut off mid-run
+			_, err := azlease.DoOnce(context.Background(), c.emu.client("second"), "k", func(ctx context.Context, _ azlease.Token) error {
+				close(started)
+				c.partition("second", emulator.Hang)
+				<-ctx.Done()
+				return context.Cause(ctx)
+			}, &azlease.DoOnceOptions{MaxAttempts: 2, Identity: "second"})
+			died <- err
+		}()
+		<-started
+		_, err = azlease.DoOnce(context.Background(), c.emu.client("third"), "k", func(context.Context, azlease.Token) error {
+			t.Error("a third attempt ran")
+			return nil
+		}, &azlease.DoOnceOptions{MaxAttempts: 2, Identity: "third"})
+		var fe *azlease.OnceFailedError
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, 2, fe.Attempts)
+		assert.Contains(t, fe.LastError, "did not finish attempt 2")
+		c.heal("second")
+		require.ErrorIs(t, <-died, azlease.ErrLeaseLost)
+	})
+}
+
+// TestDoOnceLostLeaseAndFailedFn: fn fails after its lease was lost; the
+// caller gets fn's error, and the failure is not recorded (it could not be).
+func TestDoOnceLostLeaseAndFailedFn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		boom := errors.New("boom")
+		_, err := azlease.DoOnce(context.Background(), c.emu.client("a"), "k", func(ctx context.Context, _ azlease.Token) error {
+			c.partition("a", emulator.Hang)
+			<-ctx.Done()
+			c.heal("a")
+			return boom
+		}, nil)
+		require.ErrorIs(t, err, boom)
+		st, err := azlease.InspectOnce(context.Background(), c.emu.client("x"), "k", nil)
+		require.NoError(t, err)
+		assert.Equal(t, azlease.OnceRunning, st.State, "the failure could not be recorded without the lease")
 	})
 }

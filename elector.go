@@ -180,10 +180,12 @@ func (e *Elector) Term() *Term {
 	return e.leading
 }
 
-// Changes delivers leader changes as this instance observes them: its own
-// terms, and what its polls see while it follows. It never blocks the
-// Elector: it holds only the latest change, replacing one not yet received.
-// It is closed when the Elector stops.
+// Changes delivers leader changes as this instance observes them: the start
+// of each of its own terms (Self true), the end of each (Self and Leased
+// false: the new leader is not known yet), and what its polls see while it
+// follows. It never blocks the Elector: it holds only the latest change,
+// replacing one not yet received. It is closed when the Elector stops. For
+// whether this instance leads right now, ask [Elector.IsLeader].
 func (e *Elector) Changes() <-chan LeaderInfo { return e.changes }
 
 // Leader reads who leads now from the lock blob. Any process can do this,
@@ -236,7 +238,7 @@ func (e *Elector) Check() error {
 		}
 		return fmt.Errorf("azlease: leader has not renewed for %v, more than the lease duration", since.Round(time.Millisecond))
 	}
-	if hb := e.cfg.heartbeatTimeout; hb > 0 && leading != nil {
+	if hb := e.cfg.heartbeatTimeout; hb > 0 && leading != nil && leading.Err() == nil {
 		if since := now.Sub(leading.lastHeartbeat()); since > hb {
 			return fmt.Errorf("azlease: leader work has not sent a heartbeat for %v (HeartbeatTimeout %v)", since.Round(time.Millisecond), hb)
 		}
@@ -271,8 +273,12 @@ func (e *Elector) run(ctx context.Context, task Task) {
 		if !ok {
 			return
 		}
-		if stop := e.lead(ctx, tok, task); stop {
+		stop, yield := e.lead(ctx, tok, task)
+		if stop {
 			return
+		}
+		if yield && !sleepCtx(ctx, e.pollWait()) {
+			return // the task returned: let another instance take over first
 		}
 	}
 }
@@ -307,8 +313,9 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 
 // lead holds the term that begins with tok: it waits out any takeover delay,
 // runs the task, and winds the term up when it ends, the task returns, or ctx
-// ends. It reports whether the Elector should stop.
-func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop bool) {
+// ends. It reports whether the Elector should stop, and whether it should
+// wait a poll interval before contending again.
+func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield bool) {
 	// The term's context keeps ctx's values but ends only when the loop
 	// ends it, so that its cause says why.
 	k := hold(context.WithoutCancel(ctx), e.lease, tok, e.cfg.renewEvery, e.beforeRenew)
@@ -320,6 +327,11 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop bool) {
 		e.mu.Lock()
 		e.holding, e.leading = nil, nil
 		e.mu.Unlock()
+		if !stop {
+			// This instance no longer leads; who does is unknown until
+			// the next poll observes it.
+			e.observe(LeaderInfo{Epoch: tok.Epoch})
+		}
 	}()
 
 	if e.cfg.takeoverDelay > 0 && tok.Epoch > 1 && !e.lease.prevReleased {
@@ -333,7 +345,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop bool) {
 	}
 	if ctx.Err() != nil || term.Err() != nil {
 		e.windUp(k, nil, ErrStopped)
-		return ctx.Err() != nil
+		return ctx.Err() != nil, false
 	}
 
 	e.mu.Lock()
@@ -351,12 +363,12 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop bool) {
 	case <-term.Done():
 		e.log.Info("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
 		e.windUp(k, taskDone, term.Err())
-		return false
+		return false, false
 	case <-ctx.Done():
 		term.end(ErrStopped)
 		e.log.Info("azlease: stepping down", slog.Uint64("epoch", tok.Epoch))
 		e.windUp(k, taskDone, ErrStopped)
-		return true
+		return true, false
 	case err := <-taskDone:
 		term.end(ErrStopped)
 		taskDone = nil
@@ -366,10 +378,10 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop bool) {
 			e.runErr = err
 			e.mu.Unlock()
 			e.log.Info("azlease: leader task returned; stopping", slog.Any("error", err))
-			return true
+			return true, false
 		}
 		e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
-		return !sleepCtx(ctx, e.pollWait())
+		return false, true
 	}
 }
 
@@ -404,7 +416,9 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error) {
 		select {
 		case <-taskDone:
 			t.Stop()
-			e.lease.markLost() // nothing to release: it was left to expire
+			// The work has stopped at last: release what may still be
+			// held, rather than let it expire.
+			_ = e.lease.Release(context.Background())
 			return
 		case <-t.C:
 			e.log.Error("azlease: leader task still running after its term ended", slog.Uint64("epoch", k.term.Epoch()))

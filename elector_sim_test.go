@@ -514,15 +514,22 @@ func TestNaiveLoopComparison(t *testing.T) {
 	require.NoError(t, os.WriteFile(report, append(old, b.String()...), 0o644))
 }
 
+// quantile returns the p-quantile of ds (0 when empty).
+func quantile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
 // percentiles formats the median and p99 of ds.
 func percentiles(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "no samples"
 	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return fmt.Sprintf("median %v, p99 %v (n=%d)", q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), len(s))
+	return fmt.Sprintf("median %v, p99 %v (n=%d)", quantile(ds, 0.5).Round(time.Millisecond), quantile(ds, 0.99).Round(time.Millisecond), len(ds))
 }
 
 // TestSimulatedTimings measures, in fake time with default settings and no
@@ -600,7 +607,9 @@ func TestSimulatedTimings(t *testing.T) {
 	az, nv := measure(false), measure(true)
 	t.Logf("azlease: handoff %s, failover %s, leader %d req/h, follower %d req/h", percentiles(az.handoff), percentiles(az.failover), az.leaderPerHour, az.followerPerHour)
 	t.Logf("naive:   handoff %s, failover %s, leader %d req/h, follower %d req/h", percentiles(nv.handoff), percentiles(nv.failover), nv.leaderPerHour, nv.followerPerHour)
-	require.Less(t, az.handoff[len(az.handoff)/2], 7*time.Second)
+	require.Less(t, quantile(az.handoff, 0.5), 7*time.Second, "a graceful handoff takes about half a poll interval")
+	require.Less(t, quantile(az.failover, 0.99), 21*time.Second, "a failover takes at most a lease duration and a poll interval")
+	require.Less(t, quantile(az.handoff, 0.5), quantile(nv.handoff, 0.5))
 
 	report := os.Getenv("AZLEASE_SIM_REPORT")
 	if report == "" {

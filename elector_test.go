@@ -1,9 +1,11 @@
 package azlease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -253,7 +255,9 @@ func TestElectorHangingRenewals(t *testing.T) {
 func TestElectorPausedPastDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, defaults)
-		e, err := azlease.NewElector(c.emu.client("a"), "leader", &azlease.ElectorOptions{Identity: "a"})
+		var log syncBuffer
+		e, err := azlease.NewElector(c.emu.client("a"), "leader", &azlease.ElectorOptions{Identity: "a",
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		require.NoError(t, err)
 		var paused atomic.Bool
 		azlease.SetBeforeRenew(e, func() {
@@ -269,6 +273,8 @@ func TestElectorPausedPastDeadline(t *testing.T) {
 		assert.Equal(t, term.ValidUntil(), time.Now(), "the watchdog ended the term on time")
 		assert.ErrorIs(t, term.Err(), azlease.ErrDeadlinePassed)
 		c.waitLeader(time.Minute)
+		assert.Contains(t, log.String(), "woke up after the validity deadline; not trusting the lease",
+			"the renewer noticed its own pause instead of renewing")
 		assert.Greater(t, e.Term().Epoch(), term.Epoch(), "trust comes back only with a new term")
 		c.stopAll()
 		c.checkSafety()
@@ -570,4 +576,133 @@ func TestElectorStopWhileRenewalRetries(t *testing.T) {
 		c.stopAll()
 		c.checkSafety()
 	})
+}
+
+// TestElectorLossSeenByAWriteEndsTheTerm: an operator breaks the lease and
+// another holder takes it; the leader's next fenced write is refused by
+// Azure, and that ends its leadership at once, without waiting for its next
+// renewal.
+func TestElectorLossSeenByAWriteEndsTheTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		terms := make(chan *azlease.Term, 1)
+		a, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{Identity: "a"})
+		require.NoError(t, err)
+		require.NoError(t, a.Start(ctx, func(ctx context.Context, term *azlease.Term) error {
+			terms <- term
+			<-ctx.Done()
+			return nil
+		}))
+		term := <-terms
+		time.Sleep(6 * time.Second)
+		_, err = newLease(t, e.client("op"), "leader", nil).Break(ctx, 0)
+		require.NoError(t, err)
+		b := newLease(t, e.client("b"), "leader", nil)
+		_, err = b.Acquire(ctx)
+		require.NoError(t, err)
+
+		require.ErrorIs(t, term.Write(ctx, []byte("x")), azlease.ErrLeaseLost)
+		assert.False(t, a.IsLeader(), "no longer leads, at once")
+		require.Error(t, term.Err())
+		assert.ErrorIs(t, term.Err(), azlease.ErrLeaseLost)
+		require.NoError(t, b.Release(ctx))
+		require.NoError(t, a.Stop(ctx))
+	})
+}
+
+// TestElectorStopDuringEpochWrite: Stop arrives while the epoch write after
+// a granted acquire hangs. The lease is given back anyway.
+func TestElectorStopDuringEpochWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpSetMetadata {
+				return emulator.Fault{Action: emulator.Hang}
+			}
+			return emulator.Fault{}
+		}))
+		a, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{Identity: "a"})
+		require.NoError(t, err)
+		require.NoError(t, a.Start(context.Background(), nil))
+		time.Sleep(time.Second)
+		require.NoError(t, a.Stop(context.Background()))
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "leader")
+		require.NoError(t, err)
+		assert.False(t, st.Leased, "left %s", st.State)
+	})
+}
+
+// TestElectorChangesReportOwnLoss: a leader cut off from storage loses its
+// term; Changes says so (it no longer leads, the new leader not yet known),
+// rather than still saying it leads.
+func TestElectorChangesReportOwnLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		a := c.start("a", nil)
+		c.waitLeader(time.Second)
+		require.True(t, (<-a.Changes()).Self)
+		c.partition("a", emulator.Hang)
+		c.start("b", nil)
+		time.Sleep(time.Minute)
+		select {
+		case info := <-a.Changes():
+			assert.Equal(t, azlease.LeaderInfo{Epoch: 1}, info)
+		default:
+			t.Fatal("Changes still says a leads")
+		}
+		c.heal("a")
+		time.Sleep(10 * time.Second)
+		info := <-a.Changes()
+		assert.Equal(t, "b", info.Holder, "its polls see the new leader once it can reach storage")
+		c.stopAll()
+	})
+}
+
+// TestElectorHealthAfterTaskReturnsAndWhileDraining: the health check stays
+// green while the Elector waits a poll interval after its task returned, and
+// while a stopping leader drains its task under a lease it still renews.
+func TestElectorHealthAfterTaskReturnsAndWhileDraining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		el, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{PollInterval: 30 * time.Second, HeartbeatTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, el.Start(context.Background(), func(context.Context, *azlease.Term) error { return nil }))
+		time.Sleep(20 * time.Second) // after the task returned, before contending again
+		assert.False(t, el.IsLeader())
+		require.NoError(t, el.Check())
+		require.NoError(t, el.Stop(context.Background()))
+
+		el2, err := azlease.NewElector(e.client("b"), "leader", &azlease.ElectorOptions{DrainTimeout: time.Minute, HeartbeatTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, el2.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			<-ctx.Done()
+			time.Sleep(40 * time.Second) // a slow but finite drain
+			return nil
+		}))
+		time.Sleep(time.Second)
+		stopped := make(chan error)
+		go func() { stopped <- el2.Stop(context.Background()) }()
+		time.Sleep(35 * time.Second)
+		require.NoError(t, el2.Check(), "draining, renewing, within DrainTimeout")
+		require.NoError(t, <-stopped)
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -202,14 +202,31 @@ func classify(caller context.Context, err error) class {
 }
 
 // ambiguous reports whether a failed request may nevertheless have been
-// applied by Azure: no response arrived, or the server said it timed out.
+// applied by Azure: no response arrived, or a server or gateway failed
+// after the request may have been forwarded. Only throttling (503
+// ServerBusy) says for sure that nothing was done.
 func ambiguous(err error) bool {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
 		return true
 	}
-	return bloberror.HasCode(err, bloberror.OperationTimedOut, bloberror.InternalError) ||
-		re.StatusCode == http.StatusGatewayTimeout
+	if bloberror.HasCode(err, bloberror.ServerBusy) {
+		return false
+	}
+	return re.StatusCode >= 500 || re.StatusCode == http.StatusRequestTimeout
+}
+
+// asHeld turns the *Error of a lease lost right after it was acquired
+// (broken or taken before its term could start) into "held elsewhere":
+// for the caller, nobody's term was interrupted and it may wait and retry.
+func asHeld(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	h := *e
+	h.kind = ErrLeaseHeld
+	return &h
 }
 
 // opError builds the *Error for a failed operation; kind is the sentinel.

@@ -38,8 +38,9 @@ type holdState int
 
 const (
 	notHeld holdState = iota
-	pending           // an acquire with l.id may have been granted; its answer was lost
+	pending           // an acquire with l.id may have been granted; its answer was lost: reuse l.id
 	held
+	stale // a term ended without a definitive loss; l.id may still hold the lease: release it, never reuse it
 )
 
 // Lease is a lease on one lock blob: the low-level building block of
@@ -70,6 +71,9 @@ type Lease struct {
 	md           map[string]*string // the metadata as this holder last wrote it
 	etag         azcore.ETag        // the ETag after this holder's last write
 	prevReleased bool               // the previous term ended with a clean release
+	// onLost, set by the keeper of the current term, ends that term at
+	// once when any operation learns from Azure that the lease is gone.
+	onLost func(cause error)
 }
 
 // NewLease returns a Lease on the blob blobName in the container cc points at.
@@ -138,8 +142,11 @@ func (l *Lease) termStarted() bool {
 // When another holder has the lease, Acquire returns an error that wraps
 // [ErrLeaseHeld] after one request: that is a normal outcome. Transient
 // failures are retried, with the same lease ID, until ctx ends or one lease
-// duration has passed. A Lease that still holds a valid lease returns
-// [ErrAlreadyHeld].
+// duration has passed. If an attempt may have been granted although Acquire
+// fails (its answer was lost, or ctx ended while it was in flight), Acquire
+// spends one more attempt (at most AttemptTimeout, even after ctx ended)
+// giving that lease back, so it does not block everyone until it expires.
+// A Lease that still holds a valid lease returns [ErrAlreadyHeld].
 func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -149,6 +156,13 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 		l.mu.Unlock()
 		return Token{}, ErrAlreadyHeld
 	}
+	if l.state == held {
+		l.state = stale // a term that ran out without a renewal
+	}
+	l.mu.Unlock()
+	l.abandon(ctx, stale)
+
+	l.mu.Lock()
 	if l.state != pending {
 		l.id = newLeaseID()
 	}
@@ -158,6 +172,7 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 
 	send, err := l.acquire(ctx, id)
 	if err != nil {
+		l.abandon(ctx, pending) // it may have been granted: give it back
 		return Token{}, err
 	}
 	validUntil := timing.ValidUntil(send, l.cfg.duration, l.cfg.margin)
@@ -165,12 +180,19 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 	l.state, l.lastSend, l.validUntil = held, send, validUntil
 	l.mu.Unlock()
 
-	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil)
+	// The epoch write leaves time for a renewal attempt before the
+	// deadline, so a term never starts with its validity used up.
+	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout))
 	if err != nil {
 		// The lease is ours but no term could start: give it back now
-		// rather than leave it to expire.
+		// rather than leave it to expire, even if ctx has ended.
 		l.cfg.log.Debug("azlease: epoch write failed after acquiring; releasing", slog.Any("error", err))
-		_ = l.release(ctx, false)
+		_ = l.release(context.WithoutCancel(ctx), false)
+		if errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrDeadlinePassed) {
+			// Broken or taken between the acquire and the epoch write:
+			// for the caller, the lease is held elsewhere.
+			return Token{}, asHeld(err)
+		}
 		return Token{}, err
 	}
 	l.mu.Lock()
@@ -227,9 +249,34 @@ func (l *Lease) acquireOutcome(ctx context.Context, err error) (bool, error) {
 		}
 		return false, l.errorf("acquire", ErrTransient, err)
 	case classCanceled:
+		if ambiguous(err) {
+			l.mu.Lock()
+			l.state = pending // cut short: it may have been granted
+			l.mu.Unlock()
+		}
 		return true, err
 	default:
 		return true, l.errorf("acquire", ErrPermanent, err)
+	}
+}
+
+// abandon releases, in one bounded attempt that ctx's end does not stop, a
+// lease ID that may hold the lease without a term: a pending one (an
+// acquire whose answer was lost) or a stale one (a term whose renewals ran
+// out). If the attempt fails, a pending ID is kept for reuse and a stale one
+// is dropped: the lease expires on its own.
+func (l *Lease) abandon(ctx context.Context, which holdState) {
+	l.mu.Lock()
+	id, state := l.id, l.state
+	l.mu.Unlock()
+	if state != which || id == "" {
+		return
+	}
+	err := l.releaseID(context.WithoutCancel(ctx), id, time.Now().Add(l.cfg.attemptTimeout), true)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.id == id && l.state == which && (err == nil || which == stale) {
+		l.state, l.id = notHeld, ""
 	}
 }
 
@@ -267,21 +314,28 @@ func (l *Lease) ensure(ctx, actx context.Context, notFound error) error {
 // lease, conditional on the ETag it read. Only the lease holder can write, so
 // epochs grow strictly from one term to the next. A retried write after an
 // ambiguous failure may skip an epoch; it never repeats one.
+//
+// prev is the record as first read: after an ambiguous write, a retry reads
+// this holder's own record, which says nothing about the previous term.
 func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
+	read := false
 	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
 		props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
 		if err != nil {
-			return l.writeOutcome(ctx, "read", err)
+			return l.writeOutcome(ctx, id, "read", err)
 		}
-		prev, err = parseRecord(props.Metadata)
+		cur, err := parseRecord(props.Metadata)
 		if err != nil {
 			return true, l.errorf("write", ErrPermanent, err)
 		}
-		next = prev.next(l.cfg.identity, time.Now(), l.cfg.history)
+		if !read {
+			prev, read = cur, true
+		}
+		next = cur.next(l.cfg.identity, time.Now(), l.cfg.history)
 		md = next.format(props.Metadata)
 		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, props.ETag)})
 		if err != nil {
-			return l.writeOutcome(ctx, "write", err)
+			return l.writeOutcome(ctx, id, "write", err)
 		}
 		etag = *resp.ETag
 		return true, nil
@@ -289,14 +343,16 @@ func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev
 	return prev, next, md, etag, err
 }
 
-// writeOutcome classifies the failure of a read or write made under the lease.
-func (l *Lease) writeOutcome(ctx context.Context, op string, err error) (bool, error) {
+// writeOutcome classifies the failure of a read or write made under the
+// lease ID id.
+func (l *Lease) writeOutcome(ctx context.Context, id, op string, err error) (bool, error) {
 	switch c := classify(ctx, err); c {
 	case classTransient, classConflict:
 		return false, l.errorf(op, ErrTransient, err)
 	case classLost, classBroken, classNotFound:
-		l.markLost()
-		return true, l.errorf(op, ErrLeaseLost, err)
+		lost := l.errorf(op, ErrLeaseLost, err)
+		l.markLost(id, lost)
+		return true, lost
 	case classCanceled:
 		return true, err
 	default:
@@ -319,7 +375,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	if !time.Now().Before(validUntil) {
-		l.markLost()
+		l.markStale(id)
 		return l.errorf("renew", ErrDeadlinePassed, errors.New("the validity deadline had passed before Renew was called"))
 	}
 	err := l.loop(ctx, "renew", validUntil, func(actx context.Context, now time.Time) (bool, error) {
@@ -329,8 +385,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 			if resp.LeaseID != nil && !strings.EqualFold(*resp.LeaseID, id) {
 				// A renewal that answers with someone else's lease ID
 				// (Azurite revives an expired lease for any ID) is not ours.
-				l.markLost()
-				return true, l.errorf("renew", ErrLeaseLost, fmt.Errorf("renewal answered with a different lease ID"))
+				lost := l.errorf("renew", ErrLeaseLost, fmt.Errorf("renewal answered with a different lease ID"))
+				l.markLost(id, lost)
+				return true, lost
 			}
 			l.mu.Lock()
 			if l.state == held && l.id == id {
@@ -339,23 +396,31 @@ func (l *Lease) Renew(ctx context.Context) error {
 			l.mu.Unlock()
 			return true, nil
 		case classLost, classNotFound:
-			l.markLost()
-			return true, l.errorf("renew", ErrLeaseLost, err)
+			lost := l.errorf("renew", ErrLeaseLost, err)
+			l.markLost(id, lost)
+			return true, lost
 		case classBroken:
-			l.markLost()
-			return true, l.errorf("renew", ErrLeaseBroken, err)
-		case classTransient, classConflict:
-			return false, l.errorf("renew", ErrTransient, err) // loop logs it
+			lost := l.errorf("renew", ErrLeaseBroken, err)
+			l.markLost(id, lost)
+			return true, lost
 		case classCanceled:
 			return true, err
 		default:
-			return true, l.errorf("renew", ErrPermanent, err)
+			// Transient, or a refusal that is not about the lease (a 403 from
+			// an expiring role assignment, say): keep trying until the
+			// deadline, so that a term only ever ends by a stop or a loss.
+			kind := ErrTransient
+			if c == classPermanent {
+				kind = ErrPermanent
+			}
+			return false, l.errorf("renew", kind, err) // loop logs it
 		}
 	})
-	if err != nil && ctx.Err() == nil && errors.Is(err, ErrTransient) {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseLost) {
 		// The loop ran out of validity. (A cancelled renewal also wraps its
-		// last transient failure, but says nothing about the lease.)
-		l.markLost()
+		// last failure, but says nothing about the lease.) The renewals
+		// may have landed: the ID is stale, released but never reused.
+		l.markStale(id)
 		var e *Error
 		errors.As(err, &e)
 		return l.errorf("renew", ErrDeadlinePassed, e.Err)
@@ -388,22 +453,33 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 		l.markReleased(ctx, id, validUntil, md, etag)
 	}
 	limit := now.Add(max(validUntil.Sub(now), l.cfg.attemptTimeout))
-	if state == pending {
+	if state != held {
 		limit = now.Add(l.cfg.attemptTimeout)
 	}
-	var maybeReleased bool
-	err := l.loop(ctx, "release", limit, func(actx context.Context, _ time.Time) (bool, error) {
+	err := l.releaseID(ctx, id, limit, state != held)
+	if err == nil && state == held {
+		l.cfg.log.Info("azlease: released")
+	}
+	return err
+}
+
+// releaseID sends Release Lease with id until limit. Azure's answer that id
+// is not the lease's means it was already released, or lost: nil when
+// unsure is true (the ID may never have been granted, or an earlier attempt
+// may have released it), an error wrapping ErrLeaseLost otherwise.
+func (l *Lease) releaseID(ctx context.Context, id string, limit time.Time, unsure bool) error {
+	return l.loop(ctx, "release", limit, func(actx context.Context, _ time.Time) (bool, error) {
 		_, err := l.leaseClient(id).ReleaseLease(actx, nil)
 		switch c := classify(ctx, err); c {
 		case classOK:
 			return true, nil
 		case classLost, classNotFound:
-			if maybeReleased || state == pending {
-				return true, nil // an earlier attempt released it, or it was never granted
+			if unsure {
+				return true, nil
 			}
 			return true, l.errorf("release", ErrLeaseLost, err)
 		case classTransient, classConflict:
-			maybeReleased = maybeReleased || ambiguous(err)
+			unsure = unsure || ambiguous(err)
 			return false, l.errorf("release", ErrTransient, err)
 		case classCanceled:
 			return true, err
@@ -411,10 +487,6 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 			return true, l.errorf("release", ErrPermanent, err)
 		}
 	})
-	if err == nil && state == held {
-		l.cfg.log.Info("azlease: released")
-	}
-	return err
 }
 
 // markReleased writes the clean-release marker under the lease in one
@@ -471,7 +543,10 @@ func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration,
 		}
 	})
 	if err == nil {
-		l.markLost()
+		l.mu.Lock()
+		id := l.id
+		l.mu.Unlock()
+		l.markLost(id, l.errorf("break", ErrLeaseBroken, errors.New("broken by this Lease's own Break")))
 		l.cfg.log.Info("azlease: broke the lease", slog.Duration("acquirable_in", remaining))
 	}
 	return remaining, err
@@ -505,8 +580,9 @@ func (l *Lease) Change(ctx context.Context, proposedID string) (Token, error) {
 		case classOK:
 			return true, nil
 		case classLost, classBroken, classNotFound:
-			l.markLost()
-			return true, l.errorf("change", ErrLeaseLost, err)
+			lost := l.errorf("change", ErrLeaseLost, err)
+			l.markLost(id, lost)
+			return true, lost
 		case classTransient, classConflict:
 			return false, l.errorf("change", ErrTransient, err)
 		case classCanceled:
@@ -532,12 +608,16 @@ func (l *Lease) Change(ctx context.Context, proposedID string) (Token, error) {
 // C# identifiers and must not start with "azlease"; Azure stores names
 // case-insensitively and returns them in changed case.
 func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
+	return l.setMetadataAs(ctx, l.currentID(), md)
+}
+
+func (l *Lease) setMetadataAs(ctx context.Context, id string, md map[string]string) error {
 	for k := range md {
 		if !validMetadataName(k) || strings.HasPrefix(strings.ToLower(k), metaPrefix) {
 			return optionErr("metadata", "name %q: must be a C# identifier not starting with %q", k, metaPrefix)
 		}
 	}
-	return l.updateMetadata(ctx, func(cur map[string]*string) map[string]*string {
+	return l.updateMetadataAs(ctx, id, func(cur map[string]*string) map[string]*string {
 		next := make(map[string]*string, len(md)+5)
 		for k, v := range cur {
 			if strings.HasPrefix(strings.ToLower(k), metaPrefix) {
@@ -554,7 +634,11 @@ func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
 // updateMetadata replaces the lock blob's metadata with change(current),
 // under the lease and conditional on the ETag of this holder's last write.
 func (l *Lease) updateMetadata(ctx context.Context, change func(map[string]*string) map[string]*string) error {
-	return l.fencedWrite(ctx, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
+	return l.updateMetadataAs(ctx, l.currentID(), change)
+}
+
+func (l *Lease) updateMetadataAs(ctx context.Context, id string, change func(map[string]*string) map[string]*string) error {
+	return l.fencedWrite(ctx, id, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
 		next := change(cur)
 		resp, err := l.bc.SetMetadata(actx, next, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)})
 		if err != nil {
@@ -575,7 +659,11 @@ func (l *Lease) metadata() map[string]*string {
 // keeps its metadata. Like [Lease.SetMetadata], it fails with
 // [ErrLeaseLost] when this holder's lease is gone.
 func (l *Lease) Write(ctx context.Context, content []byte) error {
-	return l.fencedWrite(ctx, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
+	return l.writeAs(ctx, l.currentID(), content)
+}
+
+func (l *Lease) writeAs(ctx context.Context, id string, content []byte) error {
+	return l.fencedWrite(ctx, id, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
 		resp, err := l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(content)), &blockblob.UploadOptions{
 			Metadata:         cur,
 			AccessConditions: leaseAccess(id, &etag),
@@ -587,20 +675,19 @@ func (l *Lease) Write(ctx context.Context, content []byte) error {
 	})
 }
 
-// read downloads the lock blob's content under the lease, retrying
-// transient failures until the validity deadline.
-func (l *Lease) read(ctx context.Context) ([]byte, error) {
-	l.mu.Lock()
-	id, started, validUntil := l.id, l.termStarted(), l.validUntil
-	l.mu.Unlock()
-	if !started || !time.Now().Before(validUntil) {
+// readAs downloads the lock blob's content under the lease ID id, which must
+// be the current term's, retrying transient failures until the validity
+// deadline.
+func (l *Lease) readAs(ctx context.Context, id string) ([]byte, error) {
+	validUntil, ok := l.termValid(id)
+	if !ok {
 		return nil, ErrNotHeld
 	}
 	var content []byte
 	err := l.loop(ctx, "read", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
 		resp, err := l.bc.DownloadStream(actx, &blob.DownloadStreamOptions{AccessConditions: leaseAccess(id, nil)})
 		if err != nil {
-			return l.writeOutcome(ctx, "read", err)
+			return l.writeOutcome(ctx, id, "read", err)
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxContent+1))
@@ -625,25 +712,26 @@ type writeFunc func(actx context.Context, id string, md map[string]*string, etag
 // cached metadata and ETag are this holder's own last write; when they are
 // stale (another write by this process, a lost response), it reads them
 // again and retries.
-func (l *Lease) fencedWrite(ctx context.Context, write writeFunc) error {
-	l.mu.Lock()
-	id, started, validUntil, md, etag := l.id, l.termStarted(), l.validUntil, l.md, l.etag
-	l.mu.Unlock()
-	if !started || !time.Now().Before(validUntil) {
+func (l *Lease) fencedWrite(ctx context.Context, id string, write writeFunc) error {
+	validUntil, ok := l.termValid(id)
+	if !ok {
 		return ErrNotHeld
 	}
+	l.mu.Lock()
+	md, etag := l.md, l.etag
+	l.mu.Unlock()
 	return l.loop(ctx, "write", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
 		if md == nil {
 			props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
 			if err != nil {
-				return l.writeOutcome(ctx, "read", err)
+				return l.writeOutcome(ctx, id, "read", err)
 			}
 			md, etag = props.Metadata, *props.ETag
 		}
 		newETag, newMD, err := write(actx, id, md, etag)
 		if err != nil {
 			md = nil // re-read before the next attempt
-			return l.writeOutcome(ctx, "write", err)
+			return l.writeOutcome(ctx, id, "write", err)
 		}
 		l.mu.Lock()
 		if l.id == id && l.state == held {
@@ -654,13 +742,53 @@ func (l *Lease) fencedWrite(ctx context.Context, write writeFunc) error {
 	})
 }
 
-// markLost records that the lease is no longer certainly held.
-func (l *Lease) markLost() {
+// markLost records Azure's word that the lease of id is gone, and ends the
+// current term at once if it is that lease's.
+func (l *Lease) markLost(id string, cause error) {
+	l.mu.Lock()
+	if l.id != id || (l.state != held && l.state != stale) {
+		l.mu.Unlock()
+		return
+	}
+	l.state = notHeld
+	notify := l.onLost
+	l.mu.Unlock()
+	if notify != nil {
+		notify(cause)
+	}
+}
+
+// markStale records that the term of id ran out of validity without a
+// definitive loss: the lease may still be held, so it is released, but the
+// ID is never used for another term.
+func (l *Lease) markStale(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state == held {
-		l.state = notHeld
+	if l.id == id && l.state == held {
+		l.state = stale
 	}
+}
+
+// currentID returns the lease ID of the current term, or "".
+func (l *Lease) currentID() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id
+}
+
+// termValid reports whether id is the current term's lease ID and the term
+// is certainly valid, and returns its deadline.
+func (l *Lease) termValid(id string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil, id != "" && l.id == id && l.termStarted() && time.Now().Before(l.validUntil)
+}
+
+// setOnLost installs (or, with nil, removes) the current term's loss hook.
+func (l *Lease) setOnLost(f func(error)) {
+	l.mu.Lock()
+	l.onLost = f
+	l.mu.Unlock()
 }
 
 // snapshot returns what the timing core needs about the current term.

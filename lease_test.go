@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -291,17 +291,28 @@ func TestLeaseRenewHangingServer(t *testing.T) {
 	})
 }
 
-// TestLeaseAcquireHangingServer: Acquire gives up after one lease duration.
+// TestLeaseAcquireHangingServer: Acquire keeps trying for one lease
+// duration, then spends one more attempt giving back the lease its attempts
+// may have been granted, and gives up.
 func TestLeaseAcquireHangingServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
-		e.SetFaults(func(emulator.Request) emulator.Fault { return emulator.Fault{Action: emulator.Hang} })
+		var attempts atomic.Int32
+		e.SetFaults(func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpAcquireLease {
+				attempts.Add(1)
+			}
+			return emulator.Fault{Action: emulator.Hang}
+		})
 		l := newLease(t, e.client("a"), "x", nil)
 		start := time.Now()
 		_, err := l.Acquire(context.Background())
 		require.ErrorIs(t, err, azlease.ErrTransient)
-		assert.LessOrEqual(t, time.Since(start), 15*time.Second)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		took := time.Since(start)
+		assert.GreaterOrEqual(t, took, 15*time.Second-3*time.Second, "kept trying for about a lease duration")
+		assert.LessOrEqual(t, took, 15*time.Second+3*time.Second, "plus one release attempt")
+		assert.GreaterOrEqual(t, attempts.Load(), int32(4))
 	})
 }
 
@@ -328,33 +339,51 @@ func TestLeaseAmbiguousAcquire(t *testing.T) {
 	})
 }
 
-// TestLeaseAmbiguousAcquireAcrossCalls: every acquire response is lost until
-// Acquire gives up. The next Acquire reuses the pending lease ID and so gets
-// the lease at once, instead of waiting for its own orphan to expire.
+// TestLeaseAmbiguousAcquireAcrossCalls: every acquire is granted but its
+// answer lost, until Acquire gives up. Acquire then gives the orphan back in
+// one more attempt; when that fails too, the next Acquire reuses the pending
+// ID and so gets the lease at once instead of waiting for its own orphan.
 func TestLeaseAmbiguousAcquireAcrossCalls(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEmu(t)
-		var drop atomic.Bool
-		drop.Store(true)
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpAcquireLease && drop.Load() {
-				return emulator.Fault{Action: emulator.ApplyThenHang}
-			}
-			return emulator.Fault{}
-		}))
-		l := newLease(t, e.client("a"), "x", nil)
-		_, err := l.Acquire(context.Background())
-		require.ErrorIs(t, err, azlease.ErrTransient)
-		grants := e.Grants(testContainer, "x")
-		require.NotEmpty(t, grants)
-		orphan := grants[len(grants)-1]
-		require.True(t, orphan.End.After(time.Now()), "the orphaned grant is still live")
+	for _, releaseWorks := range []bool{true, false} {
+		t.Run(map[bool]string{true: "orphan released", false: "orphan reused"}[releaseWorks], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				pre := newLease(t, e.client("pre"), "x", nil) // create the blob
+				_, err := pre.Acquire(ctx)
+				require.NoError(t, err)
+				require.NoError(t, pre.Release(ctx))
 
-		drop.Store(false)
-		tok, err := l.Acquire(context.Background())
-		require.NoError(t, err)
-		assert.Equal(t, orphan.LeaseID, tok.LeaseID, "the pending ID is reused")
-	})
+				var drop atomic.Bool
+				drop.Store(true)
+				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+					switch {
+					case drop.Load() && r.Op == emulator.OpAcquireLease:
+						return emulator.Fault{Action: emulator.ApplyThenHang} // granted, answer lost
+					case drop.Load() && !releaseWorks && r.Op == emulator.OpReleaseLease:
+						return emulator.Fault{Action: emulator.Hang} // never arrives
+					}
+					return emulator.Fault{}
+				}))
+				l := newLease(t, e.client("a"), "x", nil)
+				_, err = l.Acquire(ctx)
+				require.ErrorIs(t, err, azlease.ErrTransient)
+				grants := e.Grants(testContainer, "x")
+				orphan := grants[len(grants)-1]
+				drop.Store(false)
+				if releaseWorks {
+					assert.Equal(t, time.Now(), orphan.End, "the orphan was released as Acquire gave up")
+					_, err = newLease(t, e.client("b"), "x", nil).Acquire(ctx)
+					require.NoError(t, err, "so others get the lease at once")
+					return
+				}
+				require.True(t, orphan.End.After(time.Now()), "the orphaned grant is still live")
+				tok, err := l.Acquire(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, orphan.LeaseID, tok.LeaseID, "the pending ID is reused")
+			})
+		})
+	}
 }
 
 // TestLeaseAmbiguousRelease: the release is applied but its response lost;
@@ -367,8 +396,10 @@ func TestLeaseAmbiguousRelease(t *testing.T) {
 		a := newLease(t, e.client("a"), "x", nil)
 		_, err := a.Acquire(ctx)
 		require.NoError(t, err)
+		var first atomic.Bool
+		first.Store(true)
 		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpReleaseLease {
+			if r.Op == emulator.OpReleaseLease && first.Swap(false) {
 				return emulator.Fault{Action: emulator.ApplyThenDrop}
 			}
 			return emulator.Fault{}
@@ -745,4 +776,33 @@ func TestTokenNeverPrintsTheLeaseID(t *testing.T) {
 	assert.NotContains(t, out, tok.LeaseID)
 	assert.Contains(t, out, "epoch=7")
 	assert.Contains(t, out, `"epoch":7`)
+}
+
+// TestLeaseCancelledAcquireIsAmbiguous: the caller's context ends while an
+// acquire Azure granted is in flight. Acquire gives that lease back, so the
+// next Acquire is not refused by its own orphan.
+func TestLeaseCancelledAcquireIsAmbiguous(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		pre := newLease(t, e.client("pre"), "x", nil)
+		_, err := pre.Acquire(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, pre.Release(context.Background()))
+		var hang atomic.Bool
+		hang.Store(true)
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpAcquireLease && hang.Load() {
+				return emulator.Fault{Action: emulator.ApplyThenHang}
+			}
+			return emulator.Fault{}
+		}))
+		l := newLease(t, e.client("a"), "x", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = l.Acquire(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		hang.Store(false)
+		_, err = l.Acquire(context.Background())
+		require.NoError(t, err)
+	})
 }

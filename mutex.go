@@ -60,7 +60,12 @@ type Lock struct {
 // The Lock's context ends when the lock is lost; it carries ctx's values but
 // not its cancellation: cancel work through the Lock, or Unlock it.
 func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
-	l := newLease(m.t, m.cfg.lease)
+	return m.tryLock(ctx, newLease(m.t, m.cfg.lease))
+}
+
+// tryLock tries once with l, which Lock reuses across its tries (a pending
+// lease ID survives from one try to the next).
+func (m *Mutex) tryLock(ctx context.Context, l *Lease) (lock *Lock, ok bool, err error) {
 	tok, err := l.Acquire(ctx)
 	switch {
 	case errors.Is(err, ErrLeaseHeld):
@@ -77,8 +82,9 @@ func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
 // PollInterval (with jitter). Errors that persist are returned, except
 // transient ones, which it keeps retrying until ctx ends.
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
+	l := newLease(m.t, m.cfg.lease)
 	for {
-		lock, ok, err := m.TryLock(ctx)
+		lock, ok, err := m.tryLock(ctx, l)
 		switch {
 		case ok:
 			return lock, nil
@@ -138,6 +144,7 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lock *Lock)
 	if err != nil {
 		return err
 	}
+	defer lock.Unlock(context.WithoutCancel(ctx)) // also if fn panics
 	ferr := fn(lock.Context(), lock)
 	uerr := lock.Unlock(context.WithoutCancel(ctx))
 	if ferr != nil {

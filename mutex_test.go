@@ -69,46 +69,86 @@ func TestMutexTryLockLockUnlock(t *testing.T) {
 
 // TestMutexExclusion: goroutines on four "processes" increment a shared
 // counter with a slow read–sleep–write inside the lock, while a fifth of all
-// requests fail. A lost update would mean two holders overlapped.
+// requests fail and processes are cut off from storage at random for 20 s,
+// so that holders really lose the lock mid-section. A holder whose lock's
+// context ended does not write. A lost update, or two holders inside at
+// once, would mean the exclusion failed.
 func TestMutexExclusion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEmu(t)
+		c := newCluster(t, defaults)
 		rng := rand.New(rand.NewPCG(3, 4))
 		var rmu sync.Mutex
-		e.SetFaults(func(emulator.Request) emulator.Fault {
+		c.setFaults(func(emulator.Request) emulator.Fault {
 			rmu.Lock()
 			defer rmu.Unlock()
 			return transientFault(rng, 0.2)
 		})
-		var counter, inside, increments atomic.Int64
+		var counter, inside, increments, losses, holder atomic.Int64
 		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var chaos sync.WaitGroup
+		chaos.Go(func() { // every 40 s, cut the process inside the section off for 20 s
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Second):
+				}
+				p := fmt.Sprintf("p%d", holder.Load())
+				c.partition(p, emulator.Hang)
+				time.Sleep(20 * time.Second)
+				c.heal(p)
+			}
+		})
+		var drng sync.Mutex
+		sections := rand.New(rand.NewPCG(5, 6))
+		section := func() time.Duration { // up to longer than the validity
+			drng.Lock()
+			defer drng.Unlock()
+			return time.Duration(sections.IntN(20000)) * time.Millisecond
+		}
 		for p := range 4 {
-			m := newMutex(t, e, fmt.Sprintf("p%d", p), "counter", nil)
+			m := newMutex(t, c.emu, fmt.Sprintf("p%d", p), "counter", nil)
 			for range 3 { // goroutines of one process share its Mutex
 				wg.Go(func() {
 					for range 10 {
-						err := m.Do(context.Background(), func(ctx context.Context, _ *azlease.Lock) error {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+						err := m.Do(ctx, func(ctx context.Context, _ *azlease.Lock) error {
 							require.Equal(t, int64(1), inside.Add(1), "two holders inside the critical section")
 							defer inside.Add(-1)
+							holder.Store(int64(p))
 							v := counter.Load()
-							time.Sleep(time.Duration(rand.IntN(3000)) * time.Millisecond)
-							if ctx.Err() != nil {
-								return ctx.Err() // lost the lock: do not write
+							select {
+							case <-time.After(section()):
+							case <-ctx.Done():
+								return context.Cause(ctx) // lost the lock: do not write
 							}
 							counter.Store(v + 1)
 							increments.Add(1)
 							return nil
 						})
-						if err != nil {
-							require.ErrorIs(t, err, azlease.ErrLeaseLost)
+						cancel()
+						switch {
+						case errors.Is(err, azlease.ErrLeaseLost):
+							losses.Add(1)
+						case errors.Is(err, context.DeadlineExceeded):
+							// waited 5 minutes (cut off, or unlucky): try again
+						case errors.Is(err, azlease.ErrTransient):
+							// cut off while unlocking: the lease expires on its own
+						default:
+							require.NoError(t, err)
 						}
 					}
 				})
 			}
 		}
 		wg.Wait()
+		close(stop)
+		chaos.Wait()
 		assert.Equal(t, increments.Load(), counter.Load(), "no lost updates")
-		assert.Greater(t, increments.Load(), int64(100))
+		assert.Greater(t, increments.Load(), int64(40))
+		assert.Greater(t, losses.Load(), int64(0), "the test must actually lose locks")
+		t.Logf("%d increments, %d sections cut short by a lost lock", increments.Load(), losses.Load())
 	})
 }
 
@@ -289,6 +329,95 @@ func TestLockFencedState(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, map[string]string{"owner": "a"}, st.Metadata)
 		require.ErrorIs(t, la.Unlock(ctx), azlease.ErrLeaseLost)
+		require.NoError(t, lb.Unlock(ctx))
+	})
+}
+
+// TestMutexDoUnlocksWhenFnPanics: a panic in fn (recovered further up, as
+// net/http does per request) still unlocks, and stops the renewals.
+func TestMutexDoUnlocksWhenFnPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		a := newMutex(t, e, "a", "m", nil)
+		func() {
+			defer func() { assert.Equal(t, "boom", recover()) }()
+			_ = a.Do(context.Background(), func(context.Context, *azlease.Lock) error { panic("boom") })
+		}()
+		lb, ok, err := newMutex(t, e, "b", "m", nil).TryLock(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok, "unlocked despite the panic")
+		require.NoError(t, lb.Unlock(context.Background()))
+	})
+}
+
+// TestLockLossSeenByAWriteEndsTheTerm: when a fenced write learns from Azure
+// that the lock is gone, the lock's context ends at once with that loss,
+// not at the next renewal, and Unlock reports it.
+func TestLockLossSeenByAWriteEndsTheTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		la, err := newMutex(t, e, "a", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		_, err = newLease(t, e.client("op"), "m", nil).Break(ctx, 0)
+		require.NoError(t, err)
+		require.ErrorIs(t, la.Write(ctx, []byte("x")), azlease.ErrLeaseLost, "Azure refuses the write")
+		assert.False(t, la.Valid())
+		require.Error(t, la.Context().Err(), "ended at once")
+		assert.ErrorIs(t, la.Err(), azlease.ErrLeaseLost)
+		assert.ErrorIs(t, la.Unlock(ctx), azlease.ErrLeaseLost)
+	})
+}
+
+// TestMutexCancelledLockLeavesNoOrphan: Lock's context ends while the epoch
+// write that follows a granted acquire is in flight. The lease is given
+// back, so the next holder does not wait for it to expire.
+func TestMutexCancelledLockLeavesNoOrphan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpSetMetadata {
+				return emulator.Fault{Delay: 2 * time.Second}
+			}
+			return emulator.Fault{}
+		}))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := newMutex(t, e, "a", "m", nil).Lock(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "m")
+		require.NoError(t, err)
+		assert.False(t, st.Leased, "left %s", st.State)
+		lb, ok, err := newMutex(t, e, "b", "m", nil).TryLock(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, lb.Unlock(context.Background()))
+	})
+}
+
+// TestMutexUnlockReleasesAfterUnansweredRenewals: renewals reach Azure but
+// their answers never come back, so the lock's term ends at its deadline.
+// The renewals did land: once the network heals, Unlock still releases the
+// lease instead of leaving it to block others.
+func TestMutexUnlockReleasesAfterUnansweredRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		la, err := newMutex(t, e, "a", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpRenewLease {
+				return emulator.Fault{Action: emulator.ApplyThenHang}
+			}
+			return emulator.Fault{}
+		}))
+		<-la.Done()
+		assert.ErrorIs(t, la.Err(), azlease.ErrDeadlinePassed)
+		e.SetFaults(nil)
+		require.ErrorIs(t, la.Unlock(ctx), azlease.ErrDeadlinePassed, "the loss is reported")
+		lb, ok, err := newMutex(t, e, "b", "m", nil).TryLock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "released, not left to expire")
 		require.NoError(t, lb.Unlock(ctx))
 	})
 }

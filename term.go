@@ -104,19 +104,21 @@ func (t *Term) Read(ctx context.Context) ([]byte, error) {
 	if !t.Valid() {
 		return nil, ErrNotHeld
 	}
-	return t.lease.read(ctx)
+	return t.lease.readAs(ctx, t.token.LeaseID)
 }
 
 // Write replaces the lock blob's content under the term's lease, keeping its
 // metadata. Azure rejects the write if the lease is no longer this term's,
 // so a former holder that was paused or cut off cannot overwrite a newer
-// holder's state: the write fails with an error wrapping [ErrLeaseLost].
-// Writing after the term ended returns [ErrNotHeld] without a request.
+// holder's state: the write fails with an error wrapping [ErrLeaseLost], and
+// the term ends at once with that cause. Writing after the term ended
+// returns [ErrNotHeld] without a request. The write always carries this
+// term's lease ID, never a later term's.
 func (t *Term) Write(ctx context.Context, content []byte) error {
 	if !t.Valid() {
 		return ErrNotHeld
 	}
-	return t.lease.Write(ctx, content)
+	return t.lease.writeAs(ctx, t.token.LeaseID, content)
 }
 
 // SetMetadata replaces the lock blob's user metadata under the term's lease;
@@ -125,21 +127,22 @@ func (t *Term) SetMetadata(ctx context.Context, md map[string]string) error {
 	if !t.Valid() {
 		return ErrNotHeld
 	}
-	return t.lease.SetMetadata(ctx, md)
+	return t.lease.setMetadataAs(ctx, t.token.LeaseID, md)
 }
 
-// extend moves the validity deadline after a renewal. A term that has ended
-// stays ended: a renewal that lands after the deadline does not revive it.
-func (t *Term) extend(lastSend, validUntil time.Time) bool {
+// extend records a renewal. It moves the validity deadline only while the
+// term lasts: a renewal that lands after the term ended does not revive it.
+// The renewal time is recorded either way, since an owner draining its work
+// still holds (and renews) the lease.
+func (t *Term) extend(lastSend, validUntil time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ctx.Err() != nil {
-		return false
+	if lastSend.After(t.lastRenew) {
+		t.lastRenew = lastSend
 	}
-	if validUntil.After(t.validUntil) {
-		t.validUntil, t.lastRenew = validUntil, lastSend
+	if t.ctx.Err() == nil && validUntil.After(t.validUntil) {
+		t.validUntil = validUntil
 	}
-	return true
 }
 
 // end cancels the term with cause, unless it already ended.
@@ -191,6 +194,9 @@ func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration,
 		rcancel:     rcancel,
 		beforeRenew: beforeRenew,
 	}
+	// Any operation that learns from Azure that the lease is gone ends
+	// the term at once, without waiting for the next renewal.
+	l.setOnLost(k.term.end)
 	k.wg.Add(2)
 	go k.watchdog()
 	go k.renewer()
@@ -203,6 +209,7 @@ func (k *keeper) stop(cause error) {
 	k.term.end(cause)
 	k.rcancel()
 	k.wg.Wait()
+	k.lease.setOnLost(nil)
 }
 
 func (k *keeper) watchdog() {
@@ -250,9 +257,14 @@ func (k *keeper) renewer() {
 			return
 		}
 		if err := k.lease.Renew(k.rctx); err != nil {
-			// Out of time for retries, the term still lasts until its
-			// deadline, where the watchdog ends it: one place decides that.
-			if k.rctx.Err() == nil && !errors.Is(err, ErrDeadlinePassed) {
+			switch {
+			case k.rctx.Err() != nil: // stopping
+			case errors.Is(err, ErrDeadlinePassed):
+				// Out of time for retries, the term still lasts until its
+				// deadline, where the watchdog ends it: one place decides.
+			case errors.Is(err, ErrNotHeld):
+				k.term.end(ErrLeaseLost) // lost through another operation
+			default:
 				k.term.end(err)
 			}
 			return

@@ -62,9 +62,11 @@ type Server struct {
 
 	mu         sync.Mutex
 	containers map[string]*containerState
-	seq        uint64 // ETag and request ID source
+	grants     map[string][]grant // by "container/blob"; kept when the blob is deleted
+	seq        uint64             // ETag and request ID source
 	clock      serverClock
-	localNow   time.Time // local time of the request being handled, for the grant log
+	past       []serverClock // earlier clock segments, oldest first, for converting past instants
+	localNow   time.Time     // local time of the request being handled, for the grant log
 	faults     FaultFunc
 	closed     chan struct{}
 	closeOnce  sync.Once
@@ -85,7 +87,7 @@ type blobState struct {
 	lastModified time.Time
 	created      time.Time
 	lease        leaseRecord
-	grants       []Grant
+	key          string // "container/blob", the key of its grants
 }
 
 // New returns an empty server. Its clock runs at the same rate as the local
@@ -99,6 +101,7 @@ func New(opts *Options) *Server {
 	return &Server{
 		account:    account,
 		containers: make(map[string]*containerState),
+		grants:     make(map[string][]grant),
 		clock:      serverClock{baseLocal: now, baseServer: now, rate: 1},
 		closed:     make(chan struct{}),
 	}
@@ -123,21 +126,6 @@ func (c serverClock) at(local time.Time) time.Time {
 	return c.baseServer.Add(time.Duration(float64(local.Sub(c.baseLocal)) * c.rate))
 }
 
-// local returns the first local instant at which the server's clock reads
-// server or later: when a lease that expires at server actually expires.
-// The float division can be off by a few nanoseconds either way; the loops
-// make it exact, since at never decreases.
-func (c serverClock) local(server time.Time) time.Time {
-	l := c.baseLocal.Add(time.Duration(float64(server.Sub(c.baseServer)) / c.rate))
-	for c.at(l).Before(server) {
-		l = l.Add(1)
-	}
-	for !c.at(l.Add(-1)).Before(server) {
-		l = l.Add(-1)
-	}
-	return l
-}
-
 // SetClockRate makes the server's clock run rate times as fast as the local
 // clock from now on (1.01: 1 % fast, so leases expire early in local time).
 // It panics unless 0.5 <= rate <= 2: anything else is a test bug.
@@ -148,7 +136,37 @@ func (s *Server) SetClockRate(rate float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	local := time.Now()
+	s.past = append(s.past, s.clock)
 	s.clock = serverClock{baseLocal: local, baseServer: s.clock.at(local), rate: rate}
+}
+
+// serverAt returns what the server's clock read at a local instant, through
+// the clock segment in force then.
+func (s *Server) serverAt(local time.Time) time.Time {
+	c := s.clock
+	for i := len(s.past) - 1; i >= 0 && local.Before(c.baseLocal); i-- {
+		c = s.past[i]
+	}
+	return c.at(local)
+}
+
+// localAt returns the first local instant at which the server's clock read
+// server or later: when a lease that expires at server actually expired (or
+// will). The float division can be off by a few nanoseconds either way; the
+// loops make it exact, since serverAt never decreases.
+func (s *Server) localAt(server time.Time) time.Time {
+	c := s.clock
+	for i := len(s.past) - 1; i >= 0 && !server.After(c.baseServer); i-- {
+		c = s.past[i]
+	}
+	l := c.baseLocal.Add(time.Duration(float64(server.Sub(c.baseServer)) / c.rate))
+	for s.serverAt(l).Before(server) {
+		l = l.Add(1)
+	}
+	for !s.serverAt(l.Add(-1)).Before(server) {
+		l = l.Add(-1)
+	}
+	return l
 }
 
 // Now returns the server's current time.
@@ -164,11 +182,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.injectFault(w, r, req) {
 		return
 	}
-	res := s.handle(r, req)
-	if res.applied && req.fault.Action == ApplyThenDrop {
+	res := s.handle(r, req) // applied if it can be; then the answer may be lost
+	if req.fault.Action == ApplyThenDrop {
 		panic(http.ErrAbortHandler)
 	}
-	if res.applied && req.fault.Action == ApplyThenHang {
+	if req.fault.Action == ApplyThenHang {
 		s.hang(r.Context())
 		panic(http.ErrAbortHandler)
 	}
@@ -275,7 +293,7 @@ func (res *result) write(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.code != "" {
 		h.Set("x-ms-error-code", res.code)
-		if r.Method != http.MethodHead {
+		if r.Method != http.MethodHead && res.status != http.StatusNotModified {
 			var b bytes.Buffer
 			b.WriteString(xml.Header)
 			b.WriteString("<Error><Code>")
@@ -438,7 +456,7 @@ func (s *Server) putBlob(c *containerState, req *request, body []byte, now time.
 		if req.Header.Get("x-ms-lease-id") != "" {
 			return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
 		}
-		b = &blobState{created: now}
+		b = &blobState{created: now, key: req.Container + "/" + req.Blob}
 		c.blobs[req.Blob] = b
 	}
 	s.afterWrite(b, req, now)
@@ -550,12 +568,15 @@ func (s *Server) afterWrite(b *blobState, req *request, now time.Time) {
 // If-Unmodified-Since. b is nil when the blob does not exist.
 func (s *Server) checkConditions(h http.Header, b *blobState, write bool) *result {
 	failed := func() *result {
-		if !write {
-			// Reads answer 304 for If-None-Match and 412 otherwise; azblob
-			// treats both as errors, so 412 ConditionNotMet keeps it simple.
-			return s.fail(http.StatusPreconditionFailed, "ConditionNotMet", "")
-		}
 		return s.fail(http.StatusPreconditionFailed, "ConditionNotMet", "")
+	}
+	// Reads answer 304 Not Modified (with no body) when If-None-Match or
+	// If-Modified-Since fails, and 412 for If-Match and If-Unmodified-Since.
+	notModified := func() *result {
+		if write {
+			return failed()
+		}
+		return s.fail(http.StatusNotModified, "ConditionNotMet", "")
 	}
 	if m := h.Get("If-Match"); m != "" {
 		if b == nil || (m != "*" && m != b.etag) {
@@ -567,12 +588,12 @@ func (s *Server) checkConditions(h http.Header, b *blobState, write bool) *resul
 	}
 	if m := h.Get("If-None-Match"); m != "" && b != nil {
 		if m == "*" || m == b.etag {
-			return failed()
+			return notModified()
 		}
 	}
 	if v := h.Get("If-Modified-Since"); v != "" && b != nil {
 		if t, err := http.ParseTime(v); err == nil && !b.lastModified.Truncate(time.Second).After(t) {
-			return failed()
+			return notModified()
 		}
 	}
 	if v := h.Get("If-Unmodified-Since"); v != "" && b != nil {

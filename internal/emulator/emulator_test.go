@@ -6,7 +6,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,4 +63,94 @@ func TestGrantsAreExact(t *testing.T) {
 			assert.Equal(t, released, g[1].End, "a release ends the grant at the local instant it happened")
 		})
 	}
+}
+
+// TestGrantsFollowClockRateChanges: a lease granted before the server's clock
+// speeds up ends when the server's clock reaches its expiry, and Grants says
+// so: ends are converted through the rate in force when they happen.
+func TestGrantsFollowClockRateChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := emulator.New(nil)
+		cc, err := s.ContainerClient("grants", "")
+		require.NoError(t, err)
+		ctx := raw(context.Background())
+		_, err = cc.Create(ctx, nil)
+		require.NoError(t, err)
+		_, err = cc.NewBlockBlobClient("b").UploadBuffer(ctx, nil, nil)
+		require.NoError(t, err)
+		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = lc.AcquireLease(ctx, 15, nil)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Second)
+		s.SetClockRate(2) // 10 server seconds left: 5 local seconds
+		g := s.Grants("grants", "b")
+		assert.Equal(t, start.Add(10*time.Second), g[0].End)
+		time.Sleep(5*time.Second - 1)
+		p, err := cc.NewBlobClient("b").GetProperties(ctx, nil)
+		require.NoError(t, err)
+		assert.Equal(t, lease.StateTypeLeased, *p.LeaseState)
+		time.Sleep(1)
+		p, err = cc.NewBlobClient("b").GetProperties(ctx, nil)
+		require.NoError(t, err)
+		assert.Equal(t, lease.StateTypeExpired, *p.LeaseState)
+		s.SetClockRate(0.5) // a later change does not move a past end
+		assert.Equal(t, start.Add(10*time.Second), s.Grants("grants", "b")[0].End)
+
+		// Grants outlive the blob.
+		_, err = cc.NewBlobClient("b").Delete(ctx, nil)
+		require.NoError(t, err)
+		assert.Len(t, s.Grants("grants", "b"), 1)
+	})
+}
+
+// TestApplyThenDropLosesEveryAnswer: the answer is lost whether the server
+// applied the request or refused it.
+func TestApplyThenDropLosesEveryAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := emulator.New(nil)
+		cc, err := s.ContainerClient("grants", "x")
+		require.NoError(t, err)
+		ctx := raw(context.Background())
+		_, err = cc.Create(ctx, nil)
+		require.NoError(t, err)
+		_, err = cc.NewBlockBlobClient("b").UploadBuffer(ctx, nil, nil)
+		require.NoError(t, err)
+		s.SetFaults(func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpReleaseLease {
+				return emulator.Fault{Action: emulator.ApplyThenDrop}
+			}
+			return emulator.Fault{}
+		})
+		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
+		require.NoError(t, err)
+		_, err = lc.ReleaseLease(ctx, nil) // refused (409): the refusal is lost too
+		assert.ErrorIs(t, err, emulator.ErrConnectionLost)
+	})
+}
+
+// TestConditionalReads: a read whose If-None-Match fails answers 304, one
+// whose If-Match fails answers 412.
+func TestConditionalReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := emulator.New(nil)
+		cc, err := s.ContainerClient("grants", "")
+		require.NoError(t, err)
+		ctx := raw(context.Background())
+		_, err = cc.Create(ctx, nil)
+		require.NoError(t, err)
+		up, err := cc.NewBlockBlobClient("b").UploadBuffer(ctx, []byte("x"), nil)
+		require.NoError(t, err)
+		_, err = cc.NewBlobClient("b").GetProperties(ctx, &blob.GetPropertiesOptions{AccessConditions: &blob.AccessConditions{
+			ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: up.ETag}}})
+		var re *azcore.ResponseError
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, 304, re.StatusCode)
+		other := azcore.ETag(`"0x1"`)
+		_, err = cc.NewBlobClient("b").GetProperties(ctx, &blob.GetPropertiesOptions{AccessConditions: &blob.AccessConditions{
+			ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: &other}}})
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, 412, re.StatusCode)
+	})
 }

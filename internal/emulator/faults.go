@@ -61,10 +61,12 @@ const (
 	// Hang never answers and does not apply the request; the client waits
 	// until its own deadline.
 	Hang
-	// ApplyThenDrop applies the request, then breaks the connection: the
-	// client sees a transport error although the request took effect.
+	// ApplyThenDrop applies the request (if the server would: a refused
+	// request changes nothing), then breaks the connection, so the client
+	// sees a transport error and cannot know whether it took effect.
 	ApplyThenDrop
-	// ApplyThenHang applies the request, then never answers.
+	// ApplyThenHang applies the request as ApplyThenDrop does, then never
+	// answers.
 	ApplyThenHang
 )
 

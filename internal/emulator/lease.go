@@ -53,51 +53,90 @@ type Grant struct {
 	End time.Time
 }
 
-// Grants returns the lease intervals the server has granted on a blob, oldest
-// first, in local time. A renewal extends the current grant; a lease acquired
-// again after it expired, or renewed after it expired, starts a new grant.
-// End times are converted with the current clock rate.
+// grant is a Grant as recorded: an end that comes from the lease's own
+// expiry (or a break period) is kept in server time, and converted to local
+// time when read, through the clock rate in force at that server instant.
+type grant struct {
+	leaseID   string
+	start     time.Time // local
+	endLocal  time.Time // local, for ends that happened at a request
+	endServer time.Time // server, for expiries and break periods
+	infinite  bool
+}
+
+// Grants returns the lease intervals the server has granted on a blob,
+// oldest first, in local time, also for a blob since deleted. A renewal
+// extends the current grant; a lease acquired again after it expired, or
+// renewed after it expired, starts a new grant.
 func (s *Server) Grants(container, blob string) []Grant {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.containers[container]
-	if !ok {
-		return nil
-	}
-	b, ok := c.blobs[blob]
-	if !ok {
-		return nil
-	}
-	return append([]Grant(nil), b.grants...)
-}
-
-func (s *Server) localEnd(l leaseRecord) time.Time {
-	switch {
-	case l.state == breaking:
-		return s.clock.local(l.breakAt)
-	case l.duration < 0:
-		return time.Time{}
-	default:
-		return s.clock.local(l.expires)
-	}
-}
-
-// openGrant records a new lease interval starting now.
-func (s *Server) openGrant(b *blobState) {
-	local := s.localNow
-	if n := len(b.grants); n > 0 {
-		last := &b.grants[n-1]
-		if last.End.IsZero() || last.End.After(local) {
-			last.End = local
+	gs := s.grants[container+"/"+blob]
+	out := make([]Grant, len(gs))
+	for i, g := range gs {
+		out[i] = Grant{LeaseID: g.leaseID, Start: g.start}
+		switch {
+		case !g.endLocal.IsZero():
+			out[i].End = g.endLocal
+		case !g.infinite:
+			out[i].End = s.localAt(g.endServer)
 		}
 	}
-	b.grants = append(b.grants, Grant{LeaseID: b.lease.id, Start: local, End: s.localEnd(b.lease)})
+	return out
 }
 
-// setGrantEnd moves the end of the current grant.
-func (s *Server) setGrantEnd(b *blobState, end time.Time) {
-	if n := len(b.grants); n > 0 {
-		b.grants[n-1].End = end
+// setEnd records when a lease ends: its expiry (or break) as the server will
+// see it, or, when it ends now, the local time of the request.
+func (g *grant) setEnd(l leaseRecord, now, localNow time.Time) {
+	g.endLocal, g.endServer, g.infinite = time.Time{}, time.Time{}, false
+	var at time.Time
+	switch l.state {
+	case breaking:
+		at = l.breakAt
+	case leased:
+		if l.duration < 0 {
+			g.infinite = true
+			return
+		}
+		at = l.expires
+	}
+	if at.After(now) {
+		g.endServer = at
+	} else {
+		g.endLocal = localNow // broken, released, or at its end already
+	}
+}
+
+func (s *Server) current(b *blobState) *grant {
+	gs := s.grants[b.key]
+	if len(gs) == 0 {
+		return nil
+	}
+	return &gs[len(gs)-1]
+}
+
+// openGrant records a new lease interval starting now, ending the previous
+// one now if it had not ended.
+func (s *Server) openGrant(b *blobState, now time.Time) {
+	if g := s.current(b); g != nil && (g.infinite || (g.endLocal.IsZero() && g.endServer.After(now))) {
+		g.endLocal, g.endServer, g.infinite = s.localNow, time.Time{}, false
+	}
+	g := grant{leaseID: b.lease.id, start: s.localNow}
+	g.setEnd(b.lease, now, s.localNow)
+	s.grants[b.key] = append(s.grants[b.key], g)
+}
+
+// setGrantEnd moves the end of the current grant to where lease l ends.
+func (s *Server) setGrantEnd(b *blobState, l leaseRecord, now time.Time) {
+	if g := s.current(b); g != nil {
+		g.setEnd(l, now, s.localNow)
+	}
+}
+
+// endGrantNow ends the current grant at the request being handled.
+func (s *Server) endGrantNow(b *blobState) {
+	if g := s.current(b); g != nil {
+		g.endLocal, g.endServer, g.infinite = s.localNow, time.Time{}, false
 	}
 }
 
@@ -147,7 +186,7 @@ func (s *Server) acquire(b *blobState, l leaseRecord, req *request, now time.Tim
 		}
 		// Same ID: the lease continues with the new duration.
 		b.lease = leaseRecord{state: leased, id: proposed, duration: d, expires: expiry(now, d)}
-		s.setGrantEnd(b, s.localEnd(b.lease))
+		s.setGrantEnd(b, b.lease, now)
 	case breaking:
 		if proposed == l.id {
 			return s.fail(http.StatusConflict, "LeaseIsBreakingAndCannotBeAcquired", "")
@@ -155,7 +194,7 @@ func (s *Server) acquire(b *blobState, l leaseRecord, req *request, now time.Tim
 		return s.fail(http.StatusConflict, "LeaseAlreadyPresent", "")
 	default: // available, expired, broken
 		b.lease = leaseRecord{state: leased, id: proposed, duration: d, expires: expiry(now, d)}
-		s.openGrant(b)
+		s.openGrant(b, now)
 	}
 	return s.leaseOK(http.StatusCreated, b, b.lease.id)
 }
@@ -171,10 +210,10 @@ func (s *Server) renew(b *blobState, l leaseRecord, id string, now time.Time) *r
 		// Renewable because nobody leased or modified the blob since it
 		// expired (a write makes it available): a new interval begins.
 		b.lease = leaseRecord{state: leased, id: id, duration: l.duration, expires: expiry(now, l.duration)}
-		s.openGrant(b)
+		s.openGrant(b, now)
 	default:
 		b.lease = leaseRecord{state: leased, id: id, duration: l.duration, expires: expiry(now, l.duration)}
-		s.setGrantEnd(b, s.localEnd(b.lease))
+		s.setGrantEnd(b, b.lease, now)
 	}
 	return s.leaseOK(http.StatusOK, b, id)
 }
@@ -190,9 +229,7 @@ func (s *Server) change(b *blobState, l leaseRecord, id string, req *request, no
 		case id:
 			b.lease.id = proposed
 			if proposed != id {
-				end := s.localEnd(l)
-				s.setGrantEnd(b, s.localNow)
-				b.grants = append(b.grants, Grant{LeaseID: proposed, Start: s.localNow, End: end})
+				s.openGrant(b, now) // the same lease under a new ID
 			}
 		case proposed: // (B)→(A) on Leased(A): a retried change that already happened
 		default:
@@ -200,6 +237,11 @@ func (s *Server) change(b *blobState, l leaseRecord, id string, req *request, no
 		}
 		return s.leaseOK(http.StatusOK, b, b.lease.id)
 	case breaking:
+		// Azure's text for this code: "The lease ID matched, but the lease
+		// is currently in breaking state". A wrong ID is a mismatch.
+		if id != l.id && proposed != l.id {
+			return s.fail(http.StatusConflict, "LeaseIdMismatchWithLeaseOperation", "")
+		}
 		return s.fail(http.StatusConflict, "LeaseIsBreakingAndCannotBeChanged", "")
 	default:
 		return s.fail(http.StatusConflict, "LeaseNotPresentWithLeaseOperation", "")
@@ -211,7 +253,7 @@ func (s *Server) release(b *blobState, l leaseRecord, id string, now time.Time) 
 		return s.fail(http.StatusConflict, "LeaseIdMismatchWithLeaseOperation", "")
 	}
 	if l.state == leased || l.state == breaking {
-		s.setGrantEnd(b, s.localNow)
+		s.endGrantNow(b)
 	}
 	b.lease = leaseRecord{}
 	return s.leaseOK(http.StatusOK, b, "")
@@ -257,11 +299,7 @@ func (s *Server) breakLease(b *blobState, l leaseRecord, req *request, now time.
 		b.lease = leaseRecord{state: broken, id: l.id, duration: l.duration}
 	}
 	if wasHeld {
-		end := s.localNow
-		if at.After(now) {
-			end = s.clock.local(at)
-		}
-		s.setGrantEnd(b, end)
+		s.setGrantEnd(b, b.lease, now)
 	}
 	res := s.leaseOK(http.StatusAccepted, b, "")
 	secs := int(math.Ceil(at.Sub(now).Seconds()))
