@@ -24,6 +24,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
+	"github.com/azlease/azlease/internal/azname"
 	"github.com/azlease/azlease/internal/timing"
 )
 
@@ -561,7 +562,7 @@ func (l *Lease) Change(ctx context.Context, proposedID string) (Token, error) {
 	if proposedID == "" {
 		proposedID = newLeaseID()
 	}
-	canon, ok := canonicalLeaseID(proposedID)
+	canon, ok := azname.GUID(proposedID)
 	if !ok {
 		return Token{}, optionErr("proposedID", "%q: must be a GUID", proposedID)
 	}
@@ -613,7 +614,7 @@ func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
 
 func (l *Lease) setMetadataAs(ctx context.Context, id string, md map[string]string) error {
 	for k := range md {
-		if !validMetadataName(k) || strings.HasPrefix(strings.ToLower(k), metaPrefix) {
+		if !azname.MetadataName(k) || strings.HasPrefix(strings.ToLower(k), metaPrefix) {
 			return optionErr("metadata", "name %q: must be a C# identifier not starting with %q", k, metaPrefix)
 		}
 	}
@@ -896,36 +897,4 @@ func newLeaseID() string {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// canonicalLeaseID checks that id is a GUID in the 8-4-4-4-12 form and
-// returns it in lower case.
-func canonicalLeaseID(id string) (string, bool) {
-	if len(id) != 36 {
-		return "", false
-	}
-	for i, c := range id {
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return "", false
-			}
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
-		default:
-			return "", false
-		}
-	}
-	return strings.ToLower(id), true
-}
-
-func validMetadataName(n string) bool {
-	for i, c := range n {
-		switch {
-		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return n != ""
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease/internal/azname"
 )
 
 // Limits that apply to every lease.
@@ -205,44 +207,24 @@ func newTarget(cc *container.Client, blobName, blobField string) (target, error)
 	return target{cc: cc, container: parts.ContainerName, blob: blobName}, nil
 }
 
-// containerNameProblem applies Azure's container naming rules: 3 to 63
-// characters, lower-case letters, digits and single hyphens, starting and
-// ending with a letter or digit. "$root" is also allowed.
+// containerNameProblem applies Azure's container naming rules.
 func containerNameProblem(n string) string {
-	if n == "$root" {
-		return ""
-	}
-	switch {
-	case n == "":
+	if n == "" {
 		return "empty (the container client must point at a container)"
-	case len(n) < 3 || len(n) > 63:
-		return "must be 3 to 63 characters long"
-	case n[0] == '-' || n[len(n)-1] == '-':
-		return "must start and end with a letter or digit"
-	case strings.Contains(n, "--"):
-		return "must not contain consecutive hyphens"
 	}
-	for _, r := range n {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return "may contain only lower-case letters, digits and hyphens"
-		}
-	}
-	return ""
+	return azname.ContainerProblem(n)
 }
 
 // blobNameProblem applies Azure's blob naming rules: 1 to 1024 characters,
 // at most 254 path segments, not ending with a dot or slash; azlease also
 // refuses control characters and invalid UTF-8, which no lock name needs.
 func blobNameProblem(n string) string {
+	if p := azname.BlobProblem(n); p != "" {
+		return p
+	}
 	switch {
-	case n == "":
-		return "empty"
-	case len(n) > 1024:
-		return "longer than 1024 characters"
 	case !utf8.ValidString(n):
 		return "not valid UTF-8"
-	case strings.Count(n, "/") >= 254:
-		return "more than 254 path segments"
 	case strings.HasSuffix(n, ".") || strings.HasSuffix(n, "/"):
 		return "must not end with a dot or a slash"
 	case strings.IndexFunc(n, unicode.IsControl) >= 0:

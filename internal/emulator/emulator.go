@@ -37,6 +37,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/azlease/azlease/internal/azname"
 )
 
 // Account and AccountKey are the defaults of [Options]: Azurite's well-known
@@ -392,7 +394,7 @@ func (s *Server) newETag() string {
 }
 
 func (s *Server) createContainer(req *request, now time.Time) *result {
-	if !validContainerName(req.Container) {
+	if azname.ContainerProblem(req.Container) != "" {
 		return s.fail(http.StatusBadRequest, "InvalidResourceName", "")
 	}
 	if _, ok := s.containers[req.Container]; ok {
@@ -426,7 +428,7 @@ func (s *Server) deleteContainer(req *request) *result {
 const maxBlobSize = 4 << 20
 
 func (s *Server) putBlob(c *containerState, req *request, body []byte, now time.Time) *result {
-	if !validBlobName(req.Blob) {
+	if azname.BlobProblem(req.Blob) != "" {
 		return s.fail(http.StatusBadRequest, "InvalidResourceName", "")
 	}
 	if len(body) > maxBlobSize {
@@ -614,7 +616,7 @@ func (s *Server) parseMetadata(h http.Header) (map[string]string, *result) {
 			continue
 		}
 		name := k[len("x-ms-meta-"):]
-		if !validMetadataName(name) {
+		if !azname.MetadataName(name) {
 			return nil, s.fail(http.StatusBadRequest, "InvalidMetadata", "")
 		}
 		for existing := range md {
@@ -630,37 +632,6 @@ func (s *Server) parseMetadata(h http.Header) (map[string]string, *result) {
 		return nil, s.fail(http.StatusBadRequest, "MetadataTooLarge", "")
 	}
 	return md, nil
-}
-
-func validMetadataName(n string) bool {
-	for i, c := range n {
-		switch {
-		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return n != ""
-}
-
-func validContainerName(n string) bool {
-	if n == "$root" {
-		return true
-	}
-	if len(n) < 3 || len(n) > 63 || n[0] == '-' || n[len(n)-1] == '-' || strings.Contains(n, "--") {
-		return false
-	}
-	for _, c := range n {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func validBlobName(n string) bool {
-	return n != "" && len(n) <= 1024 && strings.Count(n, "/") < 254
 }
 
 func stamp(etag string, lastModified time.Time) http.Header {

@@ -5,8 +5,9 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/azlease/azlease/internal/azname"
 )
 
 type leaseState int
@@ -332,7 +333,7 @@ func (s *Server) leaseIDHeader(h http.Header, name string, required bool) (strin
 		}
 		return "", nil
 	}
-	id, ok := canonicalGUID(v)
+	id, ok := azname.GUID(v)
 	if !ok {
 		return "", s.fail(http.StatusBadRequest, "InvalidHeaderValue", "")
 	}
@@ -396,28 +397,6 @@ func (s *Server) checkReadLease(b *blobState, req *request, now time.Time) *resu
 		return s.fail(http.StatusPreconditionFailed, "LeaseNotPresentWithBlobOperation", "")
 	}
 	return nil
-}
-
-// canonicalGUID accepts the GUID formats Azure does (with or without hyphens,
-// braces or parentheses) and returns the lower-case hyphenated form.
-func canonicalGUID(v string) (string, bool) {
-	if len(v) >= 2 && (v[0] == '{' && v[len(v)-1] == '}' || v[0] == '(' && v[len(v)-1] == ')') {
-		v = v[1 : len(v)-1]
-	}
-	hex := strings.ReplaceAll(v, "-", "")
-	if len(hex) != 32 || (len(v) != 32 && len(v) != 36) {
-		return "", false
-	}
-	if len(v) == 36 && (v[8] != '-' || v[13] != '-' || v[18] != '-' || v[23] != '-') {
-		return "", false
-	}
-	for _, c := range hex {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return "", false
-		}
-	}
-	hex = strings.ToLower(hex)
-	return hex[0:8] + "-" + hex[8:12] + "-" + hex[12:16] + "-" + hex[16:20] + "-" + hex[20:], true
 }
 
 // newGUID makes the lease ID the server chooses when the client proposes
