@@ -9,6 +9,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,13 +27,7 @@ func TestGrantsAreExact(t *testing.T) {
 			time.Sleep(1234567 * time.Nanosecond) // a base that is not round
 			s.SetClockRate(rate)
 			time.Sleep(7654321 * time.Nanosecond)
-			cc, err := s.ContainerClient("grants", "")
-			require.NoError(t, err)
-			ctx := raw(context.Background())
-			_, err = cc.Create(ctx, nil)
-			require.NoError(t, err)
-			_, err = cc.NewBlockBlobClient("b").UploadBuffer(ctx, nil, nil)
-			require.NoError(t, err)
+			cc, ctx := withBlob(t, s, "")
 			lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr("aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa")})
 			require.NoError(t, err)
 			start := time.Now()
@@ -71,13 +66,7 @@ func TestGrantsAreExact(t *testing.T) {
 func TestGrantsFollowClockRateChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := emulator.New(nil)
-		cc, err := s.ContainerClient("grants", "")
-		require.NoError(t, err)
-		ctx := raw(context.Background())
-		_, err = cc.Create(ctx, nil)
-		require.NoError(t, err)
-		_, err = cc.NewBlockBlobClient("b").UploadBuffer(ctx, nil, nil)
-		require.NoError(t, err)
+		cc, ctx := withBlob(t, s, "")
 		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
 		require.NoError(t, err)
 		start := time.Now()
@@ -110,12 +99,8 @@ func TestGrantsFollowClockRateChanges(t *testing.T) {
 func TestApplyThenDropLosesEveryAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := emulator.New(nil)
+		_, ctx := withBlob(t, s, "x")
 		cc, err := s.ContainerClient("grants", "x")
-		require.NoError(t, err)
-		ctx := raw(context.Background())
-		_, err = cc.Create(ctx, nil)
-		require.NoError(t, err)
-		_, err = cc.NewBlockBlobClient("b").UploadBuffer(ctx, nil, nil)
 		require.NoError(t, err)
 		s.SetFaults(func(r emulator.Request) emulator.Fault {
 			if r.Op == emulator.OpReleaseLease {
@@ -135,11 +120,7 @@ func TestApplyThenDropLosesEveryAnswer(t *testing.T) {
 func TestConditionalReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := emulator.New(nil)
-		cc, err := s.ContainerClient("grants", "")
-		require.NoError(t, err)
-		ctx := raw(context.Background())
-		_, err = cc.Create(ctx, nil)
-		require.NoError(t, err)
+		cc, ctx := withBlob(t, s, "")
 		up, err := cc.NewBlockBlobClient("b").UploadBuffer(ctx, []byte("x"), nil)
 		require.NoError(t, err)
 		_, err = cc.NewBlobClient("b").GetProperties(ctx, &blob.GetPropertiesOptions{AccessConditions: &blob.AccessConditions{
@@ -153,4 +134,18 @@ func TestConditionalReads(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		assert.Equal(t, 412, re.StatusCode)
 	})
+}
+
+// withBlob creates the container "grants" and an empty blob "b" on s, and
+// returns a client for client label and a context without SDK retries.
+func withBlob(t *testing.T, s *emulator.Server, label string) (*container.Client, context.Context) {
+	t.Helper()
+	cc, err := s.ContainerClient("grants", label)
+	require.NoError(t, err)
+	ctx := raw(context.Background())
+	_, err = cc.Create(ctx, nil)
+	require.NoError(t, err)
+	_, err = cc.NewBlockBlobClient("b").UploadBuffer(ctx, nil, nil)
+	require.NoError(t, err)
+	return cc, ctx
 }
