@@ -118,16 +118,15 @@ var debugSim = os.Getenv("AZLEASE_DEBUG_SIM") != ""
 
 // simStats is what one run of a scenario measured.
 type simStats struct {
-	terms            int
-	outside          int // believed intervals outside their lease
-	overlaps         int // pairs of overlapping believed intervals
-	sampledOverlaps  int // instants at which two nodes answered IsLeader true
-	demotions        int // terms that ended other than by a stop
-	handoffs         []time.Duration
-	failovers        []time.Duration
-	requests         int
-	causes           map[string]int
-	leaderlessPeriod time.Duration
+	terms           int
+	outside         int // believed intervals outside their lease
+	overlaps        int // pairs of overlapping believed intervals
+	sampledOverlaps int // instants at which two nodes answered IsLeader true
+	demotions       int // terms that ended other than by a stop
+	handoffs        []time.Duration
+	failovers       []time.Duration
+	requests        int
+	causes          map[string]int
 }
 
 // runScenario plays sc with azlease Electors (naive=false) or with seed

@@ -67,7 +67,6 @@ type backend struct {
 	name string
 	// client returns a container client with its own transport.
 	client func(container string) (*container.Client, *counting)
-	close  func()
 }
 
 func run(out, sim, gobench string, n int, quick bool) error {

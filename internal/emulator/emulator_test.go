@@ -38,11 +38,11 @@ func TestGrantsAreExact(t *testing.T) {
 			assert.Equal(t, start, g[0].Start)
 			assert.InDelta(t, float64(15*time.Second)/rate, float64(g[0].End.Sub(start)), 2)
 
-			time.Sleep(time.Until(g[0].End) - 1)
+			time.Sleep(time.Until(g[0].End) - time.Nanosecond)
 			p, err := cc.NewBlobClient("b").GetProperties(ctx, nil)
 			require.NoError(t, err)
 			assert.Equal(t, lease.StateTypeLeased, *p.LeaseState, "rate %v: held 1 ns before the grant ends", rate)
-			time.Sleep(1)
+			time.Sleep(time.Nanosecond) // exactly onto the grant's end
 			p, err = cc.NewBlobClient("b").GetProperties(ctx, nil)
 			require.NoError(t, err)
 			assert.Equal(t, lease.StateTypeExpired, *p.LeaseState, "rate %v: expired when the grant ends", rate)
@@ -76,11 +76,11 @@ func TestGrantsFollowClockRateChanges(t *testing.T) {
 		s.SetClockRate(2) // 10 server seconds left: 5 local seconds
 		g := s.Grants("grants", "b")
 		assert.Equal(t, start.Add(10*time.Second), g[0].End)
-		time.Sleep(5*time.Second - 1)
+		time.Sleep(5*time.Second - time.Nanosecond)
 		p, err := cc.NewBlobClient("b").GetProperties(ctx, nil)
 		require.NoError(t, err)
 		assert.Equal(t, lease.StateTypeLeased, *p.LeaseState)
-		time.Sleep(1)
+		time.Sleep(time.Nanosecond) // exactly onto the grant's end
 		p, err = cc.NewBlobClient("b").GetProperties(ctx, nil)
 		require.NoError(t, err)
 		assert.Equal(t, lease.StateTypeExpired, *p.LeaseState)
