@@ -72,6 +72,7 @@ type Server struct {
 	faults     FaultFunc
 	closed     chan struct{}
 	closeOnce  sync.Once
+	late       sync.WaitGroup // requests waiting to be applied late (ApplyLate)
 }
 
 type containerState struct {
@@ -110,10 +111,15 @@ func New(opts *Options) *Server {
 }
 
 // Close releases every request that is hanging or delayed on purpose, so a
-// server that is being shut down never holds a client forever. The server
-// keeps answering afterwards; Close only ends deliberate waits.
+// server that is being shut down never holds a client forever, drops the
+// requests still waiting to be applied late ([ApplyLate]), and waits for the
+// goroutines that held them. The server keeps answering afterwards; Close
+// only ends deliberate waits.
 func (s *Server) Close() {
+	s.mu.Lock()
 	s.closeOnce.Do(func() { close(s.closed) })
+	s.mu.Unlock()
+	s.late.Wait()
 }
 
 // serverClock maps local time to the server's time. The server's clock runs
@@ -184,7 +190,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.injectFault(w, r, req) {
 		return
 	}
-	res := s.handle(r, req) // applied if it can be; then the answer may be lost
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBlobSize+1))
+	if err != nil {
+		s.fail(http.StatusBadRequest, "InvalidInput", "could not read the request body").write(w, r)
+		return
+	}
+	if req.fault.Action == ApplyLate {
+		s.applyLate(r.Context(), req, body, req.fault.LateBy)
+		panic(http.ErrAbortHandler) // the client has given up: nobody reads an answer
+	}
+	res := s.handle(req, body) // applied if it can be; then the answer may be lost
 	if req.fault.Action == ApplyThenDrop {
 		panic(http.ErrAbortHandler)
 	}
@@ -325,11 +340,7 @@ func (s *Server) fail(status int, code, message string) *result {
 	return &result{status: status, code: code, message: message, header: http.Header{}}
 }
 
-func (s *Server) handle(r *http.Request, req *request) *result {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBlobSize+1))
-	if err != nil {
-		return s.fail(http.StatusBadRequest, "InvalidInput", "could not read the request body")
-	}
+func (s *Server) handle(req *request, body []byte) *result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
@@ -342,7 +353,7 @@ func (s *Server) handle(r *http.Request, req *request) *result {
 	res.header.Set("x-ms-request-id", fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq))
 	res.header.Set("x-ms-version", serviceVersion)
 	res.header.Set("Date", now.UTC().Truncate(time.Second).Format(http.TimeFormat))
-	if id := r.Header.Get("x-ms-client-request-id"); id != "" {
+	if id := req.Header.Get("x-ms-client-request-id"); id != "" {
 		res.header.Set("x-ms-client-request-id", id)
 	}
 	return res

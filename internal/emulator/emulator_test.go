@@ -149,3 +149,68 @@ func withBlob(t *testing.T, s *emulator.Server, label string) (*container.Client
 	require.NoError(t, err)
 	return cc, ctx
 }
+
+// TestApplyLate: a request held by the ApplyLate fault is not applied while
+// its client waits, and is applied LateBy after the client gave up, whatever
+// happened meanwhile: here a release sent for an old term frees the lease a
+// newer acquisition with the same ID holds. Close drops what is still waiting.
+func TestApplyLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := emulator.New(nil)
+		t.Cleanup(s.Close)
+		cc, ctx := withBlob(t, s, "")
+		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
+		require.NoError(t, err)
+		state := func() lease.StateType {
+			p, err := cc.NewBlobClient("b").GetProperties(ctx, nil)
+			require.NoError(t, err)
+			return *p.LeaseState
+		}
+
+		s.SetFaults(func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpAcquireLease {
+				return emulator.Fault{Action: emulator.ApplyLate, LateBy: 5 * time.Second}
+			}
+			return emulator.Fault{}
+		})
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = lc.AcquireLease(actx, 15, nil)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, lease.StateTypeAvailable, state(), "not applied while the client waited")
+		time.Sleep(5*time.Second - time.Nanosecond)
+		assert.Equal(t, lease.StateTypeAvailable, state())
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		assert.Equal(t, lease.StateTypeLeased, state(), "applied LateBy after the client gave up")
+
+		// A release from an earlier attempt lands on a newer acquisition
+		// that reused its lease ID: what azlease must never allow to matter.
+		s.SetFaults(func(r emulator.Request) emulator.Fault {
+			if r.Op == emulator.OpReleaseLease {
+				return emulator.Fault{Action: emulator.ApplyLate, LateBy: time.Second}
+			}
+			return emulator.Fault{}
+		})
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err = lc.ReleaseLease(rctx, nil)
+		cancel()
+		require.Error(t, err)
+		assert.Equal(t, lease.StateTypeLeased, state())
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, lease.StateTypeAvailable, state(), "the late release freed the lease")
+
+		// Close drops a request still waiting, and waits for its goroutine.
+		s.SetFaults(func(emulator.Request) emulator.Fault {
+			return emulator.Fault{Action: emulator.ApplyLate, LateBy: time.Hour}
+		})
+		actx, cancel = context.WithTimeout(ctx, time.Second)
+		_, err = lc.AcquireLease(actx, 15, nil)
+		cancel()
+		require.Error(t, err)
+		s.Close()
+		s.SetFaults(nil)
+		assert.Equal(t, lease.StateTypeAvailable, state(), "dropped at Close")
+	})
+}

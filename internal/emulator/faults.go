@@ -68,6 +68,13 @@ const (
 	// ApplyThenHang applies the request as ApplyThenDrop does, then never
 	// answers.
 	ApplyThenHang
+	// ApplyLate never answers, and applies the request only after the
+	// client has given up waiting for it (its deadline passed or it was
+	// cancelled), Fault.LateBy later: a request that sat in a queue on the
+	// way and reached the service after its sender had moved on. The late
+	// application's answer goes nowhere. A request still waiting when the
+	// server is closed is dropped.
+	ApplyLate
 )
 
 // Fault is the misbehaviour chosen for one request. The zero Fault handles it
@@ -86,6 +93,9 @@ type Fault struct {
 	// 503 ServerBusy.
 	Status int
 	Code   string
+	// LateBy is, for ApplyLate, how long after the client gave up the
+	// request is applied (local time). Zero: as soon as it gave up.
+	LateBy time.Duration
 }
 
 // FaultFunc chooses a fault for each request. It runs on the request's
@@ -146,4 +156,42 @@ func (s *Server) wait(ctx context.Context, d time.Duration) {
 		panic(http.ErrAbortHandler)
 	case <-s.closed:
 	}
+}
+
+// applyLate waits until the client gives up on req, then, in a goroutine the
+// server owns (Close waits for it), applies req lateBy later and discards the
+// answer.
+func (s *Server) applyLate(clientCtx context.Context, req *request, body []byte, lateBy time.Duration) {
+	select {
+	case <-clientCtx.Done():
+	case <-s.closed:
+		return
+	}
+	s.mu.Lock() // Close closes s.closed under s.mu: no Add after its Wait began
+	select {
+	case <-s.closed:
+		s.mu.Unlock()
+		return
+	default:
+	}
+	s.late.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.late.Done()
+		if lateBy > 0 {
+			t := time.NewTimer(lateBy)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-s.closed:
+				return
+			}
+		}
+		select {
+		case <-s.closed:
+			return
+		default:
+		}
+		s.handle(req, body)
+	}()
 }
