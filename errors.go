@@ -73,7 +73,7 @@ var (
 // [*azcore.ResponseError]; both are reachable with [errors.Is] and
 // [errors.As].
 type Error struct {
-	// Op is the operation: "acquire", "renew", "release", "break", "change",
+	// Op is the operation: "acquire", "renew", "release", "break", "handoff",
 	// "create", "read" or "write".
 	Op string
 	// Container and Blob name the lock blob.

@@ -39,20 +39,23 @@ type holdState int
 
 const (
 	notHeld holdState = iota
-	pending           // an acquire with l.id may have been granted; its answer was lost: reuse l.id
 	held
-	stale // a term ended without a definitive loss; l.id may still hold the lease: release it, never reuse it
+	// stale: l.id may still hold the lease without a term (a term ran out
+	// without a definitive loss, or a release or hand-off failed): release
+	// it at the next chance, never use it for a term again.
+	stale
 )
 
 // Lease is a lease on one lock blob: the low-level building block of
 // [Elector], [Mutex] and [DoOnce].
 //
 // Each acquisition starts a term with a fresh lease ID and a larger fencing
-// epoch. Retries within a term reuse its lease ID, so a retried acquire or
-// release is idempotent, and a request delayed from an old term can never act
-// on a newer one. A request whose outcome is unknown (a timeout, a lost
-// response) is resolved by retrying it with the same lease ID before
-// anything is reported.
+// epoch. The retries of one call reuse its lease ID, so a retried acquire or
+// release is idempotent; a lease ID is never proposed by two Acquire calls
+// when a request carrying it may still be on its way, so a request applied
+// late, after its sender gave up, can never act on a newer term. A request
+// whose outcome is unknown (a timeout, a lost response) is resolved by
+// retrying it with the same lease ID before anything is reported.
 //
 // A Lease is safe for concurrent use; its lease operations run one at a time.
 type Lease struct {
@@ -63,9 +66,12 @@ type Lease struct {
 
 	opMu sync.Mutex // serialises operations that use or change the lease ID
 
-	mu           sync.Mutex
-	id           string // the term's lease ID, or the pending one
-	state        holdState
+	mu    sync.Mutex
+	id    string // the lease ID of the term, or of a stale holding
+	state holdState
+	// nextID is the lease ID the next Acquire proposes, when chosen ahead
+	// (NextLeaseID) or kept from a call whose every request was answered.
+	nextID       string
 	lastSend     time.Time // send instant of the last successful acquire or renew
 	validUntil   time.Time
 	token        Token
@@ -161,19 +167,31 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 		l.state = stale // a term that ran out without a renewal
 	}
 	l.mu.Unlock()
-	l.abandon(ctx, stale)
+	l.releaseStale(ctx)
 
 	l.mu.Lock()
-	if l.state != pending {
-		l.id = newLeaseID()
+	id := l.nextID
+	if id == "" {
+		id = newLeaseID()
 	}
-	id := l.id
-	l.state, l.token = notHeld, Token{}
+	l.nextID = ""
+	l.id, l.state, l.token = id, notHeld, Token{}
 	l.mu.Unlock()
 
-	send, err := l.acquire(ctx, id)
+	send, unsure, err := l.acquire(ctx, id)
 	if err != nil {
-		l.abandon(ctx, pending) // it may have been granted: give it back
+		l.mu.Lock()
+		l.id = ""
+		if !unsure && l.nextID == "" {
+			l.nextID = id // every request with it was answered: nothing can land later
+		}
+		l.mu.Unlock()
+		if unsure {
+			// It may have been granted: give it back. The ID is never
+			// proposed again, since this Release, or an acquire still on
+			// its way, may be applied after a later term began.
+			l.giveBack(ctx, id)
+		}
 		return Token{}, err
 	}
 	validUntil := timing.ValidUntil(send, l.cfg.duration, l.cfg.margin)
@@ -207,78 +225,73 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 }
 
 // acquire sends Acquire Lease with id until Azure grants or refuses it, and
-// returns the send instant of the granting request. It records an ambiguous
-// outcome as pending so the next call reuses the ID.
-func (l *Lease) acquire(ctx context.Context, id string) (time.Time, error) {
-	var send time.Time
+// returns the send instant of the granting request. unsure reports that a
+// request may have been granted although no answer said so.
+func (l *Lease) acquire(ctx context.Context, id string) (send time.Time, unsure bool, err error) {
 	var created bool
 	limit := time.Now().Add(l.cfg.duration)
-	err := l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
+	err = l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
 		_, err := l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
 		c := classify(ctx, err)
 		if c == classNotFound && l.cfg.create && !created {
 			if err = l.ensure(ctx, actx, err); err != nil {
-				return l.acquireOutcome(ctx, err)
+				return l.acquireOutcome(ctx, err, &unsure)
 			}
 			created = true
 			now = time.Now()
 			_, err = l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
 		}
-		done, oerr := l.acquireOutcome(ctx, err)
+		done, oerr := l.acquireOutcome(ctx, err, &unsure)
 		if err == nil {
 			send = now
 		}
 		return done, oerr
 	})
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, unsure, err
 	}
-	return send, nil
+	return send, false, nil
 }
 
-func (l *Lease) acquireOutcome(ctx context.Context, err error) (bool, error) {
+func (l *Lease) acquireOutcome(ctx context.Context, err error, unsure *bool) (bool, error) {
 	switch c := classify(ctx, err); c {
 	case classOK:
 		return true, nil
 	case classHeld:
 		return true, l.errorf("acquire", ErrLeaseHeld, err)
 	case classTransient, classConflict:
-		if ambiguous(err) {
-			l.mu.Lock()
-			l.state = pending // it may have been granted: reuse the ID next time
-			l.mu.Unlock()
-		}
+		*unsure = *unsure || ambiguous(err)
 		return false, l.errorf("acquire", ErrTransient, err)
 	case classCanceled:
-		if ambiguous(err) {
-			l.mu.Lock()
-			l.state = pending // cut short: it may have been granted
-			l.mu.Unlock()
-		}
+		*unsure = *unsure || ambiguous(err) // cut short: it may have been granted
 		return true, err
 	default:
 		return true, l.errorf("acquire", ErrPermanent, err)
 	}
 }
 
-// abandon releases, in one bounded attempt that ctx's end does not stop, a
-// lease ID that may hold the lease without a term: a pending one (an
-// acquire whose answer was lost) or a stale one (a term whose renewals ran
-// out). If the attempt fails, a pending ID is kept for reuse and a stale one
-// is dropped: the lease expires on its own.
-func (l *Lease) abandon(ctx context.Context, which holdState) {
+// giveBack releases, in one bounded attempt that ctx's end does not stop, a
+// lease ID that an acquire whose answer was lost may have been granted, so
+// that the lease does not stay blocked until it expires. Its outcome does
+// not matter: the ID is never used again.
+func (l *Lease) giveBack(ctx context.Context, id string) {
+	_ = l.releaseID(context.WithoutCancel(ctx), id, time.Now().Add(l.cfg.attemptTimeout), true)
+}
+
+// releaseStale releases, in one bounded attempt that ctx's end does not
+// stop, a stale lease ID: one that may hold the lease without a term. The
+// ID is dropped whatever the outcome (the lease expires on its own).
+func (l *Lease) releaseStale(ctx context.Context) {
 	l.mu.Lock()
 	id, state := l.id, l.state
-	l.mu.Unlock()
-	if state != which || id == "" {
-		return
-	}
-	err := l.releaseID(context.WithoutCancel(ctx), id, time.Now().Add(l.cfg.attemptTimeout), true)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.id == id && l.state == which && (err == nil || which == stale) {
+	if state == stale {
 		l.state, l.id = notHeld, ""
 	}
+	l.mu.Unlock()
+	if state != stale || id == "" {
+		return
+	}
+	_ = l.releaseID(context.WithoutCancel(ctx), id, time.Now().Add(l.cfg.attemptTimeout), true)
 }
 
 // ensure creates what a failed acquire found missing: the container (when
@@ -434,7 +447,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 // holds nothing returns nil. If Azure says the lease ID is no longer the
 // lease's, Release returns an error wrapping [ErrLeaseLost] (the lease was
 // lost before it was released; a newer holder is unaffected), unless an
-// earlier attempt of this call may have released it already.
+// earlier attempt of this call may have released it already. If the release
+// fails otherwise (ctx ended, or transient failures until the lease's
+// deadline), a later Release (or Acquire) tries again; meanwhile the lease
+// is not held, and it frees itself when it expires.
 func (l *Lease) Release(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -458,8 +474,17 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 		limit = now.Add(l.cfg.attemptTimeout)
 	}
 	err := l.releaseID(ctx, id, limit, state != held)
-	if err == nil && state == held {
+	switch {
+	case err == nil && state == held:
 		l.cfg.log.Info("azlease: released")
+	case err != nil && !errors.Is(err, ErrLeaseLost):
+		// The lease may still be held under id: keep it, never for a
+		// term, so that a later Release or Acquire gives it back.
+		l.mu.Lock()
+		if l.state == notHeld && l.id == "" {
+			l.state, l.id = stale, id
+		}
+		l.mu.Unlock()
 	}
 	return err
 }
@@ -553,53 +578,90 @@ func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration,
 	return remaining, err
 }
 
-// Change replaces the lease ID of the held lease with proposedID, a GUID, or
-// with a fresh one when proposedID is empty, and returns the term's token
-// with the new lease ID. The epoch and the validity deadline do not change.
-// Use it when a lease ID may have leaked, or to hand the lease to a process
-// that knows the proposed ID.
-func (l *Lease) Change(ctx context.Context, proposedID string) (Token, error) {
-	if proposedID == "" {
-		proposedID = newLeaseID()
+// NextLeaseID returns the lease ID the next Acquire will propose, choosing
+// it now if it has not been chosen. It is how a process receives a lease by
+// hand-off: it gives this ID to the holder, the holder calls
+// [Lease.HandOff] with it, and this Lease's next Acquire is then granted at
+// once (Azure grants an acquisition to the lease's own ID). The ID is kept
+// until an Acquire call uses it, and after a failed call only if every
+// request carrying it was answered; otherwise (a lost answer, a cancelled
+// request) it is never proposed again, and NextLeaseID returns a new one.
+// Treat it as a secret: whoever knows it can hold the lease.
+func (l *Lease) NextLeaseID() string {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nextID == "" {
+		l.nextID = newLeaseID()
 	}
+	return l.nextID
+}
+
+// HandOff gives the held lease to whoever holds the lease ID proposedID (a
+// GUID, typically another Lease's [Lease.NextLeaseID]), without a moment
+// when the lease is free. This Lease stops holding before the request is
+// sent, as with Release: Held turns false, Token fails, and it never renews
+// the lease again. The receiver starts its own term, with a larger epoch,
+// when it acquires the lease with that ID.
+//
+// If Azure says the lease is no longer this Lease's, HandOff returns an
+// error wrapping [ErrLeaseLost]. If the hand-off fails otherwise (ctx ended,
+// transient failures until the validity deadline), it may or may not have
+// happened; this Lease gives its old lease ID back at its next Release or
+// Acquire, and the lease otherwise expires on its own.
+func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 	canon, ok := azname.GUID(proposedID)
 	if !ok {
-		return Token{}, optionErr("proposedID", "%q: must be a GUID", proposedID)
+		return optionErr("proposedID", "%q: must be a GUID", proposedID)
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	id, state, validUntil := l.id, l.state, l.validUntil
-	l.mu.Unlock()
-	if state != held || !time.Now().Before(validUntil) {
-		return Token{}, ErrNotHeld
+	if state != held || !time.Now().Before(validUntil) || !l.termStarted() {
+		l.mu.Unlock()
+		return ErrNotHeld
 	}
-	err := l.loop(ctx, "change", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
-		// A fresh SDK client per call: ChangeLease rewrites its lease ID field.
+	if strings.EqualFold(canon, id) {
+		l.mu.Unlock()
+		return optionErr("proposedID", "is this Lease's own lease ID")
+	}
+	l.state, l.id, l.md, l.token = notHeld, "", nil, Token{}
+	notify := l.onLost
+	l.mu.Unlock()
+	if notify != nil {
+		notify(ErrStopped)
+	}
+	err := l.loop(ctx, "handoff", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
+		// ChangeLease rewrites the SDK client's lease ID field: a fresh
+		// client per attempt. A retried change that already happened
+		// succeeds, so retries are idempotent.
 		_, err := l.leaseClient(id).ChangeLease(actx, canon, nil)
 		switch c := classify(ctx, err); c {
 		case classOK:
 			return true, nil
 		case classLost, classBroken, classNotFound:
-			lost := l.errorf("change", ErrLeaseLost, err)
-			l.markLost(id, lost)
-			return true, lost
+			return true, l.errorf("handoff", ErrLeaseLost, err)
 		case classTransient, classConflict:
-			return false, l.errorf("change", ErrTransient, err)
+			return false, l.errorf("handoff", ErrTransient, err)
 		case classCanceled:
 			return true, err
 		default:
-			return true, l.errorf("change", ErrPermanent, err)
+			return true, l.errorf("handoff", ErrPermanent, err)
 		}
 	})
-	if err != nil {
-		return Token{}, err
+	switch {
+	case err == nil:
+		l.cfg.log.Info("azlease: handed the lease off")
+	case !errors.Is(err, ErrLeaseLost):
+		l.mu.Lock()
+		if l.state == notHeld && l.id == "" {
+			l.state, l.id = stale, id
+		}
+		l.mu.Unlock()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.id = canon
-	l.token.LeaseID = canon
-	return l.token, nil
+	return err
 }
 
 // SetMetadata replaces the lock blob's user metadata with md, under the

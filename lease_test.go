@@ -341,11 +341,14 @@ func TestLeaseAmbiguousAcquire(t *testing.T) {
 
 // TestLeaseAmbiguousAcquireAcrossCalls: every acquire is granted but its
 // answer lost, until Acquire gives up. Acquire then gives the orphan back in
-// one more attempt; when that fails too, the next Acquire reuses the pending
-// ID and so gets the lease at once instead of waiting for its own orphan.
+// one more attempt. When that attempt's outcome is unknown too, the orphan's
+// lease ID is never used again: the next Acquire proposes a fresh ID and
+// waits, like everyone else, for the orphan to expire. (Reusing the ID would
+// get the lease at once, but the give-back Release may still be applied
+// later and free the new term's lease: TestLeaseLateGiveBack.)
 func TestLeaseAmbiguousAcquireAcrossCalls(t *testing.T) {
 	for _, releaseWorks := range []bool{true, false} {
-		t.Run(map[bool]string{true: "orphan released", false: "orphan reused"}[releaseWorks], func(t *testing.T) {
+		t.Run(map[bool]string{true: "orphan released", false: "orphan left to expire"}[releaseWorks], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newEmu(t)
 				ctx := context.Background()
@@ -378,9 +381,75 @@ func TestLeaseAmbiguousAcquireAcrossCalls(t *testing.T) {
 					return
 				}
 				require.True(t, orphan.End.After(time.Now()), "the orphaned grant is still live")
+				_, err = l.Acquire(ctx)
+				require.ErrorIs(t, err, azlease.ErrLeaseHeld, "the orphan's ID is not reused")
+				time.Sleep(time.Until(orphan.End))
 				tok, err := l.Acquire(ctx)
 				require.NoError(t, err)
-				assert.Equal(t, orphan.LeaseID, tok.LeaseID, "the pending ID is reused")
+				assert.NotEqual(t, orphan.LeaseID, tok.LeaseID)
+			})
+		})
+	}
+}
+
+// TestLeaseLateGiveBack is issue 7's scenario: Acquire meets lost answers for
+// a whole lease duration, and the Release it sends to give the orphan back
+// is applied late, after the caller gave up on it. Whatever Acquire does
+// next, that Release must never free a lease a newer term holds: at no
+// instant may two Leases both be certainly held.
+func TestLeaseLateGiveBack(t *testing.T) {
+	for _, lateBy := range []time.Duration{0, 5 * time.Second, 10 * time.Second, 20 * time.Second} {
+		t.Run(lateBy.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				pre := newLease(t, e.client("pre"), "x", nil)
+				_, err := pre.Acquire(ctx)
+				require.NoError(t, err)
+				require.NoError(t, pre.Release(ctx))
+
+				var faulty atomic.Bool
+				faulty.Store(true)
+				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+					switch {
+					case faulty.Load() && r.Op == emulator.OpAcquireLease:
+						return emulator.Fault{Action: emulator.ApplyThenDrop} // granted, answer lost
+					case r.Op == emulator.OpReleaseLease && faulty.Load():
+						return emulator.Fault{Action: emulator.ApplyLate, LateBy: lateBy}
+					}
+					return emulator.Fault{}
+				}))
+				a := newLease(t, e.client("a"), "x", nil)
+				b := newLease(t, e.client("b"), "x", nil)
+				_, err = a.Acquire(ctx)
+				require.ErrorIs(t, err, azlease.ErrTransient)
+				faulty.Store(false)
+
+				// Both contend for a minute as a Mutex would: a holder renews
+				// every 5 s, a contender tries every second. A newer term of
+				// either must never be cut short by the late Release while it
+				// is certainly held.
+				next := map[*azlease.Lease]time.Time{}
+				deadline := time.Now().Add(time.Minute)
+				for time.Now().Before(deadline) {
+					for _, l := range []*azlease.Lease{a, b} {
+						switch {
+						case time.Now().Before(next[l]):
+						case l.Held():
+							_ = l.Renew(ctx)
+							next[l] = time.Now().Add(5 * time.Second)
+						default:
+							_, _ = l.Acquire(ctx)
+							next[l] = time.Now().Add(time.Second)
+							if l.Held() {
+								next[l] = time.Now().Add(5 * time.Second)
+							}
+						}
+					}
+					require.False(t, a.Held() && b.Held(), "two Leases certainly hold the lease at %v:\n%s",
+						time.Now(), describeGrants(e.Grants(testContainer, "x")))
+					time.Sleep(100 * time.Millisecond)
+				}
 			})
 		})
 	}
@@ -567,30 +636,81 @@ func TestLeaseStaleHolderKeepsItsOldID(t *testing.T) {
 	})
 }
 
-func TestLeaseChange(t *testing.T) {
+// TestLeaseHandOff: a holder hands the lease to another Lease's next lease
+// ID. It stops holding at once (no path to two holders), the receiver's
+// Acquire is granted without waiting, and its term has a larger epoch.
+func TestLeaseHandOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		l := newLease(t, e.client("a"), "x", nil)
-		tok, err := l.Acquire(ctx)
+		a := newLease(t, e.client("a"), "x", nil)
+		b := newLease(t, e.client("b"), "x", nil)
+		tokA, err := a.Acquire(ctx)
 		require.NoError(t, err)
-		want := "0f0e0d0c-0b0a-4908-8706-050403020100"
-		tok2, err := l.Change(ctx, strings.ToUpper(want))
-		require.NoError(t, err)
-		assert.Equal(t, want, tok2.LeaseID)
-		assert.Equal(t, tok.Epoch, tok2.Epoch)
-		require.NoError(t, l.Renew(ctx))
-		require.NoError(t, l.SetMetadata(ctx, map[string]string{"a": "b"}))
-		tok3, err := l.Change(ctx, "")
-		require.NoError(t, err)
-		assert.NotEqual(t, want, tok3.LeaseID)
-		require.NoError(t, l.Release(ctx))
 
-		_, err = l.Change(ctx, "")
-		require.ErrorIs(t, err, azlease.ErrNotHeld)
-		_, err = l.Change(ctx, "not-a-guid")
-		require.ErrorIs(t, err, azlease.ErrInvalidOptions)
+		next := b.NextLeaseID()
+		assert.Equal(t, next, b.NextLeaseID(), "chosen once, until an Acquire uses it")
+		_, err = b.Acquire(ctx)
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+		assert.Equal(t, next, b.NextLeaseID(), "a refused acquire leaves nothing in flight: the ID is kept")
+
+		require.NoError(t, a.HandOff(ctx, strings.ToUpper(next)))
+		assert.False(t, a.Held(), "the giver stops holding")
+		_, ok := a.Token()
+		assert.False(t, ok)
+		require.ErrorIs(t, a.Renew(ctx), azlease.ErrNotHeld)
+		require.ErrorIs(t, a.Write(ctx, []byte("x")), azlease.ErrNotHeld)
+
+		tokB, err := b.Acquire(ctx)
+		require.NoError(t, err, "granted at once: the lease already carries b's ID")
+		assert.Equal(t, next, tokB.LeaseID)
+		assert.Greater(t, tokB.Epoch, tokA.Epoch)
+		assert.NotEqual(t, next, b.NextLeaseID(), "a used ID is never proposed again")
+		require.NoError(t, a.Release(ctx), "nothing left to release")
+		assert.True(t, b.Held())
+
+		require.ErrorIs(t, a.HandOff(ctx, next), azlease.ErrNotHeld)
+		require.ErrorIs(t, b.HandOff(ctx, "not-a-guid"), azlease.ErrInvalidOptions)
+		require.ErrorIs(t, b.HandOff(ctx, next), azlease.ErrInvalidOptions, "its own ID")
+		require.True(t, b.Held())
 	})
+}
+
+// TestLeaseHandOffUnknownOutcome: a hand-off whose answer is lost may or may
+// not have happened. The giver has stopped holding either way; its next
+// Release gives its old ID back, which frees the lease only if the hand-off
+// did not happen.
+func TestLeaseHandOffUnknownOutcome(t *testing.T) {
+	for _, applied := range []bool{true, false} {
+		t.Run(map[bool]string{true: "applied", false: "not applied"}[applied], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				a := newLease(t, e.client("a"), "x", nil)
+				b := newLease(t, e.client("b"), "x", nil)
+				_, err := a.Acquire(ctx)
+				require.NoError(t, err)
+				action := emulator.Hang
+				if applied {
+					action = emulator.ApplyThenHang
+				}
+				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+					if r.Op == emulator.OpChangeLease {
+						return emulator.Fault{Action: action}
+					}
+					return emulator.Fault{}
+				}))
+				next := b.NextLeaseID()
+				err = a.HandOff(ctx, next)
+				require.ErrorIs(t, err, azlease.ErrTransient)
+				assert.False(t, a.Held())
+				require.NoError(t, a.Release(ctx))
+				tok, err := b.Acquire(ctx)
+				require.NoError(t, err, "either handed over or released: b gets it at once")
+				assert.Equal(t, next, tok.LeaseID)
+			})
+		})
+	}
 }
 
 func TestLeaseBreak(t *testing.T) {

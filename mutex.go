@@ -63,8 +63,8 @@ func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
 	return m.tryLock(ctx, newLease(m.t, m.cfg.lease))
 }
 
-// tryLock tries once with l, which Lock reuses across its tries (a pending
-// lease ID survives from one try to the next).
+// tryLock tries once with l, which Lock reuses across its tries (a lease ID
+// refused with a definitive answer is proposed again by the next try).
 func (m *Mutex) tryLock(ctx context.Context, l *Lease) (lock *Lock, ok bool, err error) {
 	tok, err := l.Acquire(ctx)
 	switch {
