@@ -44,12 +44,19 @@ func NewMutex(cc *container.Client, name string, opts *MutexOptions) (*Mutex, er
 // Lock is a held Mutex: one term of its lease. It embeds the [Term], whose
 // context is cancelled when the lock is lost or unlocked, and whose token
 // fences the holder's writes.
+//
+// The zero Lock is not held: its Term methods report [ErrNotHeld] and
+// Unlock returns an error.
 type Lock struct {
 	*Term
 	k     *keeper
 	lease *Lease
-	once  sync.Once
-	err   error
+
+	mu       sync.Mutex // serialises Unlock
+	stopped  bool       // the term has ended and its renewals stopped
+	released bool       // the lease was released, or is known to be gone
+	lost     error      // the loss that ended the term while held, if any
+	err      error      // the result of the last Unlock
 }
 
 // TryLock takes the mutex if it is free, without waiting for a holder: ok is
@@ -105,28 +112,50 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 // context ends first (cause [ErrStopped]). It returns an error wrapping
 // [ErrLeaseLost] if the lock was lost while held, because then the critical
 // section may not have been exclusive to its end; a newer holder is never
-// affected. Unlock is idempotent: later calls return the first call's result.
+// affected.
+//
+// Unlock sends its release even when ctx has already ended (at shutdown, a
+// deferred Unlock often gets a cancelled context): it then makes one attempt
+// bounded by AttemptTimeout. If the release fails (storage unreachable), the
+// lock frees itself when its lease expires, and calling Unlock again retries
+// the release. Once the release succeeded, later calls return the same
+// result without a request.
 func (lk *Lock) Unlock(ctx context.Context) error {
-	lk.once.Do(func() {
+	if lk == nil || lk.k == nil {
+		return fmt.Errorf("azlease: Unlock of a Lock that Mutex.Lock or TryLock did not return: %w", ErrNotHeld)
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if !lk.stopped {
 		lk.k.stop(ErrStopped)
-		lost := lk.Term.Err()
-		if errors.Is(lost, ErrStopped) {
-			lost = nil
+		lk.stopped = true
+		if lost := lk.Term.Err(); !errors.Is(lost, ErrStopped) {
+			lk.lost = lost
 		}
-		err := lk.lease.Release(ctx)
-		switch {
-		case lost != nil:
-			lk.err = lost
-		case errors.Is(err, ErrLeaseLost):
-			lk.err = err
-		case err != nil:
-			// The lease expires on its own within its duration.
-			lk.lease.cfg.log.Warn("azlease: release failed; the lock frees itself when its lease expires", slog.Any("error", err))
-			lk.err = err
-		default:
-			lk.lease.cfg.log.Info("azlease: unlocked", slog.Uint64("epoch", lk.Epoch()))
-		}
-	})
+	}
+	if lk.released {
+		return lk.err
+	}
+	rctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lk.lease.cfg.attemptTimeout)
+		defer cancel()
+	}
+	err := lk.lease.Release(rctx)
+	lk.released = err == nil || errors.Is(err, ErrLeaseLost)
+	switch {
+	case lk.lost != nil:
+		lk.err = lk.lost
+	case errors.Is(err, ErrLeaseLost):
+		lk.err = err
+	case err != nil:
+		lk.lease.cfg.log.Warn("azlease: release failed; the lock frees itself when its lease expires, or at a later Unlock", slog.Any("error", err))
+		lk.err = err
+	default:
+		lk.err = nil
+		lk.lease.cfg.log.Info("azlease: unlocked", slog.Uint64("epoch", lk.Epoch()))
+	}
 	return lk.err
 }
 

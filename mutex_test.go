@@ -421,3 +421,83 @@ func TestMutexUnlockReleasesAfterUnansweredRenewals(t *testing.T) {
 		require.NoError(t, lb.Unlock(ctx))
 	})
 }
+
+// TestMutexUnlockWithEndedContext: `defer lock.Unlock(ctx)` at shutdown runs
+// with a cancelled ctx; Unlock still gives the lock back (one bounded
+// attempt), so another process takes it at once instead of a lease later.
+func TestMutexUnlockWithEndedContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		a := newMutex(t, e, "a", "m", nil)
+		b := newMutex(t, e, "b", "m", nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		la, err := a.Lock(ctx)
+		require.NoError(t, err)
+		cancel()
+		require.NoError(t, la.Unlock(ctx))
+		assert.False(t, la.Valid())
+		lb, ok, err := b.TryLock(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok, "released despite the ended context")
+		require.NoError(t, lb.Unlock(context.Background()))
+	})
+}
+
+// TestMutexUnlockRetries: a release that fails (storage unreachable) can be
+// retried by calling Unlock again; once it succeeds, further calls return
+// the same result without a request.
+func TestMutexUnlockRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		e := c.emu
+		a := newMutex(t, e, "a", "m", nil)
+		b := newMutex(t, e, "b", "m", nil)
+		la, err := a.Lock(context.Background())
+		require.NoError(t, err)
+		c.partition("a", emulator.Drop)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = la.Unlock(ctx)
+		cancel()
+		require.Error(t, err)
+		require.NotErrorIs(t, err, azlease.ErrLeaseLost)
+		assert.False(t, la.Valid(), "not held once Unlock was called")
+		_, ok, err := b.TryLock(context.Background())
+		require.NoError(t, err)
+		require.False(t, ok, "still leased on the server")
+
+		c.heal("a")
+		var requests atomic.Int64
+		c.setFaults(faultsFor("a", func(emulator.Request) emulator.Fault {
+			requests.Add(1)
+			return emulator.Fault{}
+		}))
+		require.NoError(t, la.Unlock(context.Background()), "the retry releases it")
+		lb, ok, err := b.TryLock(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok)
+		n := requests.Load()
+		require.NoError(t, la.Unlock(context.Background()))
+		assert.Equal(t, n, requests.Load(), "no request after a successful release")
+		require.NoError(t, lb.Unlock(context.Background()))
+	})
+}
+
+// TestZeroLock: a zero Lock is not held and never panics.
+func TestZeroLock(t *testing.T) {
+	var lk azlease.Lock
+	require.ErrorIs(t, lk.Unlock(context.Background()), azlease.ErrNotHeld)
+	var nilLock *azlease.Lock
+	require.ErrorIs(t, nilLock.Unlock(context.Background()), azlease.ErrNotHeld)
+}
+
+// TestZeroLockTerm: the Term methods of a zero Lock report it as not held.
+func TestZeroLockTerm(t *testing.T) {
+	var lk azlease.Lock
+	assert.False(t, lk.Valid())
+	assert.ErrorIs(t, lk.Err(), azlease.ErrNotHeld)
+	<-lk.Done()
+	assert.Zero(t, lk.Epoch())
+	assert.Zero(t, lk.ValidUntil())
+	lk.Heartbeat()
+	require.ErrorIs(t, lk.Write(context.Background(), nil), azlease.ErrNotHeld)
+}

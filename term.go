@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azlease/azlease/internal/timing"
@@ -16,13 +17,25 @@ import (
 // says why ([ErrStopped], or an error wrapping [ErrLeaseLost]); read it with
 // [context.Cause] or [Term.Err].
 //
-// A Term is safe for concurrent use.
+// Everything a Term reports checks the clock itself: [Term.Valid],
+// [Term.Err] and the Err of [Term.Context] report the term as ended as soon
+// as its validity deadline has passed, even if no azlease goroutine has run
+// since (after a pause of the whole process, the holder's goroutine may run
+// first). Check one of them immediately before each action that must happen
+// under the lease.
+//
+// A Term is safe for concurrent use. The zero Term is not held: it reports
+// [ErrNotHeld].
 type Term struct {
-	ctx    context.Context
+	ctx    *termContext
 	cancel context.CancelCauseFunc
 	token  Token
 	start  time.Time
 	lease  *Lease
+
+	// deadline is the validity deadline, in nanoseconds after start on the
+	// monotonic clock: read without a lock on every check of the context.
+	deadline atomic.Int64
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -31,37 +44,107 @@ type Term struct {
 }
 
 func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil time.Time) *Term {
-	ctx, cancel := context.WithCancelCause(parent)
+	inner, cancel := context.WithCancelCause(parent)
 	now := time.Now()
-	return &Term{ctx: ctx, cancel: cancel, token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
+	t := &Term{cancel: cancel, token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
+	t.ctx = &termContext{Context: inner, t: t}
+	t.deadline.Store(int64(validUntil.Sub(now)))
+	return t
 }
 
+// termContext is the context a Term hands its holder. The term's watchdog
+// cancels it at the validity deadline; in addition, Err and Value (through
+// which [context.Cause] reads the cause) check the deadline themselves and
+// cancel it when it has passed, so a goroutine that runs before the watchdog
+// (after a pause of the whole process) still sees the term as ended. Done is
+// the cancel context's channel: it is closed whenever Err is not nil.
+//
+// Contexts derived from it (WithTimeout, WithValue, …) are cancelled with it
+// but do not check the clock themselves: check the term's own context, or
+// [Term.Valid], right before acting.
+type termContext struct {
+	context.Context // the cancel-cause context: Deadline, Done
+	t               *Term
+}
+
+func (c *termContext) Err() error {
+	c.t.expireIfPast()
+	return c.Context.Err()
+}
+
+func (c *termContext) Value(key any) any {
+	c.t.expireIfPast()
+	return c.Context.Value(key)
+}
+
+func (c *termContext) String() string { return "azlease.Term.Context" }
+
+// expireIfPast ends the term with ErrDeadlinePassed if its validity deadline
+// has passed. It is cheap: one clock read and an atomic load.
+func (t *Term) expireIfPast() {
+	if time.Since(t.start) >= time.Duration(t.deadline.Load()) {
+		t.cancel(ErrDeadlinePassed) // a no-op if the term already ended
+	}
+}
+
+// endedContext is what a zero Term hands out: a context already cancelled,
+// with cause ErrNotHeld.
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrNotHeld)
+	return ctx
+}()
+
 // Context returns the term's context. It is cancelled when the term ends, at
-// the latest at the validity deadline, even if a renewal request hangs.
-func (t *Term) Context() context.Context { return t.ctx }
+// the latest at the validity deadline, even if a renewal request hangs, and
+// its Err reports the deadline as soon as it passes, even if no azlease
+// goroutine has run since. Contexts derived from it are cancelled with it,
+// but only the term's own context checks the clock: check it (or
+// [Term.Valid]) right before each action.
+func (t *Term) Context() context.Context {
+	if t == nil || t.ctx == nil {
+		return endedContext
+	}
+	return t.ctx
+}
 
 // Done is closed when the term ends.
-func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
+func (t *Term) Done() <-chan struct{} { return t.Context().Done() }
 
-// Err returns nil while the term lasts, then why it ended.
+// Err returns nil while the term lasts, then why it ended. It checks the
+// validity deadline itself, as [Term.Valid] does.
 func (t *Term) Err() error {
-	if t.ctx.Err() == nil {
+	ctx := t.Context()
+	if ctx.Err() == nil {
 		return nil
 	}
-	return context.Cause(t.ctx)
+	return context.Cause(ctx)
 }
 
 // Token returns the term's fencing token.
-func (t *Term) Token() Token { return t.token }
+func (t *Term) Token() Token {
+	if t == nil {
+		return Token{}
+	}
+	return t.token
+}
 
 // Epoch returns the term's fencing epoch, Token().Epoch.
-func (t *Term) Epoch() uint64 { return t.token.Epoch }
+func (t *Term) Epoch() uint64 { return t.Token().Epoch }
 
 // Start returns when the term began (local time).
-func (t *Term) Start() time.Time { return t.start }
+func (t *Term) Start() time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.start
+}
 
 // ValidUntil returns the current validity deadline; renewals move it on.
 func (t *Term) ValidUntil() time.Time {
+	if t == nil {
+		return time.Time{}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.validUntil
@@ -71,15 +154,16 @@ func (t *Term) ValidUntil() time.Time {
 // and its validity deadline has not passed. It checks the clock itself, so it
 // turns false at the deadline whatever the renewing goroutine is doing.
 func (t *Term) Valid() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ctx.Err() == nil && time.Now().Before(t.validUntil)
+	return t != nil && t.ctx != nil && t.ctx.Err() == nil
 }
 
 // Heartbeat records that the work done under this term is making progress.
 // An [Elector] with ElectorOptions.HeartbeatTimeout reports itself unhealthy
 // when its leader's work stops calling it.
 func (t *Term) Heartbeat() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	t.heartbeat = time.Now()
 	t.mu.Unlock()
@@ -131,9 +215,10 @@ func (t *Term) SetMetadata(ctx context.Context, md map[string]string) error {
 }
 
 // extend records a renewal. It moves the validity deadline only while the
-// term lasts: a renewal that lands after the term ended does not revive it.
-// The renewal time is recorded either way, since an owner draining its work
-// still holds (and renews) the lease.
+// term lasts: a renewal whose answer arrives after the term ended, or after
+// its deadline passed, does not revive it. The renewal time is recorded
+// either way, since an owner draining its work still holds (and renews) the
+// lease.
 func (t *Term) extend(lastSend, validUntil time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -142,6 +227,7 @@ func (t *Term) extend(lastSend, validUntil time.Time) {
 	}
 	if t.ctx.Err() == nil && validUntil.After(t.validUntil) {
 		t.validUntil = validUntil
+		t.deadline.Store(int64(validUntil.Sub(t.start)))
 	}
 }
 
