@@ -74,7 +74,10 @@ func TestAzuriteLeaseLifecycle(t *testing.T) {
 
 	tokA, err := a.Acquire(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(1), tokA.Epoch)
+	st0, err := azlease.Inspect(ctx, cc, "leader")
+	require.NoError(t, err)
+	assert.Equal(t, tokA.Epoch, st0.Epoch)
+	assert.Greater(t, tokA.Epoch, uint64(time.Now().Add(-time.Hour).UnixMilli()), "the first epoch comes from the blob's creation time on Azurite's clock")
 	_, err = b.Acquire(ctx)
 	require.ErrorIs(t, err, azlease.ErrLeaseHeld)
 	require.NoError(t, a.Renew(ctx))
@@ -84,7 +87,7 @@ func TestAzuriteLeaseLifecycle(t *testing.T) {
 
 	tokB, err := b.Acquire(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(2), tokB.Epoch)
+	assert.Equal(t, tokA.Epoch+1, tokB.Epoch)
 	st, err := azlease.Inspect(ctx, cc, "leader")
 	require.NoError(t, err)
 	assert.Equal(t, "node-b", st.Holder)
@@ -123,7 +126,7 @@ func TestAzuriteLeaseLostResponses(t *testing.T) {
 	// Create the container and lock blob first, so that the lost acquire
 	// is one Azurite granted.
 	pre := newLease(t, azuriteClient(t, name), "x", nil)
-	_, err := pre.Acquire(ctx)
+	tokPre, err := pre.Acquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, pre.Release(ctx))
 
@@ -131,7 +134,7 @@ func TestAzuriteLeaseLostResponses(t *testing.T) {
 	tok, err := l.Acquire(ctx)
 	require.NoError(t, err, "the same-ID retry is granted")
 	assert.Equal(t, int32(2), lostAcquire.Load())
-	assert.Equal(t, uint64(2), tok.Epoch)
+	assert.Equal(t, tokPre.Epoch+1, tok.Epoch)
 	require.NoError(t, l.Release(ctx), "the retry's 409 means the lost release worked")
 	assert.Equal(t, int32(2), lostRelease.Load())
 	_, err = newLease(t, azuriteClient(t, name), "x", nil).Acquire(ctx)
@@ -147,7 +150,7 @@ func TestAzuriteLeaseExpiry(t *testing.T) {
 	cc := azuriteClient(t, unique("expiry"))
 	a := newLease(t, cc, "x", nil)
 	b := newLease(t, cc, "x", nil)
-	_, err := a.Acquire(ctx)
+	tokA, err := a.Acquire(ctx)
 	require.NoError(t, err)
 	validUntil := a.ValidUntil()
 	start := time.Now()
@@ -161,7 +164,7 @@ func TestAzuriteLeaseExpiry(t *testing.T) {
 	}
 	require.NoError(t, err)
 	assert.True(t, time.Now().After(validUntil), "the follower got the lease only after a's validity ended")
-	assert.Equal(t, uint64(2), tok.Epoch)
+	assert.Equal(t, tokA.Epoch+1, tok.Epoch)
 	require.ErrorIs(t, a.Renew(ctx), azlease.ErrLeaseLost)
 }
 
@@ -268,7 +271,7 @@ func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
 	// The follower sees who leads, with identity and epoch.
 	info := <-b.Changes()
 	assert.Equal(t, "worker-a", info.Holder)
-	assert.Equal(t, uint64(1), info.Epoch)
+	assert.Equal(t, a.Term().Epoch(), info.Epoch)
 	assert.True(t, info.Leased)
 	assert.False(t, info.Self)
 	seen, err := b.Leader(ctx)
@@ -280,7 +283,7 @@ func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
 	waitLeading(t, b, 10*time.Second)
 	handoff := time.Since(stopped)
 	assert.Less(t, handoff, 2*time.Second, "within PollInterval × (1 + Jitter) plus a few round trips")
-	assert.Equal(t, uint64(2), b.Term().Epoch())
+	assert.Equal(t, info.Epoch+1, b.Term().Epoch())
 	t.Logf("graceful handoff on Azurite: %v", handoff)
 	require.NoError(t, b.Stop(ctx))
 }
@@ -436,4 +439,38 @@ func TestAzuriteDoOnceRunnerCrash(t *testing.T) {
 	assert.Equal(t, 2, res.Status.Attempts)
 	assert.Less(t, time.Since(begin), 20*time.Second)
 	require.ErrorIs(t, <-runnerDone, azlease.ErrLeaseLost)
+}
+
+// TestAzuriteElectorEpochSurvivesRecreatedBlob: the container is deleted
+// under a running election, as when an in-memory Azurite restarts under a
+// fleet. The next leader's epoch is above every earlier one.
+func TestAzuriteElectorEpochSurvivesRecreatedBlob(t *testing.T) {
+	t.Parallel()
+	name := unique("recreate")
+	ctx := context.Background()
+	cc := azuriteClient(t, name)
+	a, err := azlease.NewElector(cc, "leader", &azuriteElectorOpts)
+	require.NoError(t, err)
+	b, err := azlease.NewElector(azuriteClient(t, name), "leader", &azuriteElectorOpts)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx, nil))
+	waitLeading(t, a, 10*time.Second)
+	require.NoError(t, b.Start(ctx, nil))
+	first := a.Term().Epoch()
+	time.Sleep(1100 * time.Millisecond) // the new blob is created in a later second
+
+	_, err = cc.Delete(raw(ctx), nil)
+	require.NoError(t, err)
+	var next uint64
+	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline) && next == 0; time.Sleep(20 * time.Millisecond) {
+		for _, e := range []*azlease.Elector{a, b} {
+			if tm := e.Term(); tm != nil && tm.Epoch() != first {
+				next = tm.Epoch()
+			}
+		}
+	}
+	require.NotZero(t, next, "no new leader within 40 s")
+	assert.Greater(t, next, first, "the epoch did not go backwards")
+	require.NoError(t, a.Stop(ctx))
+	require.NoError(t, b.Stop(ctx))
 }

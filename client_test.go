@@ -77,7 +77,7 @@ func TestContainerClientFromSASURL(t *testing.T) {
 	require.NoError(t, err)
 	tok, err := l.Acquire(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, uint64(1), tok.Epoch)
+	assert.NotZero(t, tok.Epoch)
 	require.NoError(t, l.Release(context.Background()))
 
 	_, err = azlease.ContainerClientFromSASURL(ep.URL+"/locks?sv=2024-08-04", opts)

@@ -25,16 +25,50 @@
 // context that is cancelled with a cause ([ErrLeaseLost], [ErrLeaseBroken],
 // [ErrDeadlinePassed], [ErrStopped]; read it with [context.Cause]). The
 // cancellation fires at the local validity deadline on its own, even when
-// the renewal request hangs or the renewing goroutine is starved, and
-// [Elector.IsLeader] turns false at that deadline whatever else is
-// happening. Every request to Azure runs under a deadline that ends no later
-// than the validity deadline, with the SDK's own retries turned off.
+// the renewal request hangs or the renewing goroutine is starved. More than
+// that, the term's context, [Term.Valid], [Term.Err] and
+// [Elector.IsLeader] check the clock whenever they are asked: they report
+// the term as ended as soon as its deadline has passed, even if no azlease
+// goroutine has run since (after a pause of the whole process, the holder's
+// own goroutine may well run first). Every request to Azure runs under a
+// deadline that ends no later than the validity deadline, with the SDK's own
+// retries turned off.
 //
-// Each term carries a fencing [Token]: a monotonic epoch, written into the
-// lock blob's metadata under the new lease at every acquisition. Writes to
-// the lock blob itself ([Lease.SetMetadata], [Lease.Write]) are checked by
-// Azure against the lease ID, so a former holder cannot overwrite a newer
-// one's state.
+// # Checking before acting
+//
+// The rule for code that acts under a lease: check the term's context
+// (ctx.Err() == nil, the context azlease handed you, not one derived from
+// it) or [Term.Valid] immediately before each action that others can see —
+// a write, a message, a call — not once at the top of a loop. That check is
+// exact up to the instant it is made. What remains is the instant between
+// the check and the action: a pause there (a GC pause, a frozen VM, SIGSTOP)
+// makes the action late, possibly after another holder took over. That
+// window is what the fencing epoch is for.
+//
+// A request that azlease gave up on may still reach Azure later. azlease
+// never lets such a request act on a newer term: each term has its own lease
+// ID, and an ID is never proposed again while a request carrying it may
+// still be on its way.
+//
+// # Fencing
+//
+// Each term carries a fencing [Token] whose epoch is larger than every
+// earlier term's on the same lock blob. It is written into the lock blob's
+// metadata under the new lease at every acquisition. Writes to the lock blob
+// itself ([Lease.SetMetadata], [Lease.Write]) are checked by Azure against
+// the lease ID, so a former holder cannot overwrite a newer one's state.
+//
+// Epochs are large numbers: the first term on a lock blob gets the blob's
+// creation time on Azure's clock, in milliseconds since 1970, plus one;
+// later terms count up from there. So if a lock blob is deleted and created
+// again (storage restored, an emulator restarted, a cleanup), the new blob's
+// epochs continue above the old one's, provided the old blob averaged fewer
+// than 1,000 acquisitions a second and Azure's clock did not go back; and a
+// holder that saw the old blob (an Elector, a Mutex) continues above the
+// highest epoch it saw, even if the blob was created again within the same
+// second. Not covered: a holder that never saw the old blob, when it was
+// created again within the same second, or someone writing a lower epoch
+// into the blob's metadata by hand.
 //
 // # What is not guaranteed
 //
@@ -49,8 +83,9 @@
 //
 // A system suspend stops the monotonic clock on Linux, so a process resumed
 // from suspend believes less time has passed than Azure does; the epoch
-// protects here too. Deleting a lock blob resets its epoch; do not delete lock
-// blobs while they are in use. Breaking a lease (Azure's Break Lease, or
+// protects here too. Deleting a lock blob (or its container) while it is in
+// use ends its lease at once: until the holder's next renewal, two holders
+// may act, and only the epoch protects. Breaking a lease (Azure's Break Lease, or
 // [Lease.Break]) hands it to another holder before the old one's validity
 // deadline: the old holder learns of it at its next renewal at the latest,
 // and only fencing protects the gap. Azure documents that after a lease

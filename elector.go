@@ -334,7 +334,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		}
 	}()
 
-	if e.cfg.takeoverDelay > 0 && tok.Epoch > 1 && !e.lease.prevReleased {
+	if e.cfg.takeoverDelay > 0 && e.lease.prevUnreleased {
 		e.log.Info("azlease: took over a lease that was not released; waiting before leading",
 			slog.Uint64("epoch", tok.Epoch), slog.Duration("delay", e.cfg.takeoverDelay))
 		select {

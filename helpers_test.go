@@ -77,3 +77,8 @@ func faultsFor(label string, f func(emulator.Request) emulator.Fault) emulator.F
 		return f(r)
 	}
 }
+
+// epoch1 is the first fencing epoch of a lock blob created as a synctest
+// bubble starts (2000-01-01 00:00:00 UTC): the blob's creation time in
+// milliseconds since 1970, plus one. Later terms count up from it.
+const epoch1 = uint64(946684800001)

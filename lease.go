@@ -12,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -71,16 +72,19 @@ type Lease struct {
 	state holdState
 	// nextID is the lease ID the next Acquire proposes, when chosen ahead
 	// (NextLeaseID) or kept from a call whose every request was answered.
-	nextID       string
-	lastSend     time.Time // send instant of the last successful acquire or renew
-	validUntil   time.Time
-	token        Token
-	md           map[string]*string // the metadata as this holder last wrote it
-	etag         azcore.ETag        // the ETag after this holder's last write
-	prevReleased bool               // the previous term ended with a clean release
+	nextID         string
+	lastSend       time.Time // send instant of the last successful acquire or renew
+	validUntil     time.Time
+	token          Token
+	md             map[string]*string // the metadata as this holder last wrote it
+	etag           azcore.ETag        // the ETag after this holder's last write
+	prevUnreleased bool               // a previous term exists and did not end with a clean release
 	// onLost, set by the keeper of the current term, ends that term at
 	// once when any operation learns from Azure that the lease is gone.
 	onLost func(cause error)
+	// seen is the highest epoch this holder (or the Mutex it belongs to)
+	// has seen on the lock blob; the next epoch is always above it.
+	seen *atomic.Uint64
 }
 
 // NewLease returns a Lease on the blob blobName in the container cc points at.
@@ -100,7 +104,17 @@ func NewLease(cc *container.Client, blobName string, opts *LeaseOptions) (*Lease
 
 func newLease(t target, cfg leaseConfig) *Lease {
 	cfg.log = cfg.log.With(slog.String("container", t.container), slog.String("blob", t.blob))
-	return &Lease{t: t, cfg: cfg, bc: t.cc.NewBlobClient(t.blob), bbc: t.cc.NewBlockBlobClient(t.blob)}
+	return &Lease{t: t, cfg: cfg, bc: t.cc.NewBlobClient(t.blob), bbc: t.cc.NewBlockBlobClient(t.blob), seen: new(atomic.Uint64)}
+}
+
+// see records that epoch was seen on the lock blob.
+func (l *Lease) see(epoch uint64) {
+	for {
+		cur := l.seen.Load()
+		if epoch <= cur || l.seen.CompareAndSwap(cur, epoch) {
+			return
+		}
+	}
 }
 
 // Duration returns the lease duration Azure enforces.
@@ -217,7 +231,7 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 	l.mu.Lock()
 	l.token = Token{LeaseID: id, Epoch: next.epoch}
 	l.md, l.etag = md, etag
-	l.prevReleased = prev.released
+	l.prevUnreleased = prev.epoch > 0 && !prev.released
 	tok := l.token
 	l.mu.Unlock()
 	l.cfg.log.Info("azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
@@ -332,7 +346,7 @@ func (l *Lease) ensure(ctx, actx context.Context, notFound error) error {
 // prev is the record as first read: after an ambiguous write, a retry reads
 // this holder's own record, which says nothing about the previous term.
 func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
-	read := false
+	read, warned := false, false
 	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
 		props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
 		if err != nil {
@@ -345,13 +359,24 @@ func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev
 		if !read {
 			prev, read = cur, true
 		}
-		next = cur.next(l.cfg.identity, time.Now(), l.cfg.history)
+		var created time.Time
+		if props.CreationTime != nil {
+			created = *props.CreationTime
+		}
+		seen := l.seen.Load()
+		if cur.epoch < seen && !warned {
+			warned = true
+			l.cfg.log.Warn("azlease: the lock blob's epoch is lower than one this process saw on it before (was it deleted and created again?); continuing above the highest",
+				slog.Uint64("blob_epoch", cur.epoch), slog.Uint64("highest_seen", seen))
+		}
+		next = cur.next(nextEpoch(cur.epoch, created, seen), l.cfg.identity, time.Now(), l.cfg.history)
 		md = next.format(props.Metadata)
 		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, props.ETag)})
 		if err != nil {
 			return l.writeOutcome(ctx, id, "write", err)
 		}
 		etag = *resp.ETag
+		l.see(next.epoch)
 		return true, nil
 	})
 	return prev, next, md, etag, err

@@ -45,10 +45,10 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 
 		tok, err := a.Acquire(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, uint64(1), tok.Epoch)
+		assert.Equal(t, epoch1, tok.Epoch)
 		assert.Len(t, tok.LeaseID, 36)
 		assert.True(t, a.Held())
-		assert.Equal(t, "epoch 1", tok.String(), "String never shows the lease ID")
+		assert.Equal(t, fmt.Sprintf("epoch %d", tok.Epoch), tok.String(), "String never shows the lease ID")
 
 		_, err = a.Acquire(ctx)
 		require.ErrorIs(t, err, azlease.ErrAlreadyHeld)
@@ -74,7 +74,7 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 
 		tok2, err := b.Acquire(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, uint64(2), tok2.Epoch)
+		assert.Equal(t, epoch1+1, tok2.Epoch)
 		assert.NotEqual(t, tok.LeaseID, tok2.LeaseID)
 
 		st, err := azlease.Inspect(ctx, e.client("observer"), "leader")
@@ -83,11 +83,11 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 		assert.True(t, st.Leased)
 		assert.Equal(t, "leased", st.State)
 		assert.Equal(t, "node-b", st.Holder)
-		assert.Equal(t, uint64(2), st.Epoch)
+		assert.Equal(t, epoch1+1, st.Epoch)
 		require.Len(t, st.History, 2)
 		assert.Equal(t, "node-b", st.History[0].Holder)
 		assert.Equal(t, "node-a", st.History[1].Holder)
-		assert.Equal(t, uint64(1), st.History[1].Epoch)
+		assert.Equal(t, epoch1, st.History[1].Epoch)
 	})
 }
 
@@ -132,7 +132,7 @@ func TestLeaseCreatesContainerAndBlobWithoutOverwriting(t *testing.T) {
 		st, err := p.Inspect(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, map[string]string{"owner": "ops"}, st.Metadata)
-		assert.Equal(t, uint64(1), st.Epoch)
+		assert.Equal(t, epoch1, st.Epoch)
 	})
 }
 
@@ -332,7 +332,7 @@ func TestLeaseAmbiguousAcquire(t *testing.T) {
 		l := newLease(t, e.client("a"), "x", nil)
 		tok, err := l.Acquire(context.Background())
 		require.NoError(t, err)
-		assert.Equal(t, uint64(1), tok.Epoch)
+		assert.Equal(t, epoch1, tok.Epoch)
 		grants := e.Grants(testContainer, "x")
 		require.Len(t, grants, 1)
 		assert.Equal(t, tok.LeaseID, grants[0].LeaseID)
@@ -593,7 +593,7 @@ func TestLeaseStaleHolderWritesAreRejected(t *testing.T) {
 		st, err := b.Inspect(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, map[string]string{"checkpoint": "1"}, st.Metadata)
-		assert.Equal(t, uint64(1), st.Epoch, "Write keeps the epoch")
+		assert.Equal(t, epoch1, st.Epoch, "Write keeps the epoch")
 
 		// a is paused past its lease; b takes over.
 		time.Sleep(16 * time.Second)
@@ -880,7 +880,7 @@ func TestLeaseNoTokenBeforeTheEpochIsWritten(t *testing.T) {
 		got, ok := l.Token()
 		assert.True(t, ok)
 		assert.Equal(t, tok, got)
-		assert.Equal(t, uint64(2), tok.Epoch)
+		assert.Equal(t, epoch1+1, tok.Epoch)
 		require.NoError(t, l.Release(ctx))
 	})
 }
@@ -924,5 +924,49 @@ func TestLeaseCancelledAcquireIsAmbiguous(t *testing.T) {
 		hang.Store(false)
 		_, err = l.Acquire(context.Background())
 		require.NoError(t, err)
+	})
+}
+
+// TestLeaseEpochSurvivesRecreatedBlob: deleting the lock blob (here with its
+// container, as a restarted in-memory emulator does) must not send the
+// fencing epoch backwards. A holder that saw the old blob continues above
+// what it saw; a fresh holder continues above the old blob's epochs because
+// the new blob was created later (the creation time is the floor).
+func TestLeaseEpochSurvivesRecreatedBlob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var logs bytes.Buffer
+		a := newLease(t, e.client("a"), "x", &azlease.LeaseOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		drop := func() {
+			_, err := e.client("op").Delete(raw(ctx), nil)
+			require.NoError(t, err)
+		}
+		tok1, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, epoch1, tok1.Epoch)
+		require.NoError(t, a.Release(ctx))
+
+		drop() // created again within the same second: only memory helps
+		tok2, err := a.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, tok1.Epoch+1, tok2.Epoch, "continues above what it saw")
+		assert.Contains(t, logs.String(), "level=WARN", "the backwards epoch is reported")
+		require.NoError(t, a.Release(ctx))
+
+		time.Sleep(1500 * time.Millisecond)
+		drop() // created again a second later: the creation time is the floor
+		fresh := newLease(t, e.client("fresh"), "x", nil)
+		tok3, err := fresh.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, tok3.Epoch, tok2.Epoch, "a holder that never saw the old blob still goes up")
+		require.NoError(t, fresh.Release(ctx))
+
+		// The documented limit: a fresh holder, a blob created again within
+		// the same second as the old one, and no memory.
+		drop()
+		tok4, err := newLease(t, e.client("fresh2"), "x", nil).Acquire(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, tok3.Epoch, tok4.Epoch, "the one case the floor cannot cover")
 	})
 }

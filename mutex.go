@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
@@ -25,6 +26,9 @@ import (
 type Mutex struct {
 	t   target
 	cfg holdConfig
+	// seen is the highest epoch any of this Mutex's locks has seen, so that
+	// epochs keep growing even if the lock blob is created again.
+	seen atomic.Uint64
 }
 
 // NewMutex returns a Mutex on the lock blob name in the container cc points
@@ -67,7 +71,14 @@ type Lock struct {
 // The Lock's context ends when the lock is lost; it carries ctx's values but
 // not its cancellation: cancel work through the Lock, or Unlock it.
 func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
-	return m.tryLock(ctx, newLease(m.t, m.cfg.lease))
+	return m.tryLock(ctx, m.newLease())
+}
+
+// newLease returns a Lease for one Lock, sharing the Mutex's memory of epochs.
+func (m *Mutex) newLease() *Lease {
+	l := newLease(m.t, m.cfg.lease)
+	l.seen = &m.seen
+	return l
 }
 
 // tryLock tries once with l, which Lock reuses across its tries (a lease ID
@@ -89,7 +100,7 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease) (lock *Lock, ok bool, err
 // PollInterval (with jitter). Errors that persist are returned, except
 // transient ones, which it keeps retrying until ctx ends.
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
-	l := newLease(m.t, m.cfg.lease)
+	l := m.newLease()
 	for {
 		lock, ok, err := m.tryLock(ctx, l)
 		switch {

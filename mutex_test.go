@@ -35,7 +35,7 @@ func TestMutexTryLockLockUnlock(t *testing.T) {
 		la, ok, err := a.TryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		assert.Equal(t, uint64(1), la.Epoch())
+		assert.Equal(t, epoch1, la.Epoch())
 		assert.True(t, la.Valid())
 
 		lb, ok, err := b.TryLock(ctx)
@@ -59,7 +59,7 @@ func TestMutexTryLockLockUnlock(t *testing.T) {
 		unlocked := time.Now()
 		lb = <-got
 		assert.LessOrEqual(t, time.Since(unlocked), 1200*time.Millisecond, "the waiter takes it within PollInterval × (1 + Jitter)")
-		assert.Equal(t, uint64(2), lb.Epoch())
+		assert.Equal(t, epoch1+1, lb.Epoch())
 		<-la.Done()
 		assert.ErrorIs(t, la.Err(), azlease.ErrStopped)
 		require.NoError(t, la.Unlock(ctx), "Unlock is idempotent")

@@ -121,6 +121,27 @@ func parseRecord(md map[string]*string) (record, error) {
 	return r, nil
 }
 
+// nextEpoch is the epoch of the term that follows one with epoch prev on a
+// lock blob created at created (Azure's clock; zero when unknown), by a
+// holder that has seen epochs up to seen on this lock blob before.
+//
+// It is the largest of prev+1, seen+1 and created's Unix time in
+// milliseconds plus one. The last makes epochs keep growing when a lock blob
+// is deleted and created again (a storage account restored, an emulator
+// restarted, an operator's cleanup): the new blob's first epoch is above
+// every epoch of the old one, as long as the old one averaged fewer than
+// 1,000 acquisitions a second over its life and Azure's clock did not go
+// back. seen covers a blob created again within the same second, for holders
+// that saw the old one. The result never overflows: epochs are refused at
+// 2^64−1 (errBadEpoch).
+func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
+	next := max(prev, seen) + 1
+	if !created.IsZero() && created.Unix() > 0 {
+		next = max(next, uint64(created.Unix())*1000+1)
+	}
+	return next
+}
+
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
 var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory}
@@ -160,10 +181,10 @@ func (r record) format(md map[string]*string) map[string]*string {
 	return out
 }
 
-// next is the record of the term that follows r: the epoch grows by one, and
-// the new term goes first in a history of at most keep entries.
-func (r record) next(holder string, now time.Time, keep int) record {
-	n := record{epoch: r.epoch + 1, holder: holder, acquired: now.UTC().Truncate(time.Millisecond)}
+// next is the record of the term that follows r, with the given epoch
+// (nextEpoch): the new term goes first in a history of at most keep entries.
+func (r record) next(epoch uint64, holder string, now time.Time, keep int) record {
+	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond)}
 	if keep > 0 {
 		n.history = append([]HistoryEntry{{Holder: holder, Epoch: n.epoch, Acquired: n.acquired}}, r.history...)
 		if len(n.history) > keep {
@@ -256,6 +277,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 			Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
 			History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
+		l.see(r.epoch)
 		if props.LeaseState != nil {
 			st.State = string(*props.LeaseState)
 			st.Leased = st.State == "leased" || st.State == "breaking"

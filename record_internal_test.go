@@ -1,6 +1,7 @@
 package azlease
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ func TestRecordKeysAreCaseInsensitive(t *testing.T) {
 	assert.Equal(t, uint64(41), r.epoch)
 	assert.Equal(t, "node-a", r.holder)
 
-	next := r.next("node b;,%", time.UnixMilli(1700000000123), 3)
+	next := r.next(nextEpoch(r.epoch, time.Time{}, 0), "node b;,%", time.UnixMilli(1700000000123), 3)
 	out := next.format(md)
 	assert.Len(t, out, 6, "old-case record keys are replaced, not duplicated: %v", out)
 	assert.Equal(t, "ops", *out["Owner"])
@@ -38,13 +39,13 @@ func TestRecordKeysAreCaseInsensitive(t *testing.T) {
 func TestRecordHistoryIsBounded(t *testing.T) {
 	var r record
 	for i := range 20 {
-		r = r.next("h", time.UnixMilli(int64(i)), 4)
+		r = r.next(r.epoch+1, "h", time.UnixMilli(int64(i)), 4)
 	}
 	assert.Equal(t, uint64(20), r.epoch)
 	require.Len(t, r.history, 4)
 	assert.Equal(t, uint64(20), r.history[0].Epoch)
 	assert.Equal(t, uint64(17), r.history[3].Epoch)
-	assert.Empty(t, record{}.next("h", time.Now(), 0).history)
+	assert.Empty(t, record{}.next(1, "h", time.Now(), 0).history)
 }
 
 func TestRecordReleasedMarkerBelongsToItsEpoch(t *testing.T) {
@@ -76,7 +77,7 @@ func FuzzRecordMetadata(f *testing.F) {
 		if err != nil {
 			return
 		}
-		n := r.next("holder", time.UnixMilli(1), 8)
+		n := r.next(nextEpoch(r.epoch, time.UnixMilli(1), 0), "holder", time.UnixMilli(1), 8)
 		require.Greater(t, n.epoch, r.epoch)
 		out := n.format(md)
 		back, err := parseRecord(out)
@@ -90,4 +91,29 @@ func FuzzRecordMetadata(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNextEpoch: epochs grow by one from term to term; a lock blob created
+// again starts above every epoch of the old one (its creation time, in
+// milliseconds, is the floor), and above any epoch the holder saw before.
+func TestNextEpoch(t *testing.T) {
+	created := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	floor := uint64(created.Unix()) * 1000
+	for _, c := range []struct {
+		name       string
+		prev, seen uint64
+		created    time.Time
+		want       uint64
+	}{
+		{"first term on a new blob", 0, 0, created, floor + 1},
+		{"later terms count up", floor + 41, 0, created, floor + 42},
+		{"created time unknown", 41, 0, time.Time{}, 42},
+		{"blob created again a second later", 0, floor + 900, created.Add(time.Second), floor + 1001},
+		{"created again within the second: what was seen", 0, floor + 900, created, floor + 901},
+		{"an old small epoch jumps to the floor", 3, 0, created, floor + 1},
+		{"before 1970 is ignored", 5, 0, time.Unix(-10, 0), 6},
+		{"largest", math.MaxUint64 - 2, 0, created, math.MaxUint64 - 1},
+	} {
+		assert.Equal(t, c.want, nextEpoch(c.prev, c.created, c.seen), c.name)
+	}
 }
