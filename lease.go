@@ -7,16 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
@@ -27,12 +24,6 @@ import (
 
 	"github.com/azlease/azlease/internal/azname"
 	"github.com/azlease/azlease/internal/timing"
-)
-
-// Retry pacing between attempts of one operation.
-const (
-	retryBase = 100 * time.Millisecond
-	retryMax  = 2 * time.Second
 )
 
 // holdState is what a Lease knows about its lease.
@@ -338,67 +329,6 @@ func (l *Lease) ensure(ctx, actx context.Context, notFound error) error {
 	return err
 }
 
-// bumpEpoch reads the lock blob's record and writes the next one under the
-// lease, conditional on the ETag it read. Only the lease holder can write, so
-// epochs grow strictly from one term to the next. A retried write after an
-// ambiguous failure may skip an epoch; it never repeats one.
-//
-// prev is the record as first read: after an ambiguous write, a retry reads
-// this holder's own record, which says nothing about the previous term.
-func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
-	read, warned := false, false
-	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
-		props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
-		if err != nil {
-			return l.writeOutcome(ctx, id, "read", err)
-		}
-		cur, err := parseRecord(props.Metadata)
-		if err != nil {
-			return true, l.errorf("write", ErrPermanent, err)
-		}
-		if !read {
-			prev, read = cur, true
-		}
-		var created time.Time
-		if props.CreationTime != nil {
-			created = *props.CreationTime
-		}
-		seen := l.seen.Load()
-		if cur.epoch < seen && !warned {
-			warned = true
-			l.cfg.log.Warn("azlease: the lock blob's epoch is lower than one this process saw on it before (was it deleted and created again?); continuing above the highest",
-				slog.Uint64("blob_epoch", cur.epoch), slog.Uint64("highest_seen", seen))
-		}
-		next = cur.next(nextEpoch(cur.epoch, created, seen), l.cfg.identity, time.Now(), l.cfg.history)
-		md = next.format(props.Metadata)
-		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, props.ETag)})
-		if err != nil {
-			return l.writeOutcome(ctx, id, "write", err)
-		}
-		etag = *resp.ETag
-		l.see(next.epoch)
-		return true, nil
-	})
-	return prev, next, md, etag, err
-}
-
-// writeOutcome classifies the failure of a read or write made under the
-// lease ID id.
-func (l *Lease) writeOutcome(ctx context.Context, id, op string, err error) (bool, error) {
-	switch c := classify(ctx, err); c {
-	case classTransient, classConflict:
-		return false, l.errorf(op, ErrTransient, err)
-	case classLost, classBroken, classNotFound:
-		lost := l.errorf(op, ErrLeaseLost, err)
-		l.markLost(id, lost)
-		return true, lost
-	case classCanceled:
-		return true, err
-	default:
-		return true, l.errorf(op, ErrPermanent, err)
-	}
-}
-
 // Renew renews the lease. Transient failures are retried until the lease's
 // validity deadline; after it, Renew returns an error wrapping
 // [ErrDeadlinePassed] and the lease is no longer held. Azure's refusal of the
@@ -540,27 +470,6 @@ func (l *Lease) releaseID(ctx context.Context, id string, limit time.Time, unsur
 	})
 }
 
-// markReleased writes the clean-release marker under the lease in one
-// attempt; a successor that finds it knows the previous holder stopped its
-// work before releasing. Failure only costs the successor its takeover delay.
-func (l *Lease) markReleased(ctx context.Context, id string, validUntil time.Time, md map[string]*string, etag azcore.ETag) {
-	deadline, ok := timing.AttemptDeadline(time.Now(), validUntil, l.cfg.attemptTimeout)
-	if !ok {
-		return
-	}
-	actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
-	defer cancel()
-	r, err := parseRecord(md)
-	if err != nil {
-		return
-	}
-	r.released = true
-	if _, err := l.bc.SetMetadata(actx, r.format(md), &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)}); err != nil {
-		l.cfg.log.Debug("azlease: could not mark the release as clean",
-			slog.Any("error", l.errorf("write", kindOf(classify(ctx, err)), err)))
-	}
-}
-
 // Break breaks the lease, whoever holds it, so it can be acquired again after
 // period (whole seconds, 0 to 60 s; Azure uses the lease's remaining time if
 // that is shorter). It needs no lease ID: this is the operator's tool for a
@@ -689,147 +598,6 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 	return err
 }
 
-// SetMetadata replaces the lock blob's user metadata with md, under the
-// lease: Azure rejects the write (and SetMetadata returns an error wrapping
-// [ErrLeaseLost]) if this holder's lease is gone, so a stale holder cannot
-// overwrite a newer one's state. azlease's own keys are kept. Names must be
-// C# identifiers and must not start with "azlease"; Azure stores names
-// case-insensitively and returns them in changed case.
-func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
-	return l.setMetadataAs(ctx, l.currentID(), md)
-}
-
-func (l *Lease) setMetadataAs(ctx context.Context, id string, md map[string]string) error {
-	for k := range md {
-		if !azname.MetadataName(k) || strings.HasPrefix(strings.ToLower(k), metaPrefix) {
-			return optionErr("metadata", "name %q: must be a C# identifier not starting with %q", k, metaPrefix)
-		}
-	}
-	return l.updateMetadataAs(ctx, id, func(cur map[string]*string) map[string]*string {
-		next := make(map[string]*string, len(md)+5)
-		for k, v := range cur {
-			if strings.HasPrefix(strings.ToLower(k), metaPrefix) {
-				next[k] = v
-			}
-		}
-		for k, v := range md {
-			next[k] = to.Ptr(v)
-		}
-		return next
-	})
-}
-
-// updateMetadata replaces the lock blob's metadata with change(current),
-// under the lease and conditional on the ETag of this holder's last write.
-func (l *Lease) updateMetadata(ctx context.Context, change func(map[string]*string) map[string]*string) error {
-	return l.updateMetadataAs(ctx, l.currentID(), change)
-}
-
-func (l *Lease) updateMetadataAs(ctx context.Context, id string, change func(map[string]*string) map[string]*string) error {
-	return l.fencedWrite(ctx, id, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
-		next := change(cur)
-		resp, err := l.bc.SetMetadata(actx, next, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)})
-		if err != nil {
-			return "", nil, err
-		}
-		return *resp.ETag, next, nil
-	})
-}
-
-// metadata returns the lock blob's metadata as this holder last wrote it.
-func (l *Lease) metadata() map[string]*string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.md
-}
-
-// Write replaces the lock blob's content with content, under the lease, and
-// keeps its metadata. Like [Lease.SetMetadata], it fails with
-// [ErrLeaseLost] when this holder's lease is gone.
-func (l *Lease) Write(ctx context.Context, content []byte) error {
-	return l.writeAs(ctx, l.currentID(), content)
-}
-
-func (l *Lease) writeAs(ctx context.Context, id string, content []byte) error {
-	return l.fencedWrite(ctx, id, func(actx context.Context, id string, cur map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error) {
-		resp, err := l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(content)), &blockblob.UploadOptions{
-			Metadata:         cur,
-			AccessConditions: leaseAccess(id, &etag),
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return *resp.ETag, cur, nil
-	})
-}
-
-// readAs downloads the lock blob's content under the lease ID id, which must
-// be the current term's, retrying transient failures until the validity
-// deadline.
-func (l *Lease) readAs(ctx context.Context, id string) ([]byte, error) {
-	validUntil, ok := l.termValid(id)
-	if !ok {
-		return nil, ErrNotHeld
-	}
-	var content []byte
-	err := l.loop(ctx, "read", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
-		resp, err := l.bc.DownloadStream(actx, &blob.DownloadStreamOptions{AccessConditions: leaseAccess(id, nil)})
-		if err != nil {
-			return l.writeOutcome(ctx, id, "read", err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, maxContent+1))
-		if err != nil {
-			return false, l.errorf("read", ErrTransient, err)
-		}
-		if len(b) > maxContent {
-			return true, l.errorf("read", ErrPermanent, fmt.Errorf("the lock blob holds more than %d bytes", maxContent))
-		}
-		content = b
-		return true, nil
-	})
-	return content, err
-}
-
-// maxContent bounds what Read loads: lock blobs hold small state.
-const maxContent = 4 << 20
-
-type writeFunc func(actx context.Context, id string, md map[string]*string, etag azcore.ETag) (azcore.ETag, map[string]*string, error)
-
-// fencedWrite runs a write under the lease until the validity deadline. The
-// cached metadata and ETag are this holder's own last write; when they are
-// stale (another write by this process, a lost response), it reads them
-// again and retries.
-func (l *Lease) fencedWrite(ctx context.Context, id string, write writeFunc) error {
-	validUntil, ok := l.termValid(id)
-	if !ok {
-		return ErrNotHeld
-	}
-	l.mu.Lock()
-	md, etag := l.md, l.etag
-	l.mu.Unlock()
-	return l.loop(ctx, "write", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
-		if md == nil {
-			props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
-			if err != nil {
-				return l.writeOutcome(ctx, id, "read", err)
-			}
-			md, etag = props.Metadata, *props.ETag
-		}
-		newETag, newMD, err := write(actx, id, md, etag)
-		if err != nil {
-			md = nil // re-read before the next attempt
-			return l.writeOutcome(ctx, id, "write", err)
-		}
-		l.mu.Lock()
-		if l.id == id && l.state == held {
-			l.md, l.etag = newMD, newETag
-		}
-		l.mu.Unlock()
-		return true, nil
-	})
-}
-
 // markLost records Azure's word that the lease of id is gone, and ends the
 // current term at once if it is that lease's.
 func (l *Lease) markLost(id string, cause error) {
@@ -886,93 +654,12 @@ func (l *Lease) snapshot() (id string, lastSend, validUntil time.Time, ok bool) 
 	return l.id, l.lastSend, l.validUntil, l.state == held
 }
 
-// loop runs try until it reports done, ctx ends, or limit passes. Each
-// attempt gets a deadline of AttemptTimeout, never after limit, and runs with
-// the SDK's retries turned off: retries happen here, where their timing is
-// known. Between attempts it waits a jittered, growing backoff. It returns
-// the last attempt's error when time runs out.
-func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(actx context.Context, send time.Time) (bool, error)) error {
-	var last error
-	for n := 1; ; n++ {
-		now := time.Now()
-		deadline, ok := timing.AttemptDeadline(now, limit, l.cfg.attemptTimeout)
-		if !ok {
-			if last == nil {
-				last = l.errorf(op, ErrTransient, errors.New("no time left for an attempt"))
-			}
-			return last
-		}
-		actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
-		done, err := try(actx, now)
-		cancel()
-		switch {
-		case done && err == nil:
-			return nil // a success stands even if ctx ended meanwhile
-		case ctx.Err() != nil:
-			return l.canceled(ctx, op, last)
-		case done:
-			return err
-		}
-		last = err
-		wait := timing.Sleep(time.Now(), time.Now().Add(timing.Backoff(n, retryBase, retryMax, mrand.Float64())), limit)
-		l.cfg.log.Debug("azlease: retrying", slog.String("op", op), slog.Int("attempt", n), slog.Duration("wait", wait), slog.Any("error", err))
-		if !sleepCtx(ctx, wait) {
-			return l.canceled(ctx, op, last)
-		}
-	}
-}
-
-// canceled is the error of an operation whose caller's context ended. It
-// wraps the context's cause and, when there was one, the last attempt's
-// *Error, whose text is safe to log. The raw error of the attempt cut short
-// is dropped: it may quote a URL with a SAS token.
-func (l *Lease) canceled(ctx context.Context, op string, last error) error {
-	if last == nil {
-		return fmt.Errorf("azlease: %s %s/%s: %w", op, l.t.container, l.t.blob, context.Cause(ctx))
-	}
-	return fmt.Errorf("azlease: %s %s/%s: %w; last attempt: %w", op, l.t.container, l.t.blob, context.Cause(ctx), last)
-}
-
-// errorf builds the *Error of a failed operation on this lease.
-func (l *Lease) errorf(op string, kind, err error) error {
-	return opError(op, l.t.container, l.t.blob, kind, err)
-}
-
 func (l *Lease) leaseClient(id string) *lease.BlobClient {
 	lc, err := lease.NewBlobClient(l.bc, &lease.BlobClientOptions{LeaseID: to.Ptr(id)})
 	if err != nil {
 		panic("azlease: lease.NewBlobClient: " + err.Error()) // only fails for a nil client
 	}
 	return lc
-}
-
-// noRetry turns the SDK's retries off for one call: azlease retries itself,
-// within deadlines it knows.
-func noRetry(ctx context.Context) context.Context {
-	return policy.WithRetryOptions(ctx, policy.RetryOptions{MaxRetries: -1})
-}
-
-func leaseAccess(id string, ifMatch *azcore.ETag) *blob.AccessConditions {
-	ac := &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: to.Ptr(id)}}
-	if ifMatch != nil {
-		ac.ModifiedAccessConditions = &blob.ModifiedAccessConditions{IfMatch: ifMatch}
-	}
-	return ac
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // newLeaseID returns a random version-4 UUID in lower case, the form both
