@@ -30,6 +30,9 @@ func ContainerClientFromConnectionString(connectionString, containerName string,
 	if cs == "" {
 		return nil, optionErr("connectionString", "empty")
 	}
+	if err := checkConnectionString(cs); err != nil {
+		return nil, err
+	}
 	if isDevelopmentStorage(cs) {
 		cs = DevelopmentConnectionString
 	}
@@ -39,6 +42,51 @@ func ContainerClientFromConnectionString(connectionString, containerName string,
 		return nil, optionErr("connectionString", "%v", err)
 	}
 	return cc, nil
+}
+
+// connectionStringKeys are the keys of Azure Storage connection strings
+// (lower case): what the portal, the Azure CLI and Azurite's documentation
+// write. azblob ignores keys it does not know, so a misspelt BlobEndpoint
+// would silently send every request to a public host name: azlease refuses
+// unknown keys instead.
+var connectionStringKeys = map[string]bool{
+	"defaultendpointsprotocol": true, "accountname": true, "accountkey": true, "endpointsuffix": true,
+	"blobendpoint": true, "queueendpoint": true, "tableendpoint": true, "fileendpoint": true,
+	"sharedaccesssignature": true, "usedevelopmentstorage": true, "developmentstorageproxyuri": true,
+}
+
+// checkConnectionString refuses unknown keys, parts without "=", and
+// endpoints that are not http(s) URLs. Its errors name keys, never values
+// (a value may be a key or a SAS).
+func checkConnectionString(cs string) error {
+	for _, part := range strings.Split(cs, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return optionErr("connectionString", "a part is not key=value")
+		}
+		lk := strings.ToLower(k)
+		if !connectionStringKeys[lk] {
+			if len(k) > 40 {
+				k = k[:40] + "…"
+			}
+			return optionErr("connectionString", "unknown key %q (known: DefaultEndpointsProtocol, AccountName, AccountKey, EndpointSuffix, BlobEndpoint, SharedAccessSignature, UseDevelopmentStorage, …)", k)
+		}
+		v = strings.TrimSpace(v)
+		switch {
+		case lk == "defaultendpointsprotocol" && !strings.EqualFold(v, "http") && !strings.EqualFold(v, "https"):
+			return optionErr("connectionString", "DefaultEndpointsProtocol must be http or https")
+		case lk == "blobendpoint":
+			u, err := url.Parse(v)
+			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+				return optionErr("connectionString", "BlobEndpoint must be an absolute http(s) URL")
+			}
+		}
+	}
+	return nil
 }
 
 func isDevelopmentStorage(cs string) bool {

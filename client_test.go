@@ -105,3 +105,28 @@ func TestContainerClientFromSASURL(t *testing.T) {
 	assert.Contains(t, err.Error(), "sig=REDACTED")
 	assert.NotContains(t, err.Error(), "c2VjcmV0")
 }
+
+// TestConnectionStringMistakesAreRefused: azblob ignores keys it does not
+// know, so a misspelt BlobEndpoint silently pointed every request at a public
+// host and retried forever. azlease refuses it when the client is built,
+// naming the key and never echoing a value.
+func TestConnectionStringMistakesAreRefused(t *testing.T) {
+	for _, cs := range []string{
+		"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=c2VjcmV0LWtleQ==;BlobEndpont=http://127.0.0.1:10000/devstoreaccount1;",
+		"DefaultEndpointsProtocol=htp;AccountName=acct;AccountKey=c2VjcmV0LWtleQ==",
+		"AccountName=acct;AccountKey=c2VjcmV0LWtleQ==;BlobEndpoint=htp://127.0.0.1:10000/acct",
+		"AccountName=acct;c2VjcmV0LWtleQ==",
+	} {
+		_, err := azlease.ContainerClientFromConnectionString(cs, "locks", nil)
+		requireOptionError(t, err, "connectionString")
+		assert.NotContains(t, err.Error(), "c2VjcmV0LWtleQ==")
+	}
+	_, err := azlease.ContainerClientFromConnectionString("AccountName=a;AccountKey=c2VjcmV0LWtleQ==;BlobEndpont=http://x/a", "locks", nil)
+	assert.ErrorContains(t, err, `"BlobEndpont"`)
+
+	// A client built by hand with a bad scheme is refused by the constructors.
+	cc, err := container.NewClientWithNoCredential("htp://127.0.0.1:10000/devstoreaccount1/locks", nil)
+	require.NoError(t, err)
+	_, err = azlease.NewMutex(cc, "m", nil)
+	requireOptionError(t, err, "container")
+}

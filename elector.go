@@ -296,7 +296,9 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 		case st.Leased:
 			e.observe(leaderInfo(st))
 		default:
-			tok, err := e.lease.Acquire(ctx)
+			// Stopping cancels ctx; a lease granted meanwhile is still
+			// given back, as part of the graceful stop.
+			tok, err := e.lease.Acquire(context.WithValue(ctx, cleanUpAfterCancelKey{}, true))
 			if err == nil {
 				return tok, true
 			}

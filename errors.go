@@ -2,8 +2,10 @@ package azlease
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 
@@ -48,10 +50,12 @@ var (
 	// valid lease; Renew or Release it first.
 	ErrAlreadyHeld = errors.New("azlease: lease already held by this Lease")
 
-	// ErrPermanent means Azure refused the request for a reason retrying
-	// will not fix: authentication or authorization (401, 403), a missing
-	// container or blob with creation turned off (404), or an invalid request
-	// (400). The [*Error] keeps the Azure error code and request ID.
+	// ErrPermanent means the request failed for a reason retrying will not
+	// fix: Azure refused it for authentication or authorization (401, 403:
+	// a wrong key, an expired SAS, a missing role), a missing container or
+	// blob with creation turned off (404), or an invalid request (400); or
+	// the endpoint's host name does not exist, or its TLS certificate does
+	// not verify. The [*Error] keeps the Azure error code and request ID.
 	ErrPermanent = errors.New("azlease: permanent failure")
 
 	// ErrTransient means the request failed in a way that may pass: a
@@ -189,6 +193,9 @@ func classify(caller context.Context, err error) class {
 	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
+		if misconfigured(err) {
+			return classPermanent
+		}
 		// No response: a timeout, a lost connection, a refused dial. The
 		// request may or may not have reached Azure.
 		return classTransient
@@ -208,12 +215,40 @@ func classify(caller context.Context, err error) class {
 func ambiguous(err error) bool {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return true
+		return !neverSent(err)
 	}
 	if bloberror.HasCode(err, bloberror.ServerBusy) {
 		return false
 	}
 	return re.StatusCode >= 500 || re.StatusCode == http.StatusRequestTimeout
+}
+
+// neverSent reports whether err says the request never left this process:
+// no connection could be opened (refused, unreachable, a name that does not
+// resolve) or its TLS handshake failed. Such a request cannot be applied,
+// now or later, so there is nothing to give back.
+func neverSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	var cert *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	return errors.As(err, &dns) || errors.As(err, &cert) || errors.As(err, &rec)
+}
+
+// misconfigured reports whether a request that got no response failed for a
+// reason that retrying will not fix: the endpoint's host name does not exist
+// or its certificate does not verify. Refused or unreachable connections
+// are not: a service can come back.
+func misconfigured(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return true
+	}
+	var cert *tls.CertificateVerificationError
+	return errors.As(err, &cert)
 }
 
 // asHeld turns the *Error of a lease lost right after it was acquired

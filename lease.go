@@ -155,9 +155,10 @@ func (l *Lease) termStarted() bool {
 // [ErrLeaseHeld] after one request: that is a normal outcome. Transient
 // failures are retried, with the same lease ID, until ctx ends or one lease
 // duration has passed. If an attempt may have been granted although Acquire
-// fails (its answer was lost, or ctx ended while it was in flight), Acquire
-// spends one more attempt (at most AttemptTimeout, even after ctx ended)
-// giving that lease back, so it does not block everyone until it expires.
+// fails (its answer was lost), Acquire spends one more attempt giving that
+// lease back, so it does not block everyone until it expires: at most
+// AttemptTimeout and never past ctx's deadline; if ctx has ended, none (the
+// lease frees itself within its duration).
 // A Lease that still holds a valid lease returns [ErrAlreadyHeld].
 func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 	l.opMu.Lock()
@@ -211,7 +212,10 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 		// The lease is ours but no term could start: give it back now
 		// rather than leave it to expire, even if ctx has ended.
 		l.cfg.log.Debug("azlease: epoch write failed after acquiring; releasing", slog.Any("error", err))
-		_ = l.release(context.WithoutCancel(ctx), false)
+		if cctx, cancel, ok := l.cleanupContext(ctx); ok {
+			_ = l.release(cctx, false)
+			cancel()
+		}
 		if errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrDeadlinePassed) {
 			// Broken or taken between the acquire and the epoch write:
 			// for the caller, the lease is held elsewhere.
@@ -275,17 +279,52 @@ func (l *Lease) acquireOutcome(ctx context.Context, err error, unsure *bool) (bo
 	}
 }
 
-// giveBack releases, in one bounded attempt that ctx's end does not stop, a
-// lease ID that an acquire whose answer was lost may have been granted, so
-// that the lease does not stay blocked until it expires. Its outcome does
-// not matter: the ID is never used again.
+// giveBack releases a lease ID that an acquire whose answer was lost may
+// have been granted, so that the lease does not stay blocked until it
+// expires, within what the caller's context leaves (cleanupContext). Its
+// outcome does not matter: the ID is never used again.
 func (l *Lease) giveBack(ctx context.Context, id string) {
-	_ = l.releaseID(context.WithoutCancel(ctx), id, time.Now().Add(l.cfg.attemptTimeout), true)
+	cctx, cancel, ok := l.cleanupContext(ctx)
+	if !ok {
+		l.cfg.log.Debug("azlease: not giving back a lease that may have been granted: the caller's context has ended; it expires on its own")
+		return
+	}
+	defer cancel()
+	_ = l.releaseID(cctx, id, time.Now().Add(l.cfg.attemptTimeout), true)
 }
 
-// releaseStale releases, in one bounded attempt that ctx's end does not
-// stop, a stale lease ID: one that may hold the lease without a term. The
-// ID is dropped whatever the outcome (the lease expires on its own).
+// cleanupContext is the context of a clean-up request (giving back a lease
+// that may have been granted) made on behalf of a caller whose operation
+// failed: at most AttemptTimeout, never past ctx's deadline, and none at all
+// (ok false) once ctx has ended. A clean-up is never worth overrunning the
+// caller's deadline: what it would free expires on its own within a lease
+// duration.
+func (l *Lease) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+	if ctx.Err() != nil {
+		if ctx.Value(cleanUpAfterCancelKey{}) == nil {
+			return nil, nil, false
+		}
+		// The caller is an Elector stopping: releasing is part of a
+		// graceful stop, which Stop's own context bounds.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.attemptTimeout)
+		return cctx, cancel, true
+	}
+	limit := time.Now().Add(l.cfg.attemptTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(limit) {
+		limit = d
+	}
+	cctx, cancel := context.WithDeadline(ctx, limit)
+	return cctx, cancel, true
+}
+
+// cleanUpAfterCancelKey marks a context whose cancellation means "stop
+// gracefully": clean-up requests are still made, bounded by AttemptTimeout.
+type cleanUpAfterCancelKey struct{}
+
+// releaseStale releases a stale lease ID, one that may hold the lease
+// without a term, within what the caller's context leaves
+// (cleanupContext). The ID is dropped whatever the outcome (the lease
+// expires on its own).
 func (l *Lease) releaseStale(ctx context.Context) {
 	l.mu.Lock()
 	id, state := l.id, l.state
@@ -296,7 +335,10 @@ func (l *Lease) releaseStale(ctx context.Context) {
 	if state != stale || id == "" {
 		return
 	}
-	_ = l.releaseID(context.WithoutCancel(ctx), id, time.Now().Add(l.cfg.attemptTimeout), true)
+	if cctx, cancel, ok := l.cleanupContext(ctx); ok {
+		_ = l.releaseID(cctx, id, time.Now().Add(l.cfg.attemptTimeout), true)
+		cancel()
+	}
 }
 
 // ensure creates what a failed acquire found missing: the container (when

@@ -3,10 +3,13 @@ package azlease_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +17,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
@@ -898,10 +903,12 @@ func TestTokenNeverPrintsTheLeaseID(t *testing.T) {
 	assert.Contains(t, out, `"epoch":7`)
 }
 
-// TestLeaseCancelledAcquireIsAmbiguous: the caller's context ends while an
-// acquire Azure granted is in flight. Acquire gives that lease back, so the
-// next Acquire is not refused by its own orphan.
-func TestLeaseCancelledAcquireIsAmbiguous(t *testing.T) {
+// TestLeaseCancelledAcquireHonoursTheDeadline: the caller's context ends
+// while an acquire Azure granted is in flight. Acquire returns at the
+// caller's deadline, not later: it does not spend more time giving that
+// lease back. The orphan blocks the lease until it expires, and the next
+// Acquire proposes a fresh lease ID (the orphan's may still be applied).
+func TestLeaseCancelledAcquireHonoursTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		pre := newLease(t, e.client("pre"), "x", nil)
@@ -917,13 +924,81 @@ func TestLeaseCancelledAcquireIsAmbiguous(t *testing.T) {
 			return emulator.Fault{}
 		}))
 		l := newLease(t, e.client("a"), "x", nil)
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err = l.Acquire(ctx)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start), "returned at the caller's deadline")
 		hang.Store(false)
 		_, err = l.Acquire(context.Background())
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld, "the orphan holds it")
+		grants := e.Grants(testContainer, "x")
+		time.Sleep(time.Until(grants[len(grants)-1].End))
+		tok, err := l.Acquire(context.Background())
 		require.NoError(t, err)
+		assert.NotEqual(t, grants[len(grants)-1].LeaseID, tok.LeaseID)
+	})
+}
+
+// failing is a transport that fails every request with err, as a network
+// does before any request leaves the process.
+type failing struct {
+	err      error
+	requests atomic.Int64
+}
+
+func (f *failing) Do(*http.Request) (*http.Response, error) {
+	f.requests.Add(1)
+	return nil, f.err
+}
+
+func refusing() *failing {
+	return &failing{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}}
+}
+
+func failingClient(t *testing.T, tr *failing) *container.Client {
+	t.Helper()
+	cc, err := container.NewClientWithNoCredential("http://127.0.0.1:9/devstoreaccount1/locks",
+		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: tr}})
+	require.NoError(t, err)
+	return cc
+}
+
+// TestLeaseUnreachableHonoursTheDeadline: with nothing listening, Acquire
+// returns at the caller's deadline with the cause in its error, and sends no
+// give-back release, since no request reached the server.
+func TestLeaseUnreachableHonoursTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := refusing()
+		l := newLease(t, failingClient(t, tr), "x", nil)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := l.Acquire(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, azlease.ErrTransient, "the last attempt's error is kept")
+		assert.Contains(t, err.Error(), "connection refused")
+		assert.Equal(t, 5*time.Second, time.Since(start))
+		n := tr.requests.Load()
+		time.Sleep(time.Minute)
+		assert.Equal(t, n, tr.requests.Load(), "nothing sent after Acquire returned")
+	})
+}
+
+// TestLeaseMisconfiguredEndpointIsPermanent: a host name that does not
+// exist is a configuration error, not an outage: Acquire says so after one
+// request instead of retrying for a lease duration.
+func TestLeaseMisconfiguredEndpointIsPermanent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &failing{err: &net.DNSError{Err: "no such host", Name: "acct.blob.core.windows.nett", IsNotFound: true}}
+		l := newLease(t, failingClient(t, tr), "x", nil)
+		start := time.Now()
+		_, err := l.Acquire(context.Background())
+		require.ErrorIs(t, err, azlease.ErrPermanent)
+		assert.Contains(t, err.Error(), "no such host")
+		assert.Equal(t, int64(1), tr.requests.Load())
+		assert.Zero(t, time.Since(start))
 	})
 }
 

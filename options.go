@@ -198,6 +198,9 @@ func newTarget(cc *container.Client, blobName, blobField string) (target, error)
 	if err != nil {
 		return target{}, optionErr("container", "URL %q: %v", redactURL(cc.URL()), err)
 	}
+	if (parts.Scheme != "http" && parts.Scheme != "https") || parts.Host == "" {
+		return target{}, optionErr("container", "URL %q: must be an absolute http(s) URL", redactURL(cc.URL()))
+	}
 	if r := containerNameProblem(parts.ContainerName); r != "" {
 		return target{}, optionErr("container", "container name %q: %s", parts.ContainerName, r)
 	}
