@@ -216,8 +216,9 @@ func containerNameProblem(n string) string {
 }
 
 // blobNameProblem applies Azure's blob naming rules: 1 to 1024 characters,
-// at most 254 path segments, not ending with a dot or slash; azlease also
-// refuses control characters and invalid UTF-8, which no lock name needs.
+// at most 254 path segments, no path segment ending with a dot, not ending
+// with a slash; azlease also refuses control characters and invalid UTF-8,
+// which no lock name needs.
 func blobNameProblem(n string) string {
 	if p := azname.BlobProblem(n); p != "" {
 		return p
@@ -225,8 +226,8 @@ func blobNameProblem(n string) string {
 	switch {
 	case !utf8.ValidString(n):
 		return "not valid UTF-8"
-	case strings.HasSuffix(n, ".") || strings.HasSuffix(n, "/"):
-		return "must not end with a dot or a slash"
+	case strings.HasSuffix(n, "/"):
+		return "must not end with a slash"
 	case strings.IndexFunc(n, unicode.IsControl) >= 0:
 		return "contains a control character"
 	case strings.Contains(n, "\\"):

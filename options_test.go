@@ -89,7 +89,7 @@ func TestNewLeaseRejectsBadTargets(t *testing.T) {
 		require.NoError(t, err, name)
 	}
 
-	for _, name := range []string{"", strings.Repeat("a", 1025), "a.", "a/", "a\x00b", "a\tb", "\xff", "a\\b", strings.Repeat("a/", 254) + "a"} {
+	for _, name := range []string{"", strings.Repeat("a", 1025), "a.", "a/", "a/./b", "x./y", "a/../b", "a\x00b", "a\tb", "\xff", "a\\b", strings.Repeat("a/", 254) + "a"} {
 		_, err := azlease.NewLease(containerAt(t, "locks"), name, nil)
 		requireOptionError(t, err, "blobName")
 	}
