@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
@@ -138,8 +139,39 @@ func (e *OptionError) Error() string {
 // Unwrap returns ErrInvalidOptions.
 func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
 
+// optionErr builds an *OptionError. Every string argument is a value the
+// caller gave, so %q quotes at most maxEcho bytes of it (see echo): a 10 kB
+// identity must not come back whole in an error, and then in every log line.
 func optionErr(field, format string, args ...any) error {
-	return &OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	echoed := make([]any, len(args))
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			a = echo(s)
+		}
+		echoed[i] = a
+	}
+	return &OptionError{Field: field, Reason: fmt.Sprintf(format, echoed...)}
+}
+
+// maxEcho is the most of a bad value an *OptionError quotes, in bytes.
+const maxEcho = 64
+
+// echo is a value quoted in an error message. With %q a value longer than
+// maxEcho is cut (at a character boundary) and its length given instead:
+// "aaaa…"… (10240 bytes). Other verbs print it unchanged.
+type echo string
+
+func (e echo) Format(f fmt.State, verb rune) {
+	s := string(e)
+	if verb != 'q' || len(s) <= maxEcho {
+		fmt.Fprintf(f, fmt.FormatString(f, verb), s)
+		return
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb)+"… (%d bytes)", s[:cut], len(s))
 }
 
 // class is how azlease reacts to the outcome of a remote request.

@@ -1,9 +1,11 @@
 package azlease
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -196,6 +198,10 @@ func newTarget(cc *container.Client, blobName, blobField string) (target, error)
 	}
 	parts, err := azblob.ParseURL(cc.URL())
 	if err != nil {
+		// A *url.Error quotes the whole URL, SAS token included.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
 		return target{}, optionErr("container", "URL %q: %v", redactURL(cc.URL()), err)
 	}
 	if r := containerNameProblem(parts.ContainerName); r != "" {
