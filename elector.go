@@ -94,14 +94,41 @@ func NewElector(cc *container.Client, blobName string, opts *ElectorOptions) (*E
 	}, nil
 }
 
-// Identity returns this instance's identity.
-func (e *Elector) Identity() string { return e.cfg.lease.identity }
+// Identity returns this instance's identity ("" for an Elector not created
+// with NewElector).
+func (e *Elector) Identity() string {
+	if e == nil {
+		return ""
+	}
+	return e.cfg.lease.identity
+}
+
+// initErr is ErrNotInitialized, naming the constructor, for a zero or nil
+// Elector. Every method checks it (or is safe without it) before touching
+// anything NewElector sets up.
+func (e *Elector) initErr() error {
+	if e == nil || e.lease == nil {
+		return fmt.Errorf("%w: a zero or nil azlease.Elector cannot be used; use NewElector", ErrNotInitialized)
+	}
+	return nil
+}
+
+// closedDone and closedChanges are what Done and Changes return for an
+// Elector not created with NewElector: closed, as for an Elector that has
+// stopped, so nobody waits on them for ever.
+var (
+	closedDone    = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+	closedChanges = func() chan LeaderInfo { c := make(chan LeaderInfo); close(c); return c }()
+)
 
 // Start starts contending for leadership in a goroutine the Elector owns, and
 // returns at once. While this instance leads, task (which may be nil) runs
 // under the term's context. Cancelling ctx stops the Elector as Stop does;
 // ctx's values reach the task. Starting twice is an error.
 func (e *Elector) Start(ctx context.Context, task Task) error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.started {
@@ -122,6 +149,9 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 // ctx's error if ctx ends first; the Elector goes on stopping, and Stop may
 // be called again to wait. Stopping a stopped Elector returns nil.
 func (e *Elector) Stop(ctx context.Context) error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	if !e.started {
 		e.mu.Unlock()
@@ -156,13 +186,22 @@ func (e *Elector) Run(ctx context.Context, task Task) error {
 	return e.runErr
 }
 
-// Done is closed when the Elector's goroutine has ended.
-func (e *Elector) Done() <-chan struct{} { return e.done }
+// Done is closed when the Elector's goroutine has ended (at once for an
+// Elector not created with NewElector).
+func (e *Elector) Done() <-chan struct{} {
+	if e.initErr() != nil {
+		return closedDone
+	}
+	return e.done
+}
 
 // IsLeader reports whether this instance certainly leads now. It turns false
 // at the validity deadline by itself, even if a renewal hangs or the renewing
 // goroutine is starved.
 func (e *Elector) IsLeader() bool {
+	if e == nil {
+		return false
+	}
 	e.mu.Lock()
 	t := e.leading
 	e.mu.Unlock()
@@ -172,6 +211,9 @@ func (e *Elector) IsLeader() bool {
 // Term returns the current term while this instance leads, or nil. Its
 // context ends with the term.
 func (e *Elector) Term() *Term {
+	if e == nil {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.leading == nil || !e.leading.Valid() {
@@ -185,12 +227,21 @@ func (e *Elector) Term() *Term {
 // false: the new leader is not known yet), and what its polls see while it
 // follows. It never blocks the Elector: it holds only the latest change,
 // replacing one not yet received. It is closed when the Elector stops. For
-// whether this instance leads right now, ask [Elector.IsLeader].
-func (e *Elector) Changes() <-chan LeaderInfo { return e.changes }
+// whether this instance leads right now, ask [Elector.IsLeader]. For an
+// Elector not created with NewElector it is a closed channel.
+func (e *Elector) Changes() <-chan LeaderInfo {
+	if e.initErr() != nil {
+		return closedChanges
+	}
+	return e.changes
+}
 
 // Leader reads who leads now from the lock blob. Any process can do this,
 // elected or not: see also [Inspect] for the history of terms.
 func (e *Elector) Leader(ctx context.Context) (LeaderInfo, error) {
+	if err := e.initErr(); err != nil {
+		return LeaderInfo{}, err
+	}
 	st, err := e.lease.Inspect(ctx)
 	if err != nil {
 		return LeaderInfo{}, err
@@ -213,6 +264,9 @@ func leaderInfo(st Status) LeaderInfo {
 // durations plus two poll intervals; and, with HeartbeatTimeout, when the
 // leader task has not called [Term.Heartbeat] in time.
 func (e *Elector) Check() error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	started, holding, leading, progress, lastErr := e.started, e.holding, e.leading, e.lastProgress, e.lastErr
 	e.mu.Unlock()

@@ -67,6 +67,11 @@ var (
 	// ErrStopped is the cause of a term's context when its holder stops it
 	// on purpose (Elector.Stop, Mutex Unlock).
 	ErrStopped = errors.New("azlease: stopped")
+
+	// ErrNotInitialized means a method was called on a zero or nil [Mutex]
+	// or [Elector]: they must be created with [NewMutex] and [NewElector].
+	// The error names the constructor.
+	ErrNotInitialized = errors.New("azlease: not created with its constructor")
 )
 
 // Error describes a failed remote operation. It wraps one of the sentinel
