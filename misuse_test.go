@@ -2,10 +2,14 @@ package azlease_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -70,4 +74,88 @@ func TestZeroElectorFailsWithAnError(t *testing.T) {
 			assert.False(t, open, "Changes is closed")
 		})
 	}
+}
+
+// TestDoOnceCorruptMarker: a marker whose attempt count is negative or huge
+// (foreign or damaged metadata) used to overflow Attempts+1 and disable
+// MaxAttempts (fn ran 4 times with MaxAttempts 3). Now every DoOnce and
+// InspectOnce on the key fails with a permanent error that says to run
+// ResetOnce, fn never runs, and after ResetOnce MaxAttempts holds.
+func TestDoOnceCorruptMarker(t *testing.T) {
+	for _, bad := range []map[string]string{
+		{"azleaseoncestate": "failed", "azleaseonceattempts": "-1"},
+		{"azleaseoncestate": "pending", "azleaseonceattempts": "9223372036854775807"},
+		{"azleaseoncestate": "failed", "azleaseonceattempts": "-9223372036854775808"},
+		{"azleaseoncestate": "finished", "azleaseonceattempts": "1"},
+	} {
+		t.Run(bad["azleaseoncestate"]+"/"+bad["azleaseonceattempts"], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				cc := e.client("op")
+				_, err := cc.Create(raw(ctx), nil)
+				require.NoError(t, err)
+				md := map[string]*string{}
+				for k, v := range bad {
+					md[k] = &v
+				}
+				_, err = cc.NewBlockBlobClient("once/k").UploadBuffer(raw(ctx), nil, &blockblob.UploadBufferOptions{Metadata: md})
+				require.NoError(t, err)
+
+				var runs atomic.Int32
+				boom := errors.New("boom")
+				fn := func(context.Context, azlease.Token) error {
+					runs.Add(1)
+					return boom
+				}
+				opts := &azlease.DoOnceOptions{MaxAttempts: 3}
+				for range 2 {
+					_, err = azlease.DoOnce(ctx, e.client("a"), "k", fn, opts)
+					require.ErrorIs(t, err, azlease.ErrPermanent)
+					require.ErrorIs(t, err, azlease.ErrOnceCorrupt)
+					assert.ErrorContains(t, err, "ResetOnce")
+				}
+				_, err = azlease.InspectOnce(ctx, e.client("a"), "k", opts)
+				require.ErrorIs(t, err, azlease.ErrOnceCorrupt)
+				assert.Zero(t, runs.Load(), "fn never runs on a corrupt marker")
+
+				require.NoError(t, azlease.ResetOnce(ctx, e.client("op"), "k", opts))
+				st, err := azlease.InspectOnce(ctx, e.client("a"), "k", opts)
+				require.NoError(t, err)
+				assert.Equal(t, azlease.OncePending, st.State)
+
+				var fe *azlease.OnceFailedError
+				for i := 0; i < 10 && !errors.As(err, &fe); i++ {
+					_, err = azlease.DoOnce(ctx, e.client("a"), "k", fn, opts)
+				}
+				require.ErrorAs(t, err, &fe)
+				assert.Equal(t, 3, fe.Attempts)
+				assert.Equal(t, int32(3), runs.Load(), "MaxAttempts holds")
+			})
+		})
+	}
+}
+
+// TestDoOnceMarkerPastMaxAttempts: a valid pending marker that already
+// records MaxAttempts attempts (written by another tool, or under a larger
+// MaxAttempts) fails instead of running one more attempt.
+func TestDoOnceMarkerPastMaxAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		cc := e.client("op")
+		_, err := cc.Create(raw(ctx), nil)
+		require.NoError(t, err)
+		state, attempts := "pending", "5"
+		_, err = cc.NewBlockBlobClient("once/k").UploadBuffer(raw(ctx), nil, &blockblob.UploadBufferOptions{
+			Metadata: map[string]*string{"azleaseoncestate": &state, "azleaseonceattempts": &attempts}})
+		require.NoError(t, err)
+		_, err = azlease.DoOnce(ctx, e.client("a"), "k", func(context.Context, azlease.Token) error {
+			t.Error("fn ran a sixth attempt with MaxAttempts 3")
+			return nil
+		}, nil)
+		var fe *azlease.OnceFailedError
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, 5, fe.Attempts)
+	})
 }

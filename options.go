@@ -500,8 +500,9 @@ type DoOnceOptions struct {
 
 	// MaxAttempts is how many attempts may be made, counting failed ones and
 	// ones whose runner died, before the marker fails for good and every
-	// caller gets a [*OnceFailedError]. Zero means 3. 1 means: if the first
-	// attempt fails, nobody retries.
+	// caller gets a [*OnceFailedError]. Zero means 3; otherwise from 1 to
+	// 1000; negative is an error. 1 means: if the first attempt fails,
+	// nobody retries.
 	MaxAttempts int
 
 	// LeaseDuration: whole seconds from 15 s to 60 s; zero means 15 s. If a
