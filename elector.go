@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -18,6 +19,15 @@ import (
 // Task is leader work: it runs while this instance leads and must return
 // when ctx is done. ctx is the term's context ([Term.Context]); term carries
 // the fencing token to pass to everything the task writes.
+//
+// The Elector runs the task in a goroutine of its own. If the task panics,
+// the Elector recovers the panic there rather than let it crash the
+// process, logs it at Error with the stack, and treats it as the task
+// returning a [*PanicError]: the term ends with that error as its cause,
+// the lease is released (the task has stopped), and then, as for any task
+// that returns, Run returns the error with AfterTask StopElecting, or the
+// Elector contends again with ReleaseAndContend. A task that ends its
+// goroutine with runtime.Goexit is treated as returning an error too.
 type Task func(ctx context.Context, term *Term) error
 
 // Errors of the Elector's life cycle.
@@ -410,8 +420,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 
 	var taskDone chan error
 	if task != nil {
-		taskDone = make(chan error, 1)
-		go func() { taskDone <- task(term.Context(), term) }() // joined in every branch below
+		taskDone = e.startTask(term, task) // joined in every branch below
 	}
 	select {
 	case <-term.Done():
@@ -424,9 +433,13 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		e.windUp(k, taskDone, ErrStopped)
 		return true, false
 	case err := <-taskDone:
-		term.end(ErrStopped)
+		cause := ErrStopped
+		if pe, ok := err.(*PanicError); ok {
+			cause = pe // the term ended because its work crashed
+		}
+		term.end(cause)
 		taskDone = nil
-		e.windUp(k, nil, ErrStopped)
+		e.windUp(k, nil, cause)
 		if e.cfg.afterTask == StopElecting {
 			e.mu.Lock()
 			e.runErr = err
@@ -437,6 +450,36 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
 		return false, true
 	}
+}
+
+// errTaskExited is what a task that called runtime.Goexit returns.
+var errTaskExited = errors.New("azlease: leader task ended its goroutine (runtime.Goexit) without returning")
+
+// startTask runs task in a goroutine of its own and returns the channel that
+// delivers what it returned; the caller must receive from it. Nothing the
+// task does ends the goroutine without a delivery: a panic becomes a
+// *PanicError, runtime.Goexit errTaskExited.
+func (e *Elector) startTask(term *Term, task Task) chan error {
+	done := make(chan error, 1)
+	go func() {
+		err := errTaskExited
+		defer func() { done <- err }()
+		err = e.runTask(term, task)
+	}()
+	return done
+}
+
+// runTask calls task, turning a panic into a *PanicError that it logs.
+func (e *Elector) runTask(term *Term, task Task) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			e.log.Error("azlease: leader task panicked; ending its term",
+				slog.Uint64("epoch", term.Epoch()), slog.Any("panic", v), slog.String("stack", string(pe.Stack)))
+			err = pe
+		}
+	}()
+	return task(term.Context(), term)
 }
 
 // windUp ends a term in the only safe order: the work stops first, then the

@@ -129,6 +129,27 @@ func redactSAS(s string) string {
 // Unwrap returns the sentinel error and the underlying error.
 func (e *Error) Unwrap() []error { return []error{e.kind, e.Err} }
 
+// PanicError is what a leader [Task] that panicked returns, as the Elector
+// sees it: the Elector recovers the panic in the goroutine it runs the task
+// in, so that it does not crash the process, and treats it as the task
+// returning a *PanicError (see [Task]).
+type PanicError struct {
+	// Value is what the task passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack trace.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("azlease: leader task panicked: %v", e.Value)
+}
+
+// Unwrap returns Value when it is an error, and nil otherwise.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
 // OptionError reports an invalid option or argument. It names the field.
 type OptionError struct {
 	// Field is the option or argument, such as "LeaseOptions.Duration".

@@ -3,11 +3,14 @@ package azlease_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/stretchr/testify/assert"
@@ -157,5 +160,90 @@ func TestDoOnceMarkerPastMaxAttempts(t *testing.T) {
 		var fe *azlease.OnceFailedError
 		require.ErrorAs(t, err, &fe)
 		assert.Equal(t, 5, fe.Attempts)
+	})
+}
+
+// TestElectorRecoversTaskPanic: a leader task that panics does not crash the
+// process: the panic is logged with its stack, the term ends with a
+// *PanicError as its cause, the lease is released, and Run returns the
+// *PanicError (AfterTask StopElecting).
+func TestElectorRecoversTaskPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		var log syncBuffer
+		boom := errors.New("boom")
+		el, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{
+			AfterTask: azlease.StopElecting, Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		})
+		require.NoError(t, err)
+		var term *azlease.Term
+		err = el.Run(context.Background(), func(ctx context.Context, tm *azlease.Term) error {
+			term = tm
+			time.Sleep(20 * time.Second) // work, renewing meanwhile
+			panic(boom)
+		})
+		var pe *azlease.PanicError
+		require.ErrorAs(t, err, &pe)
+		require.ErrorIs(t, err, boom, "Unwrap gives the panic value when it is an error")
+		assert.Equal(t, boom, pe.Value)
+		assert.Contains(t, string(pe.Stack), "misuse_test.go", "the stack is the panicking goroutine's")
+		assert.Contains(t, err.Error(), "leader task panicked: boom")
+
+		cause := context.Cause(term.Context())
+		require.ErrorAs(t, cause, &pe, "the term ends with the panic as its cause")
+		assert.False(t, term.Valid())
+
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "leader")
+		require.NoError(t, err)
+		assert.False(t, st.Leased, "released after the task stopped")
+		assert.True(t, st.Released)
+
+		out := log.String()
+		assert.Contains(t, out, "level=ERROR")
+		assert.Contains(t, out, "leader task panicked")
+		assert.Contains(t, out, "misuse_test.go", "the stack is logged")
+	})
+}
+
+// TestElectorContendsAgainAfterTaskPanic: with ReleaseAndContend a task that
+// panicked (with a value that is not an error) is run again in a new term.
+func TestElectorContendsAgainAfterTaskPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		el, err := azlease.NewElector(e.client("a"), "leader", nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		var runs atomic.Int32
+		var epochs []uint64
+		err = el.Run(ctx, func(ctx context.Context, term *azlease.Term) error {
+			epochs = append(epochs, term.Epoch())
+			if runs.Add(1) == 1 {
+				panic("first term fails")
+			}
+			cancel()
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, int32(2), runs.Load())
+		assert.Equal(t, []uint64{1, 2}, epochs)
+	})
+}
+
+// TestElectorTaskGoexit: a task that ends its goroutine with
+// runtime.Goexit is treated as returning an error; the Elector neither
+// hangs nor crashes.
+func TestElectorTaskGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		el, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{AfterTask: azlease.StopElecting})
+		require.NoError(t, err)
+		err = el.Run(context.Background(), func(context.Context, *azlease.Term) error {
+			runtime.Goexit()
+			return nil
+		})
+		require.ErrorContains(t, err, "Goexit")
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "leader")
+		require.NoError(t, err)
+		assert.False(t, st.Leased)
 	})
 }
