@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -81,6 +82,10 @@ type Elector struct {
 	runErr       error
 	changes      chan LeaderInfo
 
+	// taskGoroutine is the id of the goroutine running the leader task
+	// (goroutineID), or 0: Stop called on it must not wait for the task.
+	taskGoroutine atomic.Uint64
+
 	// beforeRenew is a test hook: see keeper.beforeRenew.
 	beforeRenew func()
 }
@@ -146,7 +151,10 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 	}
 	e.started = true
 	e.lastProgress = time.Now()
-	runCtx, stop := context.WithCancelCause(ctx)
+	// Every term's context, and so the task's, derives from runCtx and
+	// carries the mark by which Stop knows it is called from the task.
+	parent, _ := ctx.Value(taskMarkKey{}).(*taskMark)
+	runCtx, stop := context.WithCancelCause(context.WithValue(ctx, taskMarkKey{}, &taskMark{e: e, parent: parent}))
 	e.stop = stop
 	go e.run(runCtx, task)
 	return nil
@@ -158,6 +166,16 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 // the lease so a follower takes over within its poll interval. It returns
 // ctx's error if ctx ends first; the Elector goes on stopping, and Stop may
 // be called again to wait. Stopping a stopped Elector returns nil.
+//
+// Called from inside the leader task, Stop does not wait, since it would be
+// waiting for its own caller to return: it tells the Elector to stop and
+// returns nil at once, and the Elector finishes stopping on its own (the
+// task's context is cancelled; once the task returns, the lease is released
+// and Done is closed). Stop knows it is called from the task when ctx is the
+// task's context or derived from it (from any goroutine), or when it runs
+// on the task's own goroutine (with any ctx). A goroutine the task started
+// should pass the task's context: with an unrelated ctx, Stop waits for the
+// task, which may be waiting for that goroutine.
 func (e *Elector) Stop(ctx context.Context) error {
 	if err := e.initErr(); err != nil {
 		return err
@@ -169,6 +187,9 @@ func (e *Elector) Stop(ctx context.Context) error {
 	}
 	e.stop(ErrStopped)
 	e.mu.Unlock()
+	if e.calledFromTask(ctx) {
+		return nil // the Elector stops once the task returns
+	}
 	select {
 	case <-e.done:
 		return nil
@@ -177,11 +198,35 @@ func (e *Elector) Stop(ctx context.Context) error {
 	}
 }
 
+// taskMark marks the contexts an Elector hands its task (see Start), so that
+// Stop can tell a call from inside the task. parent is the mark of an
+// enclosing Elector whose task started this one, which stays recognisable.
+type taskMark struct {
+	e      *Elector
+	parent *taskMark
+}
+
+type taskMarkKey struct{}
+
+// calledFromTask reports whether Stop is called from inside e's leader task:
+// with a context derived from the task's, or on the task's goroutine.
+func (e *Elector) calledFromTask(ctx context.Context) bool {
+	for m, _ := ctx.Value(taskMarkKey{}).(*taskMark); m != nil; m = m.parent {
+		if m.e == e {
+			return true
+		}
+	}
+	id := e.taskGoroutine.Load()
+	return id != 0 && id == goroutineID()
+}
+
 // Run starts the Elector, runs task in each term while this instance leads,
 // and returns after ctx is done and the Elector has stopped gracefully (see
 // Stop). With AfterTask StopElecting it also returns when the task returns,
 // with the task's error. The task must return when its context is done: Run
-// waits for it.
+// waits for it. The task may end the election itself by calling Stop, with
+// its context: Stop then returns at once, and Run returns once the task has
+// returned and the lease is released.
 func (e *Elector) Run(ctx context.Context, task Task) error {
 	if err := e.Start(ctx, task); err != nil {
 		return err
@@ -464,6 +509,8 @@ func (e *Elector) startTask(term *Term, task Task) chan error {
 	go func() {
 		err := errTaskExited
 		defer func() { done <- err }()
+		e.taskGoroutine.Store(goroutineID())
+		defer e.taskGoroutine.Store(0)
 		err = e.runTask(term, task)
 	}()
 	return done

@@ -247,3 +247,103 @@ func TestElectorTaskGoexit(t *testing.T) {
 		assert.False(t, st.Leased)
 	})
 }
+
+// TestElectorStopOnTheTaskGoroutine: Stop called on the leader task's own
+// goroutine, with a context unrelated to the task's, returns nil at once
+// instead of waiting for the task (itself) until its ctx ends; the Elector
+// then stops on its own and releases the lease.
+func TestElectorStopOnTheTaskGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		el, err := azlease.NewElector(e.client("a"), "leader", nil)
+		require.NoError(t, err)
+		stopErr := make(chan error, 1)
+		var waited time.Duration
+		err = el.Run(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			stopErr <- el.Stop(sctx)
+			waited = time.Since(start)
+			<-ctx.Done() // the Elector goes on stopping: the term ends
+			assert.ErrorIs(t, context.Cause(ctx), azlease.ErrStopped)
+			return nil
+		})
+		require.NoError(t, err)
+		require.NoError(t, <-stopErr)
+		assert.Zero(t, waited, "Stop returned at once")
+		<-el.Done()
+		st, err := azlease.Inspect(context.Background(), e.client("x"), "leader")
+		require.NoError(t, err)
+		assert.False(t, st.Leased, "released once the task returned")
+		assert.True(t, st.Released)
+	})
+}
+
+// TestElectorStopWithTheTaskContext: Stop called from another goroutine with
+// a context derived from the task's (here one that no longer cancels, so
+// only the context's values connect it) returns nil at once; so does Stop
+// of an outer Elector called from the task of an Elector that the outer
+// one's task runs. Stop of another Elector still waits for it.
+func TestElectorStopWithTheTaskContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		outer, err := azlease.NewElector(e.client("a"), "outer", nil)
+		require.NoError(t, err)
+		inner, err := azlease.NewElector(e.client("a"), "inner", &azlease.ElectorOptions{AfterTask: azlease.StopElecting})
+		require.NoError(t, err)
+		other, err := azlease.NewElector(e.client("b"), "other", nil)
+		require.NoError(t, err)
+		otherStopped := make(chan struct{})
+		require.NoError(t, other.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			<-ctx.Done()
+			time.Sleep(5 * time.Second) // a slow drain that Stop must wait for
+			close(otherStopped)
+			return nil
+		}))
+
+		results := make(chan error, 3)
+		err = outer.Run(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+			// Another Elector's Stop, called with this task's context,
+			// waits for that Elector as usual.
+			require.NoError(t, other.Stop(ctx))
+			select {
+			case <-otherStopped:
+			default:
+				t.Error("Stop of another Elector returned before it stopped")
+			}
+
+			// A helper goroutine with a derived context. The task waits
+			// for it, so a Stop that waited for the task would never end.
+			helper := make(chan error, 1)
+			go func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer cancel()
+				start := time.Now()
+				err := inner.Run(sctx, func(ictx context.Context, _ *azlease.Term) error {
+					// The outer Elector's Stop, from the inner task.
+					results <- outer.Stop(ictx)
+					return nil
+				})
+				if err == nil && time.Since(start) > 10*time.Second {
+					err = errors.New("inner Run took too long")
+				}
+				results <- err
+				results <- outer.Stop(sctx)
+				helper <- nil
+			}()
+			<-helper
+			<-ctx.Done()
+			return nil
+		})
+		require.NoError(t, err)
+		for range 3 {
+			require.NoError(t, <-results)
+		}
+		for _, name := range []string{"outer", "inner", "other"} {
+			st, err := azlease.Inspect(context.Background(), e.client("x"), name)
+			require.NoError(t, err)
+			assert.False(t, st.Leased, name)
+		}
+	})
+}
