@@ -155,7 +155,8 @@ func parseMarker(md map[string]*string) (OnceStatus, error) {
 	return st, nil
 }
 
-// corruptMarker is the error for a marker whose control field name is bad.
+// corruptMarker is the error for a marker whose control field name has
+// problem.
 func corruptMarker(name, problem string) error {
 	return fmt.Errorf("%w: its %s metadata %s; clear the marker with ResetOnce (fn then runs again)", ErrOnceCorrupt, name, problem)
 }
