@@ -46,6 +46,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLeaseOptions -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz FuzzRecordMetadata -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz FuzzOnceMarker -fuzztime $(FUZZTIME) .
 
 clean:
 	rm -rf node_modules

@@ -33,7 +33,10 @@ type OnceStatus struct {
 	// Holder is who runs it (running), completed it (done) or failed it.
 	Holder string
 	// Attempts counts the attempts made so far, including ones whose runner
-	// died.
+	// died: from 0 to 1,000,000. A marker whose count is outside that range
+	// (or not a number), or whose state is unknown, is corrupt: DoOnce and
+	// InspectOnce then fail with an error wrapping [ErrOnceCorrupt] until
+	// [ResetOnce] clears it.
 	Attempts int
 	// Epoch is the fencing epoch of the term that wrote the marker.
 	Epoch uint64
@@ -56,6 +59,13 @@ type OnceResult struct {
 
 // ErrOnceFailed is wrapped by [*OnceFailedError].
 var ErrOnceFailed = errors.New("azlease: once failed")
+
+// ErrOnceCorrupt means a DoOnce marker's state or attempt count is not one
+// azlease writes (foreign or damaged metadata). Guessing could run fn more
+// often than MaxAttempts allows, so every DoOnce and InspectOnce on the key
+// fails with a permanent [*Error] wrapping ErrOnceCorrupt until an operator
+// clears the marker with [ResetOnce] (fn then runs again).
+var ErrOnceCorrupt = errors.New("azlease: corrupt DoOnce marker")
 
 // OnceFailedError means a DoOnce key has used up its attempts: every caller
 // gets it until the marker is reset ([ResetOnce]).
@@ -86,23 +96,46 @@ const (
 
 var onceKeys = []string{metaOnceState, metaOnceHolder, metaOnceAttempts, metaOnceEpoch, metaOnceTime, metaOnceError}
 
-// maxErrorText bounds the error text kept in the marker (metadata is 8 KiB
-// in all).
+// maxErrorText bounds the error text kept in the marker, in bytes (metadata
+// is 8 KiB in all).
 const maxErrorText = 1024
 
-func parseMarker(md map[string]*string) OnceStatus {
+// maxMarkerAttempts bounds the attempt count a valid marker records.
+// MaxAttempts is at most 1000, so a larger count never came from azlease;
+// the bound keeps Attempts+1 far from overflowing.
+const maxMarkerAttempts = 1_000_000
+
+// parseMarker reads a DoOnce marker from metadata. The control fields, which
+// decide whether fn may run (state and attempts), must both be present and
+// valid, or both absent (no marker: pending); anything else is corrupt, an
+// error wrapping ErrOnceCorrupt. The informational fields (holder, epoch,
+// time, error text) read as absent when malformed. A pending marker with no
+// attempts and no error reads as no marker, as withMarker writes it, so that
+// parseMarker(withMarker(md, st)) == st for every st parseMarker returns.
+func parseMarker(md map[string]*string) (OnceStatus, error) {
 	st := OnceStatus{State: OncePending}
-	if v, ok := lookup(md, metaOnceState); ok {
-		switch s := OnceState(v); s {
-		case OnceRunning, OnceDone, OnceFailed:
+	state, hasState := lookup(md, metaOnceState)
+	attempts, hasAttempts := lookup(md, metaOnceAttempts)
+	if hasState || hasAttempts {
+		switch s := OnceState(state); {
+		case !hasState:
+			return OnceStatus{}, corruptMarker(metaOnceState, "is missing")
+		case s == OncePending, s == OnceRunning, s == OnceDone, s == OnceFailed:
 			st.State = s
+		default:
+			return OnceStatus{}, corruptMarker(metaOnceState, fmt.Sprintf("is %q, not pending, running, done or failed", echo(state)))
 		}
+		n, err := strconv.Atoi(attempts)
+		switch {
+		case !hasAttempts:
+			return OnceStatus{}, corruptMarker(metaOnceAttempts, "is missing")
+		case err != nil || n < 0 || n > maxMarkerAttempts:
+			return OnceStatus{}, corruptMarker(metaOnceAttempts, fmt.Sprintf("is %q, not a whole number from 0 to %d", echo(attempts), maxMarkerAttempts))
+		}
+		st.Attempts = n
 	}
 	if v, ok := lookup(md, metaOnceHolder); ok {
 		st.Holder, _ = url.QueryUnescape(v)
-	}
-	if v, ok := lookup(md, metaOnceAttempts); ok {
-		st.Attempts, _ = strconv.Atoi(v)
 	}
 	if v, ok := lookup(md, metaOnceEpoch); ok {
 		st.Epoch, _ = strconv.ParseUint(v, 10, 64)
@@ -113,9 +146,29 @@ func parseMarker(md map[string]*string) OnceStatus {
 		}
 	}
 	if v, ok := lookup(md, metaOnceError); ok {
-		st.LastError, _ = url.QueryUnescape(v)
+		e, _ := url.QueryUnescape(v)
+		st.LastError = clipError(e)
 	}
-	return st
+	if st.State == OncePending && st.Attempts == 0 && st.LastError == "" {
+		return OnceStatus{State: OncePending}, nil // a reset marker is no marker
+	}
+	return st, nil
+}
+
+// corruptMarker is the error for a marker whose control field name has
+// problem.
+func corruptMarker(name, problem string) error {
+	return fmt.Errorf("%w: its %s metadata %s; clear the marker with ResetOnce (fn then runs again)", ErrOnceCorrupt, name, problem)
+}
+
+// clipError shortens an error text to at most maxErrorText bytes, marking
+// the cut; clipping a clipped text changes nothing.
+func clipError(e string) string {
+	const more = "…"
+	if len(e) <= maxErrorText {
+		return e
+	}
+	return strings.ToValidUTF8(e[:maxErrorText-len(more)], "") + more
 }
 
 // withMarker returns a copy of md with the marker replaced by st.
@@ -140,11 +193,7 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 	set(metaOnceEpoch, strconv.FormatUint(st.Epoch, 10))
 	set(metaOnceTime, strconv.FormatInt(st.Time.UnixMilli(), 10))
 	if st.LastError != "" {
-		e := st.LastError
-		if len(e) > maxErrorText {
-			e = strings.ToValidUTF8(e[:maxErrorText], "") + "…"
-		}
-		set(metaOnceError, url.QueryEscape(e))
+		set(metaOnceError, url.QueryEscape(clipError(st.LastError)))
 	}
 	return out
 }
@@ -189,7 +238,7 @@ func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx c
 			o.log.Debug("azlease: once: poll failed", slog.Any("error", err))
 		case st.State == OnceDone:
 			return OnceResult{Status: st}, nil
-		case st.State == OnceFailed && st.Attempts >= o.cfg.maxAttempts:
+		case (st.State == OnceFailed || st.State == OncePending) && st.Attempts >= o.cfg.maxAttempts:
 			return OnceResult{}, o.failed(st)
 		case !st.Locked:
 			if res, done, err := o.run(ctx, fn); done {
@@ -231,7 +280,10 @@ func (o *once) status(ctx context.Context, limit time.Time) (OnceStatus, error) 
 	if err != nil {
 		return OnceStatus{}, err
 	}
-	m := parseMarker(st.raw)
+	m, err := parseMarker(st.raw)
+	if err != nil {
+		return OnceStatus{}, opError("read", o.t.container, o.t.blob, ErrPermanent, err)
+	}
 	m.Locked = st.Leased
 	return m, nil
 }
@@ -253,11 +305,13 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	bg := context.WithoutCancel(ctx) // to release even if ctx has ended
 	defer func() { _ = o.lease.Release(bg) }()
 
-	m := parseMarker(o.lease.metadata())
+	m, err := parseMarker(o.lease.metadata())
 	switch {
+	case err != nil:
+		return OnceResult{}, true, opError("read", o.t.container, o.t.blob, ErrPermanent, err)
 	case m.State == OnceDone:
 		return OnceResult{Status: m}, true, nil
-	case m.State == OnceFailed && m.Attempts >= o.cfg.maxAttempts:
+	case (m.State == OnceFailed || m.State == OncePending) && m.Attempts >= o.cfg.maxAttempts:
 		return OnceResult{}, true, o.failed(m)
 	case m.State == OnceRunning && m.Attempts >= o.cfg.maxAttempts:
 		// The last allowed attempt's runner died or lost its lease.
@@ -331,9 +385,9 @@ func InspectOnce(ctx context.Context, cc *container.Client, key string, opts *Do
 }
 
 // ResetOnce clears the marker of a DoOnce key, so that the next DoOnce call
-// runs fn again: an operator re-running a migration. It takes the key's
-// lease to do so, and returns an error wrapping [ErrLeaseHeld] while a runner
-// holds it.
+// runs fn again: an operator re-running a migration, or clearing a corrupt
+// marker ([ErrOnceCorrupt]). It takes the key's lease to do so, and returns
+// an error wrapping [ErrLeaseHeld] while a runner holds it.
 func ResetOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions) error {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,6 +340,10 @@ func TestDoOnceRejectsBadInput(t *testing.T) {
 	requireOptionError(t, err, "DoOnceOptions.MaxAttempts")
 	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{LeaseDuration: 61 * time.Second})
 	requireOptionError(t, err, "DoOnceOptions.LeaseDuration")
+	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{PollInterval: math.MaxInt64, Jitter: -1})
+	requireOptionError(t, err, "DoOnceOptions.PollInterval")
+	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{PollInterval: time.Hour + 1})
+	requireOptionError(t, err, "DoOnceOptions.PollInterval")
 	_, err = azlease.InspectOnce(ctx, cc, "", nil)
 	requireOptionError(t, err, "key")
 	requireOptionError(t, azlease.ResetOnce(ctx, cc, "", nil), "key")

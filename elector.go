@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -18,6 +20,15 @@ import (
 // Task is leader work: it runs while this instance leads and must return
 // when ctx is done. ctx is the term's context ([Term.Context]); term carries
 // the fencing token to pass to everything the task writes.
+//
+// The Elector runs the task in a goroutine of its own. If the task panics,
+// the Elector recovers the panic there rather than let it crash the
+// process, logs it at Error with the stack, and treats it as the task
+// returning a [*PanicError]: the term ends with that error as its cause,
+// the lease is released (the task has stopped), and then, as for any task
+// that returns, Run returns the error with AfterTask StopElecting, or the
+// Elector contends again with ReleaseAndContend. A task that ends its
+// goroutine with runtime.Goexit is treated as returning an error too.
 type Task func(ctx context.Context, term *Term) error
 
 // Errors of the Elector's life cycle.
@@ -71,6 +82,10 @@ type Elector struct {
 	runErr       error
 	changes      chan LeaderInfo
 
+	// taskGoroutine is the id of the goroutine running the leader task
+	// (goroutineID), or 0: Stop called on it must not wait for the task.
+	taskGoroutine atomic.Uint64
+
 	// beforeRenew is a test hook: see keeper.beforeRenew.
 	beforeRenew func()
 }
@@ -94,14 +109,41 @@ func NewElector(cc *container.Client, blobName string, opts *ElectorOptions) (*E
 	}, nil
 }
 
-// Identity returns this instance's identity.
-func (e *Elector) Identity() string { return e.cfg.lease.identity }
+// Identity returns this instance's identity ("" for an Elector not created
+// with NewElector).
+func (e *Elector) Identity() string {
+	if e == nil {
+		return ""
+	}
+	return e.cfg.lease.identity
+}
+
+// initErr is ErrNotInitialized, naming the constructor, for a zero or nil
+// Elector. Every method checks it (or is safe without it) before touching
+// anything NewElector sets up.
+func (e *Elector) initErr() error {
+	if e == nil || e.lease == nil {
+		return fmt.Errorf("%w: a zero or nil azlease.Elector cannot be used; use NewElector", ErrNotInitialized)
+	}
+	return nil
+}
+
+// closedDone and closedChanges are what Done and Changes return for an
+// Elector not created with NewElector: closed, as for an Elector that has
+// stopped, so nobody waits on them for ever.
+var (
+	closedDone    = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+	closedChanges = func() chan LeaderInfo { c := make(chan LeaderInfo); close(c); return c }()
+)
 
 // Start starts contending for leadership in a goroutine the Elector owns, and
 // returns at once. While this instance leads, task (which may be nil) runs
 // under the term's context. Cancelling ctx stops the Elector as Stop does;
 // ctx's values reach the task. Starting twice is an error.
 func (e *Elector) Start(ctx context.Context, task Task) error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.started {
@@ -109,7 +151,10 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 	}
 	e.started = true
 	e.lastProgress = time.Now()
-	runCtx, stop := context.WithCancelCause(ctx)
+	// Every term's context, and so the task's, derives from runCtx and
+	// carries the mark by which Stop knows it is called from the task.
+	parent, _ := ctx.Value(taskMarkKey{}).(*taskMark)
+	runCtx, stop := context.WithCancelCause(context.WithValue(ctx, taskMarkKey{}, &taskMark{e: e, parent: parent}))
 	e.stop = stop
 	go e.run(runCtx, task)
 	return nil
@@ -121,7 +166,20 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 // the lease so a follower takes over within its poll interval. It returns
 // ctx's error if ctx ends first; the Elector goes on stopping, and Stop may
 // be called again to wait. Stopping a stopped Elector returns nil.
+//
+// Called from inside the leader task, Stop does not wait, since it would be
+// waiting for its own caller to return: it tells the Elector to stop and
+// returns nil at once, and the Elector finishes stopping on its own (the
+// task's context is cancelled; once the task returns, the lease is released
+// and Done is closed). Stop knows it is called from the task when ctx is the
+// task's context or derived from it (from any goroutine), or when it runs
+// on the task's own goroutine (with any ctx). A goroutine the task started
+// should pass the task's context: with an unrelated ctx, Stop waits for the
+// task, which may be waiting for that goroutine.
 func (e *Elector) Stop(ctx context.Context) error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	if !e.started {
 		e.mu.Unlock()
@@ -129,6 +187,9 @@ func (e *Elector) Stop(ctx context.Context) error {
 	}
 	e.stop(ErrStopped)
 	e.mu.Unlock()
+	if e.calledFromTask(ctx) {
+		return nil // the Elector stops once the task returns
+	}
 	select {
 	case <-e.done:
 		return nil
@@ -137,11 +198,35 @@ func (e *Elector) Stop(ctx context.Context) error {
 	}
 }
 
+// taskMark marks the contexts an Elector hands its task (see Start), so that
+// Stop can tell a call from inside the task. parent is the mark of an
+// enclosing Elector whose task started this one, which stays recognisable.
+type taskMark struct {
+	e      *Elector
+	parent *taskMark
+}
+
+type taskMarkKey struct{}
+
+// calledFromTask reports whether Stop is called from inside e's leader task:
+// with a context derived from the task's, or on the task's goroutine.
+func (e *Elector) calledFromTask(ctx context.Context) bool {
+	for m, _ := ctx.Value(taskMarkKey{}).(*taskMark); m != nil; m = m.parent {
+		if m.e == e {
+			return true
+		}
+	}
+	id := e.taskGoroutine.Load()
+	return id != 0 && id == goroutineID()
+}
+
 // Run starts the Elector, runs task in each term while this instance leads,
 // and returns after ctx is done and the Elector has stopped gracefully (see
 // Stop). With AfterTask StopElecting it also returns when the task returns,
 // with the task's error. The task must return when its context is done: Run
-// waits for it.
+// waits for it. The task may end the election itself by calling Stop, with
+// its context: Stop then returns at once, and Run returns once the task has
+// returned and the lease is released.
 func (e *Elector) Run(ctx context.Context, task Task) error {
 	if err := e.Start(ctx, task); err != nil {
 		return err
@@ -156,13 +241,22 @@ func (e *Elector) Run(ctx context.Context, task Task) error {
 	return e.runErr
 }
 
-// Done is closed when the Elector's goroutine has ended.
-func (e *Elector) Done() <-chan struct{} { return e.done }
+// Done is closed when the Elector's goroutine has ended (at once for an
+// Elector not created with NewElector).
+func (e *Elector) Done() <-chan struct{} {
+	if e.initErr() != nil {
+		return closedDone
+	}
+	return e.done
+}
 
 // IsLeader reports whether this instance certainly leads now. It turns false
 // at the validity deadline by itself, even if a renewal hangs or the renewing
 // goroutine is starved.
 func (e *Elector) IsLeader() bool {
+	if e == nil {
+		return false
+	}
 	e.mu.Lock()
 	t := e.leading
 	e.mu.Unlock()
@@ -172,6 +266,9 @@ func (e *Elector) IsLeader() bool {
 // Term returns the current term while this instance leads, or nil. Its
 // context ends with the term.
 func (e *Elector) Term() *Term {
+	if e == nil {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.leading == nil || !e.leading.Valid() {
@@ -185,12 +282,21 @@ func (e *Elector) Term() *Term {
 // false: the new leader is not known yet), and what its polls see while it
 // follows. It never blocks the Elector: it holds only the latest change,
 // replacing one not yet received. It is closed when the Elector stops. For
-// whether this instance leads right now, ask [Elector.IsLeader].
-func (e *Elector) Changes() <-chan LeaderInfo { return e.changes }
+// whether this instance leads right now, ask [Elector.IsLeader]. For an
+// Elector not created with NewElector it is a closed channel.
+func (e *Elector) Changes() <-chan LeaderInfo {
+	if e.initErr() != nil {
+		return closedChanges
+	}
+	return e.changes
+}
 
 // Leader reads who leads now from the lock blob. Any process can do this,
 // elected or not: see also [Inspect] for the history of terms.
 func (e *Elector) Leader(ctx context.Context) (LeaderInfo, error) {
+	if err := e.initErr(); err != nil {
+		return LeaderInfo{}, err
+	}
 	st, err := e.lease.Inspect(ctx)
 	if err != nil {
 		return LeaderInfo{}, err
@@ -213,6 +319,9 @@ func leaderInfo(st Status) LeaderInfo {
 // durations plus two poll intervals; and, with HeartbeatTimeout, when the
 // leader task has not called [Term.Heartbeat] in time.
 func (e *Elector) Check() error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	started, holding, leading, progress, lastErr := e.started, e.holding, e.leading, e.lastProgress, e.lastErr
 	e.mu.Unlock()
@@ -358,8 +467,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 
 	var taskDone chan error
 	if task != nil {
-		taskDone = make(chan error, 1)
-		go func() { taskDone <- task(term.Context(), term) }() // joined in every branch below
+		taskDone = e.startTask(term, task) // joined in every branch below
 	}
 	select {
 	case <-term.Done():
@@ -372,9 +480,13 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		e.windUp(k, taskDone, ErrStopped)
 		return true, false
 	case err := <-taskDone:
-		term.end(ErrStopped)
+		cause := ErrStopped
+		if pe, ok := err.(*PanicError); ok {
+			cause = pe // the term ended because its work crashed
+		}
+		term.end(cause)
 		taskDone = nil
-		e.windUp(k, nil, ErrStopped)
+		e.windUp(k, nil, cause)
 		if e.cfg.afterTask == StopElecting {
 			e.mu.Lock()
 			e.runErr = err
@@ -385,6 +497,38 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
 		return false, true
 	}
+}
+
+// errTaskExited is what a task that called runtime.Goexit returns.
+var errTaskExited = errors.New("azlease: leader task ended its goroutine (runtime.Goexit) without returning")
+
+// startTask runs task in a goroutine of its own and returns the channel that
+// delivers what it returned; the caller must receive from it. Nothing the
+// task does ends the goroutine without a delivery: a panic becomes a
+// *PanicError, runtime.Goexit errTaskExited.
+func (e *Elector) startTask(term *Term, task Task) chan error {
+	done := make(chan error, 1)
+	go func() {
+		err := errTaskExited
+		defer func() { done <- err }()
+		e.taskGoroutine.Store(goroutineID())
+		defer e.taskGoroutine.Store(0)
+		err = e.runTask(term, task)
+	}()
+	return done
+}
+
+// runTask calls task, turning a panic into a *PanicError that it logs.
+func (e *Elector) runTask(term *Term, task Task) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			e.log.Error("azlease: leader task panicked; ending its term",
+				slog.Uint64("epoch", term.Epoch()), slog.Any("panic", v), slog.String("stack", string(pe.Stack)))
+			err = pe
+		}
+	}()
+	return task(term.Context(), term)
 }
 
 // windUp ends a term in the only safe order: the work stops first, then the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -512,6 +513,16 @@ func TestNewElectorRejectsBadOptions(t *testing.T) {
 		{"negative takeover delay", azlease.ElectorOptions{TakeoverDelay: -1}, "ElectorOptions.TakeoverDelay"},
 		{"negative drain timeout", azlease.ElectorOptions{DrainTimeout: -1}, "ElectorOptions.DrainTimeout"},
 		{"negative heartbeat timeout", azlease.ElectorOptions{HeartbeatTimeout: -1}, "ElectorOptions.HeartbeatTimeout"},
+		{"endless poll without jitter", azlease.ElectorOptions{PollInterval: math.MaxInt64, Jitter: -1}, "ElectorOptions.PollInterval"},
+		{"endless poll", azlease.ElectorOptions{PollInterval: math.MaxInt64}, "ElectorOptions.PollInterval"},
+		{"poll over an hour", azlease.ElectorOptions{PollInterval: time.Hour + 1}, "ElectorOptions.PollInterval"},
+		{"takeover delay over a day", azlease.ElectorOptions{TakeoverDelay: 24*time.Hour + 1}, "ElectorOptions.TakeoverDelay"},
+		{"endless drain timeout", azlease.ElectorOptions{DrainTimeout: math.MaxInt64}, "ElectorOptions.DrainTimeout"},
+		{"heartbeat timeout over a day", azlease.ElectorOptions{HeartbeatTimeout: 24*time.Hour + 1}, "ElectorOptions.HeartbeatTimeout"},
+		{"endless renew", azlease.ElectorOptions{RenewInterval: math.MaxInt64}, "ElectorOptions.RenewInterval"},
+		{"endless attempt", azlease.ElectorOptions{AttemptTimeout: math.MaxInt64}, "ElectorOptions.AttemptTimeout"},
+		{"endless margin", azlease.ElectorOptions{SafetyMargin: math.MaxInt64}, "ElectorOptions.SafetyMargin"},
+		{"endless lease", azlease.ElectorOptions{LeaseDuration: math.MaxInt64}, "ElectorOptions.LeaseDuration"},
 		{"unknown AfterTask", azlease.ElectorOptions{AfterTask: 7}, "ElectorOptions.AfterTask"},
 		{"margin", azlease.ElectorOptions{SafetyMargin: time.Nanosecond}, "ElectorOptions.SafetyMargin"},
 		{"identity", azlease.ElectorOptions{Identity: "a\x00"}, "ElectorOptions.Identity"},
@@ -529,6 +540,11 @@ func TestNewElectorRejectsBadOptions(t *testing.T) {
 		LeaseDuration: 60 * time.Second, RenewInterval: 50 * time.Second, Jitter: -1, PollInterval: 100 * time.Millisecond,
 	})
 	require.NoError(t, err, "boundary values are accepted")
+	_, err = azlease.NewElector(containerAt(t, "locks"), "leader", &azlease.ElectorOptions{
+		PollInterval: azlease.MaxPollInterval, Jitter: 0.5,
+		TakeoverDelay: azlease.MaxWait, DrainTimeout: azlease.MaxWait, HeartbeatTimeout: azlease.MaxWait,
+	})
+	require.NoError(t, err, "upper bounds are accepted")
 }
 
 func termsOf(terms []believed, node string) []believed {

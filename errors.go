@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
@@ -70,6 +71,11 @@ var (
 	// ErrStopped is the cause of a term's context when its holder stops it
 	// on purpose (Elector.Stop, Mutex Unlock).
 	ErrStopped = errors.New("azlease: stopped")
+
+	// ErrNotInitialized means a method was called on a zero or nil [Mutex]
+	// or [Elector]: they must be created with [NewMutex] and [NewElector].
+	// The error names the constructor.
+	ErrNotInitialized = errors.New("azlease: not created with its constructor")
 )
 
 // Error describes a failed remote operation. It wraps one of the sentinel
@@ -127,6 +133,27 @@ func redactSAS(s string) string {
 // Unwrap returns the sentinel error and the underlying error.
 func (e *Error) Unwrap() []error { return []error{e.kind, e.Err} }
 
+// PanicError is what a leader [Task] that panicked returns, as the Elector
+// sees it: the Elector recovers the panic in the goroutine it runs the task
+// in, so that it does not crash the process, and treats it as the task
+// returning a *PanicError (see [Task]).
+type PanicError struct {
+	// Value is what the task passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack trace.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("azlease: leader task panicked: %v", e.Value)
+}
+
+// Unwrap returns Value when it is an error, and nil otherwise.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
 // OptionError reports an invalid option or argument. It names the field.
 type OptionError struct {
 	// Field is the option or argument, such as "LeaseOptions.Duration".
@@ -142,8 +169,39 @@ func (e *OptionError) Error() string {
 // Unwrap returns ErrInvalidOptions.
 func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
 
+// optionErr builds an *OptionError. Every string argument is a value the
+// caller gave, so %q quotes at most maxEcho bytes of it (see echo): a 10 kB
+// identity must not come back whole in an error, and then in every log line.
 func optionErr(field, format string, args ...any) error {
-	return &OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	echoed := make([]any, len(args))
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			a = echo(s)
+		}
+		echoed[i] = a
+	}
+	return &OptionError{Field: field, Reason: fmt.Sprintf(format, echoed...)}
+}
+
+// maxEcho is the most of a bad value an *OptionError quotes, in bytes.
+const maxEcho = 64
+
+// echo is a value quoted in an error message. With %q a value longer than
+// maxEcho is cut (at a character boundary) and its length given instead:
+// "aaaa…"… (10240 bytes). Other verbs print it unchanged.
+type echo string
+
+func (e echo) Format(f fmt.State, verb rune) {
+	s := string(e)
+	if verb != 'q' || len(s) <= maxEcho {
+		fmt.Fprintf(f, fmt.FormatString(f, verb), s)
+		return
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb)+"… (%d bytes)", s[:cut], len(s))
 }
 
 // class is how azlease reacts to the outcome of a remote request.

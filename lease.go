@@ -317,6 +317,10 @@ func (l *Lease) cleanupContext(ctx context.Context) (context.Context, context.Ca
 	return cctx, cancel, true
 }
 
+// answerGuard is how long before the validity deadline a renewal's last
+// attempt gives up waiting for its answer.
+const answerGuard = time.Millisecond
+
 // cleanUpAfterCancelKey marks a context whose cancellation means "stop
 // gracefully": clean-up requests are still made, bounded by AttemptTimeout.
 type cleanUpAfterCancelKey struct{}
@@ -389,7 +393,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 		l.markStale(id)
 		return l.errorf("renew", ErrDeadlinePassed, errors.New("the validity deadline had passed before Renew was called"))
 	}
-	err := l.loop(ctx, "renew", validUntil, func(actx context.Context, now time.Time) (bool, error) {
+	// The attempts end just before the deadline: an answer that arrives on
+	// the deadline itself comes too late to extend the term (Term.extend),
+	// so no attempt should wait for one.
+	err := l.loop(ctx, "renew", validUntil.Add(-answerGuard), func(actx context.Context, now time.Time) (bool, error) {
 		resp, err := l.leaseClient(id).RenewLease(actx, nil)
 		switch c := classify(ctx, err); c {
 		case classOK:

@@ -71,7 +71,19 @@ type Lock struct {
 // The Lock's context ends when the lock is lost; it carries ctx's values but
 // not its cancellation: cancel work through the Lock, or Unlock it.
 func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
+	if err := m.initErr(); err != nil {
+		return nil, false, err
+	}
 	return m.tryLock(ctx, m.newLease())
+}
+
+// initErr is ErrNotInitialized, naming the constructor, for a zero or nil
+// Mutex.
+func (m *Mutex) initErr() error {
+	if m == nil || m.t.cc == nil {
+		return fmt.Errorf("%w: a zero or nil azlease.Mutex cannot be used; use NewMutex", ErrNotInitialized)
+	}
+	return nil
 }
 
 // newLease returns a Lease for one Lock, sharing the Mutex's memory of epochs.
@@ -100,6 +112,9 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease) (lock *Lock, ok bool, err
 // PollInterval (with jitter). Errors that persist are returned, except
 // transient ones, which it keeps retrying until ctx ends.
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
+	if err := m.initErr(); err != nil {
+		return nil, err
+	}
 	l := m.newLease()
 	for {
 		lock, ok, err := m.tryLock(ctx, l)
@@ -177,6 +192,9 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 // Do returns fn's error; if fn succeeded but the lock was lost meanwhile, it
 // returns the loss (an error wrapping [ErrLeaseLost]).
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lock *Lock) error) error {
+	if err := m.initErr(); err != nil {
+		return err
+	}
 	if fn == nil {
 		return optionErr("fn", "nil function")
 	}

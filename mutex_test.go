@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -290,6 +291,9 @@ func TestNewMutexRejectsBadInput(t *testing.T) {
 		{azlease.MutexOptions{PollInterval: time.Microsecond}, "MutexOptions.PollInterval"},
 		{azlease.MutexOptions{Jitter: 2}, "MutexOptions.Jitter"},
 		{azlease.MutexOptions{AttemptTimeout: -time.Second}, "MutexOptions.AttemptTimeout"},
+		{azlease.MutexOptions{PollInterval: math.MaxInt64, Jitter: -1}, "MutexOptions.PollInterval"},
+		{azlease.MutexOptions{PollInterval: time.Hour + 1}, "MutexOptions.PollInterval"},
+		{azlease.MutexOptions{PollInterval: -time.Second}, "MutexOptions.PollInterval"},
 	} {
 		_, err := azlease.NewMutex(cc, "m", &tc.opts)
 		requireOptionError(t, err, tc.field)

@@ -1,9 +1,11 @@
 package azlease
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -31,14 +33,23 @@ const (
 
 	// MaxHistory is the most past terms a lock blob keeps.
 	MaxHistory = 16
+
+	// MaxPollInterval is the longest PollInterval (Elector, Mutex, DoOnce).
+	MaxPollInterval = time.Hour
+
+	// MaxWait is the longest ElectorOptions.TakeoverDelay, DrainTimeout and
+	// HeartbeatTimeout.
+	MaxWait = 24 * time.Hour
 )
 
 // LeaseOptions configures a [Lease]. A nil *LeaseOptions means the defaults;
 // so does the zero value of each field.
 type LeaseOptions struct {
-	// Duration is the lease duration Azure enforces: whole seconds from 15 s
-	// to 60 s. Zero means 15 s. Longer leases make a crashed holder's
-	// successor wait longer; shorter ones cost more renewals.
+	// Duration is the lease duration Azure enforces, in whole seconds from
+	// 15 s to 60 s (MinDuration to MaxDuration). Zero means 15 s; anything
+	// else outside that range, negative included, is an error. Longer leases
+	// make a crashed holder's successor wait longer; shorter ones cost more
+	// renewals.
 	Duration time.Duration
 
 	// SafetyMargin is subtracted from Duration when computing how long a
@@ -47,14 +58,16 @@ type LeaseOptions struct {
 	// It covers the local clock running slower than Azure's: the lease stays
 	// safe while Azure's clock runs no more than Duration/(Duration −
 	// SafetyMargin) times as fast as the local one. Zero means Duration/20
-	// (750 ms for 15 s, tolerating a 5.2 % rate difference). It must be at
-	// least Duration/100 and at most Duration/4.
+	// (750 ms for 15 s, tolerating a 5.2 % rate difference). Otherwise it
+	// must be from Duration/100 to Duration/4 (150 ms to 3.75 s for 15 s);
+	// negative is an error.
 	SafetyMargin time.Duration
 
 	// AttemptTimeout bounds each request to Azure; a request is also never
 	// given longer than the time left before the validity deadline. Zero
-	// means 3 s. It must be at least 100 ms and at most a third of
-	// (Duration − SafetyMargin), so a renewal has room for retries.
+	// means 3 s. Otherwise it must be from 100 ms to a third of (Duration −
+	// SafetyMargin) (4.75 s with the defaults), so a renewal has room for
+	// retries; negative is an error.
 	AttemptTimeout time.Duration
 
 	// Identity names this holder in the lock blob's metadata, where anyone
@@ -170,13 +183,16 @@ func validIdentity(id string) string {
 	return ""
 }
 
-// positive returns d, or def when d is zero; negative is an error naming field.
-func positive(field string, d, def time.Duration) (time.Duration, error) {
+// bounded returns d, or def when d is zero. A d outside [lo, hi] is an
+// error naming field; so is a negative one.
+func bounded(field string, d, def, lo, hi time.Duration) (time.Duration, error) {
 	switch {
 	case d == 0:
 		return def, nil
 	case d < 0:
 		return 0, optionErr(field, "%v: must not be negative", d)
+	case d < lo || d > hi:
+		return 0, optionErr(field, "%v: must be from %v to %v", d, lo, hi)
 	}
 	return d, nil
 }
@@ -196,6 +212,10 @@ func newTarget(cc *container.Client, blobName, blobField string) (target, error)
 	}
 	parts, err := azblob.ParseURL(cc.URL())
 	if err != nil {
+		// A *url.Error quotes the whole URL, SAS token included.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
 		return target{}, optionErr("container", "URL %q: %v", redactURL(cc.URL()), err)
 	}
 	if (parts.Scheme != "http" && parts.Scheme != "https") || parts.Host == "" {
@@ -219,8 +239,9 @@ func containerNameProblem(n string) string {
 }
 
 // blobNameProblem applies Azure's blob naming rules: 1 to 1024 characters,
-// at most 254 path segments, not ending with a dot or slash; azlease also
-// refuses control characters and invalid UTF-8, which no lock name needs.
+// at most 254 path segments, no path segment ending with a dot, not ending
+// with a slash; azlease also refuses control characters and invalid UTF-8,
+// which no lock name needs.
 func blobNameProblem(n string) string {
 	if p := azname.BlobProblem(n); p != "" {
 		return p
@@ -228,8 +249,8 @@ func blobNameProblem(n string) string {
 	switch {
 	case !utf8.ValidString(n):
 		return "not valid UTF-8"
-	case strings.HasSuffix(n, ".") || strings.HasSuffix(n, "/"):
-		return "must not end with a dot or a slash"
+	case strings.HasSuffix(n, "/"):
+		return "must not end with a slash"
 	case strings.IndexFunc(n, unicode.IsControl) >= 0:
 		return "contains a control character"
 	case strings.Contains(n, "\\"):
@@ -266,29 +287,32 @@ type ElectorOptions struct {
 	// bytes of printable UTF-8.
 	Identity string
 
-	// LeaseDuration is the lease duration Azure enforces: whole seconds
+	// LeaseDuration is the lease duration Azure enforces, in whole seconds
 	// from 15 s to 60 s. Zero means 15 s. After a crash, a follower takes
 	// over within LeaseDuration + PollInterval.
 	LeaseDuration time.Duration
 
 	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
-	// LeaseDuration/20.
+	// LeaseDuration/20; otherwise from LeaseDuration/100 to LeaseDuration/4.
 	SafetyMargin time.Duration
 
 	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
-	// Zero means 3 s.
+	// Zero means 3 s; otherwise from 100 ms to (LeaseDuration −
+	// SafetyMargin)/3.
 	AttemptTimeout time.Duration
 
 	// RenewInterval is how often the leader renews, counted from the send of
-	// its last successful renewal. Zero means LeaseDuration/3. It must be at
-	// least 100 ms and leave room for two attempts before the validity
-	// deadline: RenewInterval + 2×AttemptTimeout ≤ LeaseDuration −
-	// SafetyMargin.
+	// its last successful renewal. Zero means LeaseDuration/3 (5 s).
+	// Otherwise it must be at least 100 ms and leave room for two attempts
+	// before the validity deadline: RenewInterval + 2×AttemptTimeout ≤
+	// LeaseDuration − SafetyMargin (at most 8.25 s with the defaults).
+	// Negative is an error.
 	RenewInterval time.Duration
 
 	// PollInterval is how often a follower checks the lease (one request).
-	// Zero means 5 s. At least 100 ms. After a graceful stop, a follower
-	// takes over within one PollInterval (plus jitter).
+	// Zero means 5 s. Otherwise from 100 ms to 1 h (MaxPollInterval);
+	// negative is an error. After a graceful stop, a follower takes over
+	// within one PollInterval (plus jitter).
 	PollInterval time.Duration
 
 	// Jitter spreads each poll over PollInterval × (1 ± Jitter), so that
@@ -299,14 +323,16 @@ type ElectorOptions struct {
 	// TakeoverDelay makes a new leader that took over an expired or broken
 	// lease (not a clean release) wait this long before it starts leading,
 	// so that a former leader that was paused has time to notice it lost.
-	// It holds the lease meanwhile. Zero means no delay.
+	// It holds the lease meanwhile. Zero means no delay; at most 24 h
+	// (MaxWait); negative is an error.
 	TakeoverDelay time.Duration
 
 	// DrainTimeout bounds how long Stop waits for the leader task to return
 	// after cancelling its context, renewing the lease meanwhile. If the
 	// task is slower, the lease is left to expire instead of released (the
 	// task keeps its fencing token), and Stop goes on waiting for the task.
-	// Zero means LeaseDuration.
+	// Zero means LeaseDuration. Otherwise from 1 ns to 24 h (MaxWait);
+	// negative is an error.
 	DrainTimeout time.Duration
 
 	// AfterTask says what happens when the leader task returns. Zero means
@@ -315,7 +341,8 @@ type ElectorOptions struct {
 
 	// HeartbeatTimeout, when positive, makes [Elector.Check] fail while this
 	// instance leads and its task has not called [Term.Heartbeat] for this
-	// long: the stalled-leader problem. Zero means no heartbeat check.
+	// long: the stalled-leader problem. Zero means no heartbeat check. At
+	// most 24 h (MaxWait); negative is an error.
 	HeartbeatTimeout time.Duration
 
 	// History is how many past terms the lock blob keeps; see
@@ -352,13 +379,13 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 	}
 	hc.lease.markRelease = true
 	c := electorConfig{holdConfig: hc, afterTask: o.AfterTask}
-	if c.takeoverDelay, err = positive("ElectorOptions.TakeoverDelay", o.TakeoverDelay, 0); err != nil {
+	if c.takeoverDelay, err = bounded("ElectorOptions.TakeoverDelay", o.TakeoverDelay, 0, 0, MaxWait); err != nil {
 		return c, err
 	}
-	if c.drainTimeout, err = positive("ElectorOptions.DrainTimeout", o.DrainTimeout, hc.lease.duration); err != nil {
+	if c.drainTimeout, err = bounded("ElectorOptions.DrainTimeout", o.DrainTimeout, hc.lease.duration, 0, MaxWait); err != nil {
 		return c, err
 	}
-	if c.heartbeatTimeout, err = positive("ElectorOptions.HeartbeatTimeout", o.HeartbeatTimeout, 0); err != nil {
+	if c.heartbeatTimeout, err = bounded("ElectorOptions.HeartbeatTimeout", o.HeartbeatTimeout, 0, 0, MaxWait); err != nil {
 		return c, err
 	}
 	if o.AfterTask != ReleaseAndContend && o.AfterTask != StopElecting {
@@ -379,11 +406,12 @@ type MutexOptions struct {
 	LeaseDuration time.Duration
 
 	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
-	// LeaseDuration/20.
+	// LeaseDuration/20; otherwise from LeaseDuration/100 to LeaseDuration/4.
 	SafetyMargin time.Duration
 
 	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
-	// Zero means 3 s.
+	// Zero means 3 s; otherwise from 100 ms to (LeaseDuration −
+	// SafetyMargin)/3.
 	AttemptTimeout time.Duration
 
 	// RenewInterval is how often a held lock is renewed. Zero means
@@ -391,7 +419,8 @@ type MutexOptions struct {
 	RenewInterval time.Duration
 
 	// PollInterval is how long Lock waits between tries while the mutex is
-	// held elsewhere. Zero means 1 s; at least 100 ms.
+	// held elsewhere. Zero means 1 s. Otherwise from 100 ms to 1 h
+	// (MaxPollInterval); negative is an error.
 	PollInterval time.Duration
 
 	// Jitter spreads each wait over PollInterval × (1 ± Jitter). Zero means
@@ -428,17 +457,14 @@ func holdOptions(prefix string, lo LeaseOptions, renew, poll, defaultPoll time.D
 		return holdConfig{}, err
 	}
 	c := holdConfig{lease: lc}
-	if c.renewEvery, err = positive(prefix+"RenewInterval", renew, lc.duration/3); err != nil {
+	if c.renewEvery, err = bounded(prefix+"RenewInterval", renew, lc.duration/3, 0, math.MaxInt64); err != nil {
 		return c, err
 	}
 	if limit := lc.duration - lc.margin - 2*lc.attemptTimeout; c.renewEvery < 100*time.Millisecond || c.renewEvery > limit {
 		return c, optionErr(prefix+"RenewInterval", "%v: must be from 100ms to %v, leaving room for two attempts before the validity deadline (LeaseDuration − SafetyMargin − 2×AttemptTimeout)", c.renewEvery, limit)
 	}
-	if c.poll, err = positive(prefix+"PollInterval", poll, defaultPoll); err != nil {
+	if c.poll, err = bounded(prefix+"PollInterval", poll, defaultPoll, 100*time.Millisecond, MaxPollInterval); err != nil {
 		return c, err
-	}
-	if c.poll < 100*time.Millisecond {
-		return c, optionErr(prefix+"PollInterval", "%v: must be at least 100ms", c.poll)
 	}
 	switch {
 	case jitter == 0:
@@ -477,21 +503,32 @@ type DoOnceOptions struct {
 
 	// MaxAttempts is how many attempts may be made, counting failed ones and
 	// ones whose runner died, before the marker fails for good and every
-	// caller gets a [*OnceFailedError]. Zero means 3. 1 means: if the first
-	// attempt fails, nobody retries.
+	// caller gets a [*OnceFailedError]. Zero means 3; otherwise from 1 to
+	// 1000; negative is an error. 1 means: if the first attempt fails,
+	// nobody retries.
 	MaxAttempts int
 
 	// LeaseDuration: whole seconds from 15 s to 60 s; zero means 15 s. If a
 	// runner dies, a waiter takes over after at most this long.
 	LeaseDuration time.Duration
 
-	// SafetyMargin, AttemptTimeout, RenewInterval: as for [MutexOptions].
-	SafetyMargin   time.Duration
+	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
+	// LeaseDuration/20; otherwise from LeaseDuration/100 to LeaseDuration/4.
+	SafetyMargin time.Duration
+
+	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
+	// Zero means 3 s; otherwise from 100 ms to (LeaseDuration −
+	// SafetyMargin)/3.
 	AttemptTimeout time.Duration
-	RenewInterval  time.Duration
+
+	// RenewInterval is how often the runner's lease is renewed while fn
+	// runs. Zero means LeaseDuration/3. Same bounds as
+	// [ElectorOptions.RenewInterval].
+	RenewInterval time.Duration
 
 	// PollInterval is how often a waiting caller checks the marker. Zero
-	// means 2 s; at least 100 ms.
+	// means 2 s. Otherwise from 100 ms to 1 h (MaxPollInterval); negative is
+	// an error.
 	PollInterval time.Duration
 
 	// Jitter spreads each wait over PollInterval × (1 ± Jitter). Zero means

@@ -1,6 +1,7 @@
 package azlease_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -89,7 +90,7 @@ func TestNewLeaseRejectsBadTargets(t *testing.T) {
 		require.NoError(t, err, name)
 	}
 
-	for _, name := range []string{"", strings.Repeat("a", 1025), "a.", "a/", "a\x00b", "a\tb", "\xff", "a\\b", strings.Repeat("a/", 254) + "a"} {
+	for _, name := range []string{"", strings.Repeat("a", 1025), "a.", "a/", "a/./b", "x./y", "a/../b", "a\x00b", "a\tb", "\xff", "a\\b", strings.Repeat("a/", 254) + "a"} {
 		_, err := azlease.NewLease(containerAt(t, "locks"), name, nil)
 		requireOptionError(t, err, "blobName")
 	}
@@ -132,4 +133,48 @@ func FuzzLeaseOptions(f *testing.F) {
 		require.NotEmpty(t, blobName)
 		require.LessOrEqual(t, len(blobName), 1024)
 	})
+}
+
+// TestOptionErrorsQuoteLittle: an *OptionError quotes at most 64 bytes of a
+// bad value and says how long it was, wherever the value comes from.
+func TestOptionErrorsQuoteLittle(t *testing.T) {
+	huge := strings.Repeat("é", 5120) // 10 kB
+	ctx := context.Background()
+	cc := containerAt(t, "locks")
+	l, err := azlease.NewLease(cc, "x", nil)
+	require.NoError(t, err)
+	fn := func(context.Context, azlease.Token) error { return nil }
+	check := func(name string, err error) {
+		t.Helper()
+		require.ErrorIs(t, err, azlease.ErrInvalidOptions, name)
+		msg := err.Error()
+		assert.Less(t, len(msg), 300, "%s: %d bytes", name, len(msg))
+		assert.Contains(t, msg, " bytes)", name)
+		assert.True(t, utf8.ValidString(msg), "%s: cut at a character boundary", name)
+	}
+	_, err = azlease.NewLease(cc, "x", &azlease.LeaseOptions{Identity: huge})
+	check("identity", err)
+	_, err = azlease.NewElector(cc, "x", &azlease.ElectorOptions{Identity: huge})
+	check("elector identity", err)
+	_, err = azlease.NewLease(cc, huge, nil)
+	check("blob name", err)
+	_, err = azlease.NewMutex(containerAt(t, strings.Repeat("a", 10240)), "x", nil)
+	check("container name", err)
+	_, err = azlease.DoOnce(ctx, cc, huge, fn, nil)
+	check("once key", err)
+	_, err = azlease.InspectOnce(ctx, cc, "k", &azlease.DoOnceOptions{Prefix: huge})
+	check("once prefix", err)
+	err = l.HandOff(ctx, huge)
+	check("proposed lease ID", err)
+	check("metadata name", l.SetMetadata(ctx, map[string]string{strings.Repeat("x", 10240) + "-": "v"}))
+	_, err = azlease.ContainerClientFromConnectionString(azlease.DevelopmentConnectionString, huge, nil)
+	check("connection string container", err)
+	_, err = azlease.ContainerClientWithCredential("ftp://"+huge, "locks", nil, nil)
+	check("service URL", err)
+	_, err = azlease.ContainerClientFromSASURL("https://a.example/"+huge+"?sv=1", nil)
+	check("SAS URL", err)
+
+	// Short values are quoted whole, as before.
+	_, err = azlease.NewLease(cc, "x", &azlease.LeaseOptions{Identity: "a\nb"})
+	require.ErrorContains(t, err, `"a\nb": contains a non-printable character`)
 }

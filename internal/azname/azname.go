@@ -3,7 +3,10 @@
 // answers a bad name as Azure does), so that the two never drift apart.
 package azname
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // ContainerProblem returns what is wrong with a container name, or "" when
 // Azure accepts it: 3 to 63 characters, lower-case letters, digits and single
@@ -31,7 +34,10 @@ func ContainerProblem(n string) string {
 }
 
 // BlobProblem returns what is wrong with a blob name by Azure's own rules,
-// or "": 1 to 1024 characters and at most 254 path segments.
+// or "": 1 to 1024 characters, at most 254 path segments, and no path
+// segment ending with a dot ("a./b", "a/./b" and "a." are refused: URL
+// handling may drop such dots or resolve "." and ".." segments, so the name
+// would not be the blob it says).
 func BlobProblem(n string) string {
 	switch {
 	case n == "":
@@ -40,6 +46,11 @@ func BlobProblem(n string) string {
 		return "longer than 1024 characters"
 	case strings.Count(n, "/") >= 254:
 		return "more than 254 path segments"
+	}
+	for i, seg := range strings.Split(n, "/") {
+		if strings.HasSuffix(seg, ".") {
+			return fmt.Sprintf("path segment %d ends with a dot (no path segment may)", i+1)
+		}
 	}
 	return ""
 }

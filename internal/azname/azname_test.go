@@ -25,6 +25,18 @@ func TestBlobProblem(t *testing.T) {
 	assert.NotEmpty(t, BlobProblem(strings.Repeat("a/", 254)+"a"))
 }
 
+// TestBlobSegmentsMustNotEndWithADot: Azure's rule applies to every path
+// segment, not only to the end of the name.
+func TestBlobSegmentsMustNotEndWithADot(t *testing.T) {
+	for _, ok := range []string{"a.b", ".a", "a/.b/c", "a/b.c/d.e", "a//b", "v1.2.3/x", "…"} {
+		assert.Empty(t, BlobProblem(ok), ok)
+	}
+	for _, bad := range []string{"a.", "a/b.", "a/./b", "a/../b", "x./y", "./a", "../a", "a/b./c", ".", "..", "a/."} {
+		assert.Contains(t, BlobProblem(bad), "ends with a dot", bad)
+	}
+	assert.Contains(t, BlobProblem("a/./b"), "segment 2")
+}
+
 func TestMetadataName(t *testing.T) {
 	for _, ok := range []string{"a", "_a", "A1", "azleaseEpoch"} {
 		assert.True(t, MetadataName(ok), ok)

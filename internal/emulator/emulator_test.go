@@ -136,6 +136,26 @@ func TestConditionalReads(t *testing.T) {
 	})
 }
 
+// TestBlobNamesAreChecked: the emulator refuses what Azure's naming rules
+// refuse, including a path segment that ends with a dot anywhere in the name.
+func TestBlobNamesAreChecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := emulator.New(nil)
+		cc, ctx := withBlob(t, s, "")
+		for _, bad := range []string{"a.", "a/./b", "x./y", "a/../b"} {
+			_, err := cc.NewBlockBlobClient(bad).UploadBuffer(ctx, nil, nil)
+			var re *azcore.ResponseError
+			require.ErrorAs(t, err, &re, bad)
+			assert.Equal(t, 400, re.StatusCode, bad)
+			assert.Equal(t, "InvalidResourceName", re.ErrorCode, bad)
+		}
+		for _, ok := range []string{"a.b/c", ".a/b"} {
+			_, err := cc.NewBlockBlobClient(ok).UploadBuffer(ctx, nil, nil)
+			require.NoError(t, err, ok)
+		}
+	})
+}
+
 // withBlob creates the container "grants" and an empty blob "b" on s, and
 // returns a client for client label and a context without SDK retries.
 func withBlob(t *testing.T, s *emulator.Server, label string) (*container.Client, context.Context) {

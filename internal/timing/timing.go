@@ -53,9 +53,18 @@ func Backoff(n int, base, max time.Duration, rnd float64) time.Duration {
 }
 
 // Jitter spreads d uniformly over [d·(1−frac), d·(1+frac)) using rnd in
-// [0, 1). frac is between 0 and 1.
+// [0, 1). frac is between 0 and 1. The result saturates at the largest
+// Duration rather than overflow (a float64 out of int64's range converts to
+// a negative number on common platforms: a wait of zero, a hot loop).
 func Jitter(d time.Duration, frac, rnd float64) time.Duration {
-	return time.Duration(float64(d) * (1 - frac + 2*frac*rnd))
+	j := float64(d) * (1 - frac + 2*frac*rnd)
+	switch {
+	case j >= math.MaxInt64: // float64(MaxInt64) is 2^63, itself out of range
+		return math.MaxInt64
+	case j <= 0 || math.IsNaN(j):
+		return 0
+	}
+	return time.Duration(j)
 }
 
 // Sleep returns how long to wait at now before something due at due, and

@@ -1,6 +1,7 @@
 package timing
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -58,6 +59,26 @@ func TestJitter(t *testing.T) {
 	assert.Equal(t, 8*time.Second, Jitter(10*time.Second, 0.2, 0))
 	assert.Equal(t, 10*time.Second, Jitter(10*time.Second, 0.2, 0.5))
 	assert.Equal(t, 10*time.Second, Jitter(10*time.Second, 0, 0.9))
+}
+
+// TestLargestValues: with the largest values the options allow (a 60 s
+// lease, a 1 h poll interval with 0.5 jitter, a 24 h wait) nothing
+// overflows, and Jitter saturates instead of going negative beyond them.
+func TestLargestValues(t *testing.T) {
+	hour := time.Hour
+	assert.Equal(t, hour/2, Jitter(hour, 0.5, 0))
+	assert.Greater(t, Jitter(hour, 0.5, 0.999999), hour*3/2-time.Second)
+	assert.LessOrEqual(t, Jitter(hour, 0.5, 0.999999), hour*3/2)
+	assert.Equal(t, time.Duration(math.MaxInt64), Jitter(math.MaxInt64, 0, 0.5), "no wrap to a negative wait")
+	assert.Equal(t, time.Duration(math.MaxInt64), Jitter(math.MaxInt64, 0.5, 0.999999))
+	assert.Equal(t, time.Duration(0), Jitter(-time.Second, 0, 0))
+	assert.Equal(t, t0.Add(45*time.Second), ValidUntil(t0, 60*time.Second, 15*time.Second))
+	d, ok := AttemptDeadline(t0, t0.Add(24*time.Hour), 15*time.Second)
+	assert.True(t, ok)
+	assert.Equal(t, t0.Add(15*time.Second), d)
+	assert.Equal(t, 24*time.Hour, Sleep(t0, t0.Add(24*time.Hour), t0.Add(25*time.Hour)))
+	assert.Equal(t, t0.Add(55*time.Second), RenewAt(t0, 55*time.Second))
+	assert.Less(t, Backoff(math.MaxInt, 100*time.Millisecond, 2*time.Second, 0.999999), 2*time.Second)
 }
 
 func TestSleepAndOverslept(t *testing.T) {
