@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -16,7 +17,17 @@ import (
 	"github.com/azlease/azlease/internal/emulator"
 )
 
+// runChild lets this test binary serve as a child process of a test (see
+// multiprocess_test.go, where it is set): it reports whether the environment
+// asks for a child, and the child's exit status.
+var runChild = func() (status int, isChild bool) { return 0, false }
+
 func TestMain(m *testing.M) {
+	// A child runs before goleak and any test, and exits with its own
+	// status.
+	if status, isChild := runChild(); isChild {
+		os.Exit(status)
+	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { azurite.StopShared() }))
 }
 
