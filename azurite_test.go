@@ -87,7 +87,9 @@ func TestAzuriteLeaseLifecycle(t *testing.T) {
 
 	tokB, err := b.Acquire(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, tokA.Epoch+1, tokB.Epoch)
+	// Greater, not +1: Azurite gives an overwritten blob (Write) a new
+	// creation time, and the epoch's floor follows it.
+	assert.Greater(t, tokB.Epoch, tokA.Epoch)
 	st, err := azlease.Inspect(ctx, cc, "leader")
 	require.NoError(t, err)
 	assert.Equal(t, "node-b", st.Holder)

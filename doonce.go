@@ -225,6 +225,7 @@ func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx c
 	if fn == nil {
 		return OnceResult{}, optionErr("fn", "nil function")
 	}
+	var last error // the last failed poll, kept for the final error
 	for {
 		st, err := o.status(ctx, time.Now().Add(o.cfg.lease.attemptTimeout))
 		switch {
@@ -235,6 +236,7 @@ func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx c
 			if !errors.Is(err, ErrTransient) {
 				return OnceResult{}, err
 			}
+			last = err
 			o.log.Debug("azlease: once: poll failed", slog.Any("error", err))
 		case st.State == OnceDone:
 			return OnceResult{Status: st}, nil
@@ -246,6 +248,9 @@ func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx c
 			}
 		}
 		if !sleepCtx(ctx, timing.Jitter(o.cfg.poll, o.cfg.jitter, mrand.Float64())) {
+			if last != nil {
+				return OnceResult{}, fmt.Errorf("azlease: once %q: %w; last attempt: %w", o.key, context.Cause(ctx), last)
+			}
 			return OnceResult{}, fmt.Errorf("azlease: once %q: %w", o.key, context.Cause(ctx))
 		}
 	}
@@ -381,7 +386,7 @@ func InspectOnce(ctx context.Context, cc *container.Client, key string, opts *Do
 	if err != nil {
 		return OnceStatus{}, err
 	}
-	return o.status(ctx, time.Now().Add(o.cfg.lease.duration))
+	return o.status(ctx, time.Now().Add(2*o.cfg.lease.attemptTimeout))
 }
 
 // ResetOnce clears the marker of a DoOnce key, so that the next DoOnce call

@@ -74,10 +74,9 @@ type Elector struct {
 	started      bool
 	stop         context.CancelCauseFunc
 	done         chan struct{}
-	holding      *keeper // from acquisition until release
-	leading      *Term   // while leading: after any takeover delay, until the term is wound up
-	lastProgress time.Time
-	lastErr      error
+	holding      *keeper   // from acquisition until release
+	leading      *Term     // while leading: after any takeover delay, until the term is wound up
+	lastProgress time.Time // the loop's last turn, to tell a wedged loop
 	leader       LeaderInfo
 	runErr       error
 	changes      chan LeaderInfo
@@ -156,7 +155,11 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 	parent, _ := ctx.Value(taskMarkKey{}).(*taskMark)
 	runCtx, stop := context.WithCancelCause(context.WithValue(ctx, taskMarkKey{}, &taskMark{e: e, parent: parent}))
 	e.stop = stop
-	go e.run(runCtx, task)
+	unregister := e.lease.tm.observe(e.IsLeader, e.lease.health.consecutive)
+	go func() {
+		defer unregister()
+		e.run(runCtx, task)
+	}()
 	return nil
 }
 
@@ -223,7 +226,16 @@ func (e *Elector) calledFromTask(ctx context.Context) bool {
 // Run starts the Elector, runs task in each term while this instance leads,
 // and returns after ctx is done and the Elector has stopped gracefully (see
 // Stop). With AfterTask StopElecting it also returns when the task returns,
-// with the task's error. The task must return when its context is done: Run
+// with the task's error.
+//
+// Run returns an error wrapping [ErrPermanent] at once if storage refuses
+// the Elector's first requests for a reason retrying will not fix (a wrong
+// key, a missing role, a missing container with NoCreate, a host name that
+// does not exist): a misconfigured fleet fails at start-up, loudly. Once
+// storage has answered, later failures of any kind are retried (logged at
+// Warn or Error, and reported by [Elector.Check]). If ctx ends before
+// storage ever answered, Run returns an error saying so, with the last
+// failure. The task must return when its context is done: Run
 // waits for it. The task may end the election itself by calling Stop, with
 // its context: Stop then returns at once, and Run returns once the task has
 // returned and the lease is released.
@@ -236,6 +248,17 @@ func (e *Elector) Run(ctx context.Context, task Task) error {
 	case <-e.done:
 	}
 	_ = e.Stop(context.WithoutCancel(ctx))
+	return e.Err()
+}
+
+// Err returns why the Elector stopped on its own: storage refused its first
+// requests (see Run), or the leader task's error with AfterTask
+// StopElecting; or, once it has stopped, that storage never answered. It
+// returns nil while the Elector runs and after a stop that went as usual.
+func (e *Elector) Err() error {
+	if err := e.initErr(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.runErr
@@ -312,21 +335,30 @@ func leaderInfo(st Status) LeaderInfo {
 	return LeaderInfo{Leased: st.Leased, Holder: st.Holder, Epoch: st.Epoch, Acquired: st.Acquired}
 }
 
-// Check reports the Elector's health. It fails when the Elector is not
-// running; when this instance believes it leads but has not renewed within
-// the lease duration (its loop is wedged, or its work has not returned after
-// the lease was lost); when the loop has made no progress for two lease
-// durations plus two poll intervals; and, with HeartbeatTimeout, when the
-// leader task has not called [Term.Heartbeat] in time.
+// Check reports the Elector's health, for liveness probes. It fails:
+//   - when the Elector is not running (with the reason it stopped, if any);
+//   - when, following, every request to storage has failed for longer than
+//     the lease duration (a wrong key, a firewall, an outage), with the
+//     last error;
+//   - when this instance believes it leads but has not renewed within the
+//     lease duration (its loop is wedged, or its work has not returned after
+//     the lease was lost);
+//   - when the loop has made no progress for two lease durations plus two
+//     poll intervals;
+//   - with HeartbeatTimeout, when the leader task has not called
+//     [Term.Heartbeat] in time.
 func (e *Elector) Check() error {
 	if err := e.initErr(); err != nil {
 		return err
 	}
 	e.mu.Lock()
-	started, holding, leading, progress, lastErr := e.started, e.holding, e.leading, e.lastProgress, e.lastErr
+	started, holding, leading, progress, runErr := e.started, e.holding, e.leading, e.lastProgress, e.runErr
 	e.mu.Unlock()
 	select {
 	case <-e.done:
+		if runErr != nil {
+			return fmt.Errorf("azlease: elector has stopped: %w", runErr)
+		}
 		return errors.New("azlease: elector has stopped")
 	default:
 	}
@@ -335,8 +367,12 @@ func (e *Elector) Check() error {
 	}
 	now := time.Now()
 	if holding == nil {
+		if h := e.lease.health.snapshot(); h.streak > 0 && now.Sub(h.since) > e.cfg.lease.duration {
+			return fmt.Errorf("azlease: every request to storage has failed for %v (%d in a row); last error: %w",
+				now.Sub(h.since).Round(time.Millisecond), h.streak, h.last)
+		}
 		if stall := 2*e.cfg.lease.duration + 2*e.cfg.poll; now.Sub(progress) > stall {
-			return fmt.Errorf("azlease: elector loop made no progress for %v (last error: %v)", now.Sub(progress).Round(time.Millisecond), lastErr)
+			return fmt.Errorf("azlease: elector loop made no progress for %v", now.Sub(progress).Round(time.Millisecond))
 		}
 		return nil
 	}
@@ -356,7 +392,8 @@ func (e *Elector) Check() error {
 }
 
 // HealthHandler returns an http.Handler for liveness probes: 200 with a
-// one-line state while [Elector.Check] passes, 503 with the reason otherwise.
+// one-line state while [Elector.Check] passes ("ok: leading, epoch N", or
+// "ok: following worker-2 (epoch N)"), 503 with the reason otherwise.
 func (e *Elector) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if err := e.Check(); err != nil {
@@ -368,7 +405,14 @@ func (e *Elector) HealthHandler() http.Handler {
 			fmt.Fprintf(w, "ok: leading, epoch %d\n", t.Epoch())
 			return
 		}
-		fmt.Fprintln(w, "ok: following")
+		e.mu.Lock()
+		info := e.leader
+		e.mu.Unlock()
+		if info.Leased && !info.Self {
+			fmt.Fprintf(w, "ok: following %s (epoch %d)\n", info.Holder, info.Epoch)
+			return
+		}
+		fmt.Fprintln(w, "ok: following (no leader seen yet)")
 	})
 }
 
@@ -377,6 +421,15 @@ func (e *Elector) HealthHandler() http.Handler {
 func (e *Elector) run(ctx context.Context, task Task) {
 	defer close(e.done)
 	defer close(e.changes)
+	defer func() {
+		if h := e.lease.health.snapshot(); !h.reached && h.last != nil {
+			e.mu.Lock()
+			if e.runErr == nil {
+				e.runErr = fmt.Errorf("azlease: elector stopped without ever reaching storage: %w", h.last)
+			}
+			e.mu.Unlock()
+		}
+	}()
 	for ctx.Err() == nil {
 		tok, ok := e.contend(ctx)
 		if !ok {
@@ -396,11 +449,13 @@ func (e *Elector) run(ctx context.Context, task Task) {
 // ends. Each poll is one read; the lease is acquired only when it is free.
 func (e *Elector) contend(ctx context.Context) (Token, bool) {
 	for {
-		e.progress(nil)
+		e.progress()
 		st, err := e.lease.inspect(ctx, time.Now().Add(e.cfg.lease.attemptTimeout))
 		switch {
 		case err != nil:
-			e.progress(err)
+			if e.refused(ctx, err) {
+				return Token{}, false
+			}
 			e.log.Debug("azlease: poll failed", slog.Any("error", err))
 		case st.Leased:
 			e.observe(leaderInfo(st))
@@ -411,15 +466,32 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 			if err == nil {
 				return tok, true
 			}
+			if e.refused(ctx, err) {
+				return Token{}, false
+			}
 			if !errors.Is(err, ErrLeaseHeld) && ctx.Err() == nil {
-				e.progress(err)
-				e.log.Warn("azlease: acquire failed", slog.Any("error", err))
+				e.log.Debug("azlease: acquire failed", slog.Any("error", err))
 			}
 		}
 		if !sleepCtx(ctx, e.pollWait()) {
 			return Token{}, false
 		}
 	}
+}
+
+// refused reports whether err is a permanent failure before storage ever
+// answered this Elector: a misconfiguration to report at once rather than
+// retry for ever. It then records it as the reason the Elector stops.
+// (Failures are logged by the Lease as they happen.)
+func (e *Elector) refused(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || !errors.Is(err, ErrPermanent) || e.lease.health.snapshot().reached {
+		return false
+	}
+	e.mu.Lock()
+	e.runErr = err
+	e.mu.Unlock()
+	e.log.Error("azlease: storage refused the elector's first requests; stopping", slog.Any("error", err))
+	return true
 }
 
 // lead holds the term that begins with tok: it waits out any takeover delay,
@@ -471,7 +543,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 	}
 	select {
 	case <-term.Done():
-		e.log.Info("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
+		e.log.Warn("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
 		e.windUp(k, taskDone, term.Err())
 		return false, false
 	case <-ctx.Done():
@@ -596,12 +668,9 @@ func (e *Elector) observe(info LeaderInfo) {
 	}
 }
 
-func (e *Elector) progress(err error) {
+func (e *Elector) progress() {
 	e.mu.Lock()
 	e.lastProgress = time.Now()
-	if err != nil {
-		e.lastErr = err
-	}
 	e.mu.Unlock()
 }
 

@@ -76,6 +76,10 @@ type Lease struct {
 	// seen is the highest epoch this holder (or the Mutex it belongs to)
 	// has seen on the lock blob; the next epoch is always above it.
 	seen *atomic.Uint64
+	// health follows whether requests reach storage (shared by the Locks
+	// of a Mutex); tm records metrics.
+	health *storageHealth
+	tm     *telemetry
 }
 
 // NewLease returns a Lease on the blob blobName in the container cc points at.
@@ -95,7 +99,11 @@ func NewLease(cc *container.Client, blobName string, opts *LeaseOptions) (*Lease
 
 func newLease(t target, cfg leaseConfig) *Lease {
 	cfg.log = cfg.log.With(slog.String("container", t.container), slog.String("blob", t.blob))
-	return &Lease{t: t, cfg: cfg, bc: t.cc.NewBlobClient(t.blob), bbc: t.cc.NewBlockBlobClient(t.blob), seen: new(atomic.Uint64)}
+	return &Lease{
+		t: t, cfg: cfg, bc: t.cc.NewBlobClient(t.blob), bbc: t.cc.NewBlockBlobClient(t.blob),
+		seen: new(atomic.Uint64), health: new(storageHealth),
+		tm: newTelemetry(cfg.meters, t.container, t.blob, cfg.role, cfg.noLockName),
+	}
 }
 
 // see records that epoch was seen on the lock blob.
@@ -161,6 +169,11 @@ func (l *Lease) termStarted() bool {
 // lease frees itself within its duration).
 // A Lease that still holds a valid lease returns [ErrAlreadyHeld].
 func (l *Lease) Acquire(ctx context.Context) (Token, error) {
+	return l.acquireWithin(ctx, l.cfg.duration)
+}
+
+// acquireWithin is Acquire retrying transient failures for at most budget.
+func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration) (Token, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 
@@ -184,7 +197,7 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 	l.id, l.state, l.token = id, notHeld, Token{}
 	l.mu.Unlock()
 
-	send, unsure, err := l.acquire(ctx, id)
+	send, unsure, err := l.acquire(ctx, id, budget)
 	if err != nil {
 		l.mu.Lock()
 		l.id = ""
@@ -236,9 +249,9 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 // acquire sends Acquire Lease with id until Azure grants or refuses it, and
 // returns the send instant of the granting request. unsure reports that a
 // request may have been granted although no answer said so.
-func (l *Lease) acquire(ctx context.Context, id string) (send time.Time, unsure bool, err error) {
+func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (send time.Time, unsure bool, err error) {
 	var created bool
-	limit := time.Now().Add(l.cfg.duration)
+	limit := time.Now().Add(budget)
 	err = l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
 		_, err := l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
 		c := classify(ctx, err)

@@ -301,6 +301,9 @@ func TestElectorStopWithTheTaskContext(t *testing.T) {
 			close(otherStopped)
 			return nil
 		}))
+		for deadline := time.Now().Add(time.Minute); !other.IsLeader(); time.Sleep(10 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "other never led") // its task must run before anyone stops it
+		}
 
 		results := make(chan error, 3)
 		err = outer.Run(context.Background(), func(ctx context.Context, _ *azlease.Term) error {

@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
@@ -29,6 +30,8 @@ type Mutex struct {
 	// seen is the highest epoch any of this Mutex's locks has seen, so that
 	// epochs keep growing even if the lock blob is created again.
 	seen atomic.Uint64
+	// health follows whether its requests reach storage, across its locks.
+	health storageHealth
 }
 
 // NewMutex returns a Mutex on the lock blob name in the container cc points
@@ -65,8 +68,9 @@ type Lock struct {
 
 // TryLock takes the mutex if it is free, without waiting for a holder: ok is
 // false and err is nil when it is held elsewhere, a normal outcome. Transient
-// failures are retried within ctx (and at most one lease duration); only
-// failures that persist return an error.
+// failures are retried briefly, for at most 2 × AttemptTimeout (6 s by
+// default) and never past ctx's deadline; failures that persist return an
+// error that carries the last one.
 //
 // The Lock's context ends when the lock is lost; it carries ctx's values but
 // not its cancellation: cancel work through the Lock, or Unlock it.
@@ -74,7 +78,8 @@ func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
 	if err := m.initErr(); err != nil {
 		return nil, false, err
 	}
-	return m.tryLock(ctx, m.newLease())
+	l := m.newLease()
+	return m.tryLock(ctx, l, 2*l.cfg.attemptTimeout)
 }
 
 // initErr is ErrNotInitialized, naming the constructor, for a zero or nil
@@ -89,14 +94,14 @@ func (m *Mutex) initErr() error {
 // newLease returns a Lease for one Lock, sharing the Mutex's memory of epochs.
 func (m *Mutex) newLease() *Lease {
 	l := newLease(m.t, m.cfg.lease)
-	l.seen = &m.seen
+	l.seen, l.health = &m.seen, &m.health
 	return l
 }
 
 // tryLock tries once with l, which Lock reuses across its tries (a lease ID
 // refused with a definitive answer is proposed again by the next try).
-func (m *Mutex) tryLock(ctx context.Context, l *Lease) (lock *Lock, ok bool, err error) {
-	tok, err := l.Acquire(ctx)
+func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration) (lock *Lock, ok bool, err error) {
+	tok, err := l.acquireWithin(ctx, budget)
 	switch {
 	case errors.Is(err, ErrLeaseHeld):
 		return nil, false, nil
@@ -116,20 +121,34 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 		return nil, err
 	}
 	l := m.newLease()
+	start := time.Now()
+	var last error // the last failure, kept for the final error
+	gaveUp := func() (*Lock, error) {
+		l.tm.waited(time.Since(start), "canceled")
+		if last == nil {
+			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("azlease: lock %s/%s: %w; last attempt: %w", m.t.container, m.t.blob, context.Cause(ctx), last)
+	}
 	for {
-		lock, ok, err := m.tryLock(ctx, l)
+		lock, ok, err := m.tryLock(ctx, l, l.cfg.duration)
+		if err != nil {
+			last = err
+		}
 		switch {
 		case ok:
+			l.tm.waited(time.Since(start), "acquired")
 			return lock, nil
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
+			return gaveUp()
 		case err != nil && !errors.Is(err, ErrTransient):
+			l.tm.waited(time.Since(start), "error")
 			return nil, err
 		case err != nil:
 			m.cfg.lease.log.Debug("azlease: lock attempt failed; retrying", slog.Any("error", err))
 		}
 		if !sleepCtx(ctx, timing.Jitter(m.cfg.poll, m.cfg.jitter, mrand.Float64())) {
-			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
+			return gaveUp()
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
@@ -87,6 +89,16 @@ type LeaseOptions struct {
 	// Logger receives transitions at Info and retries at Debug. Lease IDs,
 	// keys and SAS tokens are never logged. Nil means silent.
 	Logger *slog.Logger
+	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
+	// package documentation). Nil means the global provider
+	// (otel.GetMeterProvider), which records nothing until the application
+	// installs one.
+	MeterProvider metric.MeterProvider
+
+	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
+	// blob's container and name) off every metric, for processes that hold
+	// thousands of locks. Zero (false) means it is included.
+	MetricsWithoutLockName bool
 }
 
 // leaseConfig is a validated LeaseOptions with defaults filled in.
@@ -98,8 +110,12 @@ type leaseConfig struct {
 	history        int
 	create         bool
 	log            *slog.Logger
+	meters         metric.MeterProvider
+	noLockName     bool
 	// markRelease writes a clean-release marker before releasing (Elector).
 	markRelease bool
+	// role names the holder kind in metrics: lease, elector, mutex, once.
+	role string
 }
 
 // config validates o. Errors name fields with prefix; the duration field is
@@ -117,6 +133,9 @@ func (o *LeaseOptions) config(prefix, durationField string) (leaseConfig, error)
 		history:        o.History,
 		create:         !o.NoCreate,
 		log:            o.Logger,
+		meters:         o.MeterProvider,
+		noLockName:     o.MetricsWithoutLockName,
+		role:           "lease",
 	}
 	if c.duration == 0 {
 		c.duration = DefaultDuration
@@ -355,6 +374,16 @@ type ElectorOptions struct {
 	// Logger receives transitions at Info (became leader, lost leadership
 	// and why, stepped down) and retries at Debug. Nil means silent.
 	Logger *slog.Logger
+	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
+	// package documentation). Nil means the global provider
+	// (otel.GetMeterProvider), which records nothing until the application
+	// installs one.
+	MeterProvider metric.MeterProvider
+
+	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
+	// blob's container and name) off every metric, for processes that hold
+	// thousands of locks. Zero (false) means it is included.
+	MetricsWithoutLockName bool
 }
 
 type electorConfig struct {
@@ -373,11 +402,13 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 	hc, err := holdOptions("ElectorOptions.", LeaseOptions{
 		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
+		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, 5*time.Second, o.Jitter)
 	if err != nil {
 		return electorConfig{}, err
 	}
 	hc.lease.markRelease = true
+	hc.lease.role = "elector"
 	c := electorConfig{holdConfig: hc, afterTask: o.AfterTask}
 	if c.takeoverDelay, err = bounded("ElectorOptions.TakeoverDelay", o.TakeoverDelay, 0, 0, MaxWait); err != nil {
 		return c, err
@@ -438,6 +469,16 @@ type MutexOptions struct {
 	// Nil means silent. "Held elsewhere" is never logged: it is a normal
 	// outcome.
 	Logger *slog.Logger
+	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
+	// package documentation). Nil means the global provider
+	// (otel.GetMeterProvider), which records nothing until the application
+	// installs one.
+	MeterProvider metric.MeterProvider
+
+	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
+	// blob's container and name) off every metric, for processes that hold
+	// thousands of locks. Zero (false) means it is included.
+	MetricsWithoutLockName bool
 }
 
 // holdConfig is the part of a validated configuration that holding a lease
@@ -484,10 +525,13 @@ func (o *MutexOptions) config() (holdConfig, error) {
 	if o == nil {
 		o = &z
 	}
-	return holdOptions("MutexOptions.", LeaseOptions{
+	hc, err := holdOptions("MutexOptions.", LeaseOptions{
 		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
+		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, time.Second, o.Jitter)
+	hc.lease.role = "mutex"
+	return hc, err
 }
 
 // DoOnceOptions configures [DoOnce], [InspectOnce] and [ResetOnce]. A nil
@@ -541,6 +585,16 @@ type DoOnceOptions struct {
 	// Logger receives runs, completions and failures at Info and retries at
 	// Debug. Nil means silent.
 	Logger *slog.Logger
+	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
+	// package documentation). Nil means the global provider
+	// (otel.GetMeterProvider), which records nothing until the application
+	// installs one.
+	MeterProvider metric.MeterProvider
+
+	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
+	// blob's container and name) off every metric, for processes that hold
+	// thousands of locks. Zero (false) means it is included.
+	MetricsWithoutLockName bool
 }
 
 type onceConfig struct {
@@ -557,10 +611,12 @@ func (o *DoOnceOptions) config() (onceConfig, error) {
 	hc, err := holdOptions("DoOnceOptions.", LeaseOptions{
 		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, NoCreate: o.NoCreate, Logger: o.Logger,
+		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, 2*time.Second, o.Jitter)
 	if err != nil {
 		return onceConfig{}, err
 	}
+	hc.lease.role = "once"
 	c := onceConfig{holdConfig: hc, prefix: o.Prefix, maxAttempts: o.MaxAttempts}
 	if c.prefix == "" {
 		c.prefix = "once/"

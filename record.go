@@ -236,7 +236,8 @@ type Status struct {
 }
 
 // Inspect reads the status of the lock blob blobName in the container cc
-// points at. It needs only read access and holds no lease.
+// points at. It needs only read access and holds no lease. Transient
+// failures are retried for at most 6 s, never past ctx's deadline.
 func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status, error) {
 	t, err := newTarget(cc, blobName, "blobName")
 	if err != nil {
@@ -247,9 +248,10 @@ func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status
 }
 
 // Inspect reads the status of the lease's lock blob, retrying transient
-// failures for up to one lease duration.
+// failures for at most 2 × AttemptTimeout (6 s by default) and never past
+// ctx's deadline.
 func (l *Lease) Inspect(ctx context.Context) (Status, error) {
-	return l.inspect(ctx, time.Now().Add(l.cfg.duration))
+	return l.inspect(ctx, time.Now().Add(2*l.cfg.attemptTimeout))
 }
 
 // inspect reads the status, retrying transient failures until limit.

@@ -42,6 +42,8 @@ func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(a
 		actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
 		done, err := try(actx, now)
 		cancel()
+		l.tm.request(ctx, op, time.Since(now), err)
+		l.health.record(ctx, l.cfg.log, op, err)
 		switch {
 		case done && err == nil:
 			return nil // a success stands even if ctx ended meanwhile

@@ -1,0 +1,103 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// failuresBeforeWarning is how many requests in a row must fail before the
+// failures are logged at Warn: one or two failures are retried quietly.
+const failuresBeforeWarning = 3
+
+// storageHealth follows whether requests reach storage, for the logs, for
+// metrics and for [Elector.Check]. A run of failed requests is an episode:
+// it is logged once, at Warn after failuresBeforeWarning failures (at Error
+// at once when the failure is permanent: a wrong key, a missing role), and
+// its end is logged at Info. Any answer from storage ends an episode, even a
+// refusal such as "held by another holder": storage was reached.
+type storageHealth struct {
+	mu       sync.Mutex
+	reached  bool      // some request got an answer
+	streak   int       // requests failed in a row
+	since    time.Time // when the streak began
+	last     error     // the latest failure
+	reported bool      // the episode was logged
+}
+
+// healthSnapshot is what storageHealth knows at one instant.
+type healthSnapshot struct {
+	reached bool
+	streak  int
+	since   time.Time
+	last    error
+}
+
+func (h *storageHealth) snapshot() healthSnapshot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return healthSnapshot{reached: h.reached, streak: h.streak, since: h.since, last: h.last}
+}
+
+// answered records that a request got an answer from storage.
+func (h *storageHealth) answered(log *slog.Logger) {
+	h.mu.Lock()
+	streak, since, reported := h.streak, h.since, h.reported
+	h.reached, h.streak, h.last, h.reported = true, 0, nil, false
+	h.mu.Unlock()
+	if reported {
+		log.Info("azlease: storage requests succeed again",
+			slog.Int("failed_in_a_row", streak), slog.Duration("after", time.Since(since).Round(time.Millisecond)))
+	}
+}
+
+// failed records a request that got no usable answer.
+func (h *storageHealth) failed(log *slog.Logger, op string, err error) {
+	permanent := errors.Is(err, ErrPermanent)
+	h.mu.Lock()
+	h.streak++
+	if h.streak == 1 {
+		h.since = time.Now()
+	}
+	h.last = err
+	report := !h.reported && (permanent || h.streak >= failuresBeforeWarning)
+	h.reported = h.reported || report
+	streak := h.streak
+	h.mu.Unlock()
+	if !report {
+		return
+	}
+	if permanent {
+		log.Error("azlease: storage refuses requests; check the account, key or role, and the container",
+			slog.String("op", op), slog.Any("error", err))
+		return
+	}
+	log.Warn("azlease: storage requests are failing; retrying",
+		slog.String("op", op), slog.Int("failed_in_a_row", streak), slog.Any("error", err))
+}
+
+// consecutive returns how many requests have failed in a row.
+func (h *storageHealth) consecutive() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return int64(h.streak)
+}
+
+// record classifies the outcome of one attempt for h: an answer (even a
+// refusal about the lease), a failure, or nothing learned (the caller's
+// context ended).
+func (h *storageHealth) record(ctx context.Context, log *slog.Logger, op string, err error) {
+	if err == nil {
+		h.answered(log)
+		return
+	}
+	switch classify(ctx, err) {
+	case classCanceled:
+	case classHeld, classLost, classBroken, classNotFound, classExists, classConflict:
+		h.answered(log)
+	default:
+		h.failed(log, op, err)
+	}
+}
