@@ -16,7 +16,9 @@ import (
 // errCommandFailed is what DoOnce records when CMD exits non-zero.
 type errCommandFailed struct{ code int }
 
-func (e errCommandFailed) Error() string { return fmt.Sprintf("the command exited with status %d", e.code) }
+func (e errCommandFailed) Error() string {
+	return fmt.Sprintf("the command exited with status %d", e.code)
+}
 
 func newOnceCmd(g *globals) *cobra.Command {
 	var maxAttempts int
