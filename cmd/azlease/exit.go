@@ -78,8 +78,10 @@ func hint(err error) string {
 	switch {
 	case bloberror.HasCode(err, bloberror.AuthenticationFailed, bloberror.NoAuthenticationInformation):
 		return "; check the account name and key (or the SAS)"
-	case bloberror.HasCode(err, bloberror.AuthorizationPermissionMismatch, bloberror.AuthorizationFailure):
+	case bloberror.HasCode(err, bloberror.AuthorizationPermissionMismatch):
 		return "; the identity needs a role that can read and write blobs, such as Storage Blob Data Contributor"
+	case bloberror.HasCode(err, bloberror.AuthorizationFailure):
+		return "; check the account key, the SAS's permissions, or the account's network rules"
 	}
 	return ""
 }

@@ -115,7 +115,7 @@ func (g *guardian) run(argv []string) {
 	} else {
 		g.deadline, _ = strconv.ParseInt(v, 10, 64)
 	}
-	if monoNow() >= g.deadline {
+	if !g.freshDeadline() {
 		g.say("expired")
 		g.say("noexec %d the lease expired before the command could start", exitLost)
 		return
@@ -213,6 +213,30 @@ loop:
 		code = exitSignalBase + int(ws.Signal())
 	}
 	g.say("exit %d", code)
+}
+
+// freshDeadline reports whether the deadline has not passed, after taking
+// the newer deadlines azlease sent while this process was starting: on a
+// busy machine that can take long enough for the first one to pass. Only
+// deadline lines come before CMD starts.
+func (g *guardian) freshDeadline() bool {
+	wait := time.After(2 * deadlineEvery)
+	for monoNow() >= g.deadline {
+		select {
+		case l, ok := <-g.lines:
+			if !ok {
+				return false
+			}
+			if word, v, _ := strings.Cut(l, " "); word == "deadline" {
+				if d, err := strconv.ParseInt(v, 10, 64); err == nil && d > g.deadline {
+					g.deadline = d
+				}
+			}
+		case <-wait:
+			return false
+		}
+	}
+	return true
 }
 
 func (g *guardian) untilDeadline() time.Duration {

@@ -115,8 +115,8 @@ func (g *globals) lead(c *cobra.Command, name string, argv []string, restart boo
 		return classify(what, err)
 	case res == nil:
 		return exitf(exitInternal, "%s: stopped without running the command", what)
-	case res.lost != nil && r.stopped() != nil:
-		return r.interrupted(what) // stopped while standing by after a loss
+	case r.stopped() != nil && !r.forwardedAny():
+		return r.interrupted(what) // stopped while standing by
 	case res.lost != nil:
 		return exitf(exitLost, "%s: %s", what, line(res.lost))
 	}

@@ -122,6 +122,7 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 			wctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
 			defer cancel()
 		}
+		g.log.Debug("azlease: waiting for the lock", slog.String("lock", name), slog.Duration("timeout", timeout))
 		l, err := wait(wctx)
 		switch {
 		case r.stopped() != nil:

@@ -55,7 +55,7 @@
 // Processes that leave CMD's process group (setsid, daemons) are not
 // tracked. For once, the library does not expose the lease's deadline, so
 // the guardian's deadline is azlease's heartbeat: CMD is stopped if azlease
-// stops responding for 2 s. Running a command under a lease needs a Unix
+// stops responding for 5 s. Running a command under a lease needs a Unix
 // system; on Windows, lock, lead and once exit 70, and the other commands
 // work. On macOS and the BSDs everything works, without the parent-death
 // signal (the control pipe is the only death notice there).

@@ -40,7 +40,7 @@ before it is recorded done: make it idempotent, or fence it with AZLEASE_EPOCH.
 
 If the lease is lost while CMD runs, CMD's process group gets SIGTERM, then
 SIGKILL after --kill-after, and azlease exits 79. If azlease stops responding
-for 2 s (killed, paused), its guardian process stops CMD. A signal to a runner
+for 5 s (killed, paused), its guardian process stops CMD. A signal to a runner
 is forwarded to CMD, and the attempt does not count if CMD then fails; a signal
 to a waiter makes it exit at once (128+N).`,
 		Example: `  # In every pod's start-up: the database migration runs once per release, and
@@ -54,7 +54,7 @@ to a waiter makes it exit at once (128+N).`,
 			return g.once(c, args[0], args[1:], maxAttempts)
 		},
 	}
-	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts in all, counting failed ones and ones whose runner died, before the key fails for good")
+	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts in all, counting failed ones and ones whose runner died, before the key fails for good; give every caller the same value")
 	return c
 }
 

@@ -52,6 +52,7 @@ type router struct {
 	mu    sync.Mutex
 	child *child
 	first os.Signal // the first signal received, if any
+	sent  bool      // a signal was forwarded to a command
 }
 
 // newRouter starts routing signals; ctx is the session's context, which a
@@ -75,6 +76,7 @@ func (r *router) loop() {
 				r.first = s
 			}
 			c := r.child
+			r.sent = r.sent || c != nil
 			r.mu.Unlock()
 			if c != nil {
 				c.signal(s)
@@ -91,6 +93,7 @@ func (r *router) attach(c *child) {
 	r.mu.Lock()
 	r.child = c
 	first := r.first
+	r.sent = r.sent || first != nil
 	r.mu.Unlock()
 	if first != nil {
 		c.signal(first)
@@ -109,6 +112,14 @@ func (r *router) stopped() os.Signal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.first
+}
+
+// forwardedAny reports whether a signal went to a command (rather than
+// stopping azlease while no command ran).
+func (r *router) forwardedAny() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent
 }
 
 // interrupted returns the exit error for a session a signal stopped before

@@ -26,7 +26,10 @@ const deadlineEvery = 100 * time.Millisecond
 // onceHeartbeat bounds how long CMD outlives azlease's last sign of life
 // under once, whose lease deadline the library does not expose: the guardian
 // stops CMD if azlease stops confirming for this long that the term lasts.
-const onceHeartbeat = 2 * time.Second
+// With the default timing a renewal leaves at least 9 s of validity, so a
+// paused azlease's CMD is stopped before its lease ends, unless renewals
+// were already failing.
+const onceHeartbeat = 5 * time.Second
 
 // heartbeat is a holding for DoOnce: its deadline is always onceHeartbeat
 // from now while the context lasts.
