@@ -83,6 +83,7 @@ type guardian struct {
 
 	pgid        int
 	deadline    int64 // CLOCK_MONOTONIC ns
+	killTimer   <-chan time.Time
 	terminating bool
 	killed      bool
 	parentGone  bool
@@ -108,16 +109,15 @@ func monoNow() int64 {
 }
 
 func (g *guardian) run(argv []string) {
-	// CMD starts only under a deadline that has not passed.
-	first, ok := <-g.lines
-	if word, v, _ := strings.Cut(first, " "); !ok || word != "deadline" {
-		return // azlease died before it could say
-	} else {
-		g.deadline, _ = strconv.ParseInt(v, 10, 64)
+	// CMD starts only under a deadline that has not passed, and only if
+	// azlease has not said stop meanwhile.
+	if l, ok := <-g.lines; !ok || !g.handle(l) {
+		return // azlease died (or misspoke) before it could say
 	}
-	if !g.freshDeadline() {
+	g.catchUp()
+	if g.lines == nil || g.terminating || g.untilDeadline() <= 0 {
 		g.say("expired")
-		g.say("noexec %d the lease expired before the command could start", exitLost)
+		g.say("noexec %d the lease ended before the command could start", exitLost)
 		return
 	}
 	cmd, err := g.start(argv)
@@ -138,10 +138,11 @@ func (g *guardian) run(argv []string) {
 
 	deadline := time.NewTimer(g.untilDeadline())
 	defer deadline.Stop()
-	var killTimer, poll, giveUp <-chan time.Time
+	var poll, giveUp <-chan time.Time
 	leaderExited := false
 loop:
 	for !leaderExited || groupLeftovers(g.pgid) {
+		before := g.deadline
 		select {
 		case l, ok := <-g.lines:
 			if !ok {
@@ -149,32 +150,23 @@ loop:
 				g.parentLost()
 				continue
 			}
-			word, v, _ := strings.Cut(l, " ")
-			switch word {
-			case "deadline":
-				if d, err := strconv.ParseInt(v, 10, 64); err == nil && d > g.deadline {
-					g.deadline = d
-					deadline.Reset(g.untilDeadline())
-				}
-			case "signal":
-				if n, err := strconv.Atoi(v); err == nil {
-					g.kill(syscall.Signal(n))
-				}
-			case "stop":
-				killTimer = g.terminate(killTimer)
-			}
+			g.handle(l)
 		case <-deadline.C:
+			// Decide on everything azlease has sent: lines may be
+			// waiting behind the timer on a busy machine.
+			g.catchUp()
 			if left := g.untilDeadline(); left > 0 {
-				deadline.Reset(left) // a newer deadline raced the timer
+				deadline.Reset(left)
 				continue
 			}
 			if !g.terminating && !g.killed {
 				g.say("expired")
 				fmt.Fprintln(os.Stderr, "azlease: the lease's validity deadline passed with no renewal from azlease; stopping the command")
 			}
-			killTimer = g.terminate(killTimer)
-		case <-killTimer:
-			killTimer = nil
+			g.terminate()
+			continue // the deadline no longer matters
+		case <-g.killTimer:
+			g.killTimer = nil
 			g.killAll()
 		case <-g.sigs:
 			if os.Getppid() != g.ppid {
@@ -189,7 +181,7 @@ loop:
 			if groupLeftovers(g.pgid) {
 				// CMD left processes running in its group: they stop
 				// before the lease is released.
-				killTimer = g.terminate(killTimer)
+				g.terminate()
 				t := time.NewTicker(50 * time.Millisecond)
 				defer t.Stop()
 				poll = t.C
@@ -205,6 +197,9 @@ loop:
 			fmt.Fprintln(os.Stderr, "azlease: processes of the command's group survived SIGKILL; giving up on them")
 			break loop
 		}
+		if g.deadline != before {
+			deadline.Reset(g.untilDeadline())
+		}
 	}
 	_ = cmd.Wait() // reaps CMD if waitExited left it a zombie
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -215,28 +210,61 @@ loop:
 	g.say("exit %d", code)
 }
 
-// freshDeadline reports whether the deadline has not passed, after taking
-// the newer deadlines azlease sent while this process was starting: on a
-// busy machine that can take long enough for the first one to pass. Only
-// deadline lines come before CMD starts.
-func (g *guardian) freshDeadline() bool {
-	wait := time.After(2 * deadlineEvery)
-	for monoNow() >= g.deadline {
+// handle applies one control line from azlease and reports whether it was
+// understood.
+func (g *guardian) handle(l string) bool {
+	word, v, _ := strings.Cut(l, " ")
+	switch word {
+	case "deadline":
+		d, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return false
+		}
+		g.deadline = max(g.deadline, d)
+	case "signal":
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return false
+		}
+		g.kill(syscall.Signal(n))
+	case "stop":
+		g.terminate()
+	default:
+		return false
+	}
+	return true
+}
+
+// catchUp applies every control line azlease has already sent: those read
+// but not yet handled, and those still in the pipe, which it gives the
+// reader up to 100 ms to bring in. It never waits when the pipe is empty,
+// so a deadline that really passed is acted on at once.
+func (g *guardian) catchUp() {
+	giveUp := time.Now().Add(100 * time.Millisecond)
+	for g.lines != nil {
 		select {
 		case l, ok := <-g.lines:
 			if !ok {
-				return false
+				g.lines = nil
+				g.parentLost()
+				return
 			}
-			if word, v, _ := strings.Cut(l, " "); word == "deadline" {
-				if d, err := strconv.ParseInt(v, 10, 64); err == nil && d > g.deadline {
-					g.deadline = d
-				}
-			}
-		case <-wait:
-			return false
+			g.handle(l)
+			continue
+		default:
 		}
+		if !pipeHasData(ctlFD) || time.Now().After(giveUp) {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return true
+}
+
+// pipeHasData reports whether fd has bytes to read now.
+func pipeHasData(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 func (g *guardian) untilDeadline() time.Duration {
@@ -268,15 +296,15 @@ func (g *guardian) kill(s syscall.Signal) {
 	}
 }
 
-// terminate sends SIGTERM to the group, once, and returns the timer that
-// sends SIGKILL after kill-after.
-func (g *guardian) terminate(killTimer <-chan time.Time) <-chan time.Time {
+// terminate sends SIGTERM to the group, once, and sets the timer that sends
+// SIGKILL after kill-after.
+func (g *guardian) terminate() {
 	if g.terminating || g.killed {
-		return killTimer
+		return
 	}
 	g.terminating = true
 	g.kill(syscall.SIGTERM)
-	return time.After(g.killAfter)
+	g.killTimer = time.After(g.killAfter)
 }
 
 func (g *guardian) killAll() {
