@@ -21,7 +21,11 @@ const fast = "--poll-interval=200ms"
 
 // TestUsageErrors: mistakes a user makes before anything runs are reported
 // in one line with the documented status, within a second. It does not run
-// in parallel, so that the second is not spent waiting for other tests.
+// in parallel with this binary's other tests. On a machine busy with other
+// work, starting a race-detector binary alone can take longer than that, so
+// the second is counted on top of what a run that succeeds takes just
+// before (azlease help, or a status read with the right key): a mistake
+// costs no more than a second beyond that, so it is never retried.
 func TestUsageErrors(t *testing.T) {
 	noConn := &world{t: t, conn: "", container: "usage", dir: t.TempDir()}
 	conn := emulatorConn(t)
@@ -47,13 +51,14 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.w.t = t
+			base := timed(t, tc.w, 0, "help")
 			start := time.Now()
-			p := tc.w.run(10*time.Second, tc.args...)
+			p := tc.w.run(30*time.Second, tc.args...)
 			took := time.Since(start)
 			assert.Equal(t, tc.want, p.status(), "stderr: %s", p.stderr())
 			msg := oneLine(t, p)
 			assert.Contains(t, msg, tc.says)
-			assert.Less(t, took, time.Second)
+			assert.Less(t, took, base+time.Second, "within a second (beyond the %v 'azlease help' took)", base)
 		})
 	}
 
@@ -65,12 +70,14 @@ func TestUsageErrors(t *testing.T) {
 			key := keyOf(good)
 			bad := strings.Replace(good, key, "QUJD"+key[4:], 1)
 			w := &world{t: t, conn: bad, container: "usage", dir: t.TempDir()}
+			right := &world{t: t, conn: good, container: "usage", dir: t.TempDir()}
 			for _, args := range [][]string{
 				{"lock", "x", "--", "true"},
 				{"status", "x"},
 			} {
+				base := timed(t, right, 0, "status", "x")
 				start := time.Now()
-				p := w.run(10*time.Second, args...)
+				p := w.run(30*time.Second, args...)
 				took := time.Since(start)
 				assert.Equal(t, exitRefused, p.status(), "stderr: %s", p.stderr())
 				msg := oneLine(t, p)
@@ -79,10 +86,19 @@ func TestUsageErrors(t *testing.T) {
 				assert.Contains(t, msg, "403")
 				assert.Regexp(t, `check the account (name and )?key`, msg)
 				assert.NotContains(t, msg, key[4:12], "the key is never printed")
-				assert.Less(t, took, time.Second)
+				assert.Less(t, took, base+time.Second, "within a second (beyond the %v a status read with the right key took)", base)
 			}
 		})
 	}
+}
+
+// timed runs azlease to completion, expecting status want, and returns how
+// long it took.
+func timed(t *testing.T, w *world, want int, args ...string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	w.run(30*time.Second, args...).expect(want, time.Second)
+	return time.Since(start)
 }
 
 func keyOf(conn string) string {
@@ -284,7 +300,7 @@ func TestSignalForwarding(t *testing.T) {
 			p.expect(7, 10*time.Second)
 			assert.Equal(t, []string{"ready", fmt.Sprintf("got %d", sig)}, lines(t, log))
 			assert.NotContains(t, p.stderr(), "azlease:", "azlease prints nothing when the command's status passes through")
-			w.run(10*time.Second, "lock", "--no-wait", "m", "--", "true").expect(0, time.Second)
+			w.run(60*time.Second, "lock", "--log-level", "debug", "--no-wait", "m", "--", "true").expect(0, time.Second)
 		}
 	})
 }
@@ -376,7 +392,7 @@ func TestNoWaitAndTimeout(t *testing.T) {
 func TestPausedAzleaseCannotOutliveItsLease(t *testing.T) {
 	onBoth(t, func(t *testing.T, w *world) {
 		log, pids := w.path("log"), w.path("pids")
-		a := w.az("lock", "--kill-after", "500ms", "m", "--", "sh", "-c",
+		a := w.az("lock", "--kill-after", "3s", "m", "--", "sh", "-c",
 			fmt.Sprintf(`trap 'echo term A >> %[1]s' TERM; echo $$ > %[2]s; echo start A >> %[1]s; while :; do sleep 0.1; done`, log, pids))
 		waitLine(t, log, "start A", 20*time.Second)
 		var sh int
@@ -391,7 +407,7 @@ func TestPausedAzleaseCannotOutliveItsLease(t *testing.T) {
 		after := at.Sub(stopped)
 		t.Logf("the guardian stopped the command %v after azlease was paused", after.Round(time.Millisecond))
 		assert.Greater(t, after, 8*time.Second, "not before the validity deadline (a renewal is due every 5 s)")
-		waitDead(t, 3*time.Second, sh) // SIGKILL after --kill-after
+		waitDead(t, 8*time.Second, sh) // SIGKILL after --kill-after
 		b.expect(0, 30*time.Second)
 		assert.Equal(t, []string{"start A", "term A", "start B"}, lines(t, log))
 

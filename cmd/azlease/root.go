@@ -65,6 +65,10 @@ azlease's own: 64 usage, 69 storage unavailable, 70 internal error, 75 not
 acquired in time, 77 storage refused (authentication, permission), 79 lease
 lost while CMD ran, 80 once failed for good, 126/127 CMD not executable / not
 found, 128+N stopped by signal N before CMD ran.`,
+		Example: `  azlease emulator &                                   # a local lease service, for trying it out
+  export AZURE_STORAGE_CONNECTION_STRING=UseDevelopmentStorage=true
+  azlease lock demo -- sh -c 'echo "I hold demo, epoch $AZLEASE_EPOCH"; sleep 2'
+  azlease status demo`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
