@@ -5,6 +5,8 @@
 //     leads, the others stand by and take over when it stops or fails.
 //   - [Mutex]: a critical section held across processes, renewed
 //     automatically while held.
+//   - [Semaphore]: up to n holders at once, for work that tolerates some
+//     parallelism but not unbounded parallelism; n Mutexes underneath.
 //   - [DoOnce]: a function that completes once across every process calling
 //     it with the same key; the others wait until it is done.
 //   - [Lease]: the low-level lease all three are built on.

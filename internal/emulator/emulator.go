@@ -22,7 +22,9 @@
 // the true lease intervals the server granted, in local time, so tests can
 // check what clients believed against what the server enforced.
 //
-// Authentication is not checked: any account key or SAS is accepted.
+// Requests must be signed with the account's key (Shared Key), as Azure
+// checks them; SAS tokens are accepted unverified. Options.AllowAnyKey turns
+// the check off. See auth.go.
 package emulator
 
 import (
@@ -56,11 +58,19 @@ type Options struct {
 	// Account is the storage account name the server answers for, the first
 	// path segment of every URL. Default: [Account].
 	Account string
+
+	// AllowAnyKey turns off the Shared Key check: requests signed with any
+	// key, for any account, or not at all, are served. Zero (false) means a
+	// request must be signed for Account with [AccountKey], or carry a SAS
+	// (not verified); others are refused as Azure refuses them, with 403
+	// AuthenticationFailed (or 401 NoAuthenticationInformation).
+	AllowAnyKey bool
 }
 
 // Server emulates one storage account. It is safe for concurrent use.
 type Server struct {
 	account string
+	anyKey  bool // Options.AllowAnyKey
 
 	mu         sync.Mutex
 	containers map[string]*containerState
@@ -103,6 +113,7 @@ func New(opts *Options) *Server {
 	now := time.Now()
 	return &Server{
 		account:    account,
+		anyKey:     opts != nil && opts.AllowAnyKey,
 		containers: make(map[string]*containerState),
 		grants:     make(map[string][]grant),
 		clock:      serverClock{baseLocal: now, baseServer: now, rate: 1},
@@ -186,6 +197,10 @@ func (s *Server) Now() time.Time {
 
 // ServeHTTP answers one Blob service request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if res := s.authenticate(r); res != nil {
+		res.write(w, r)
+		return
+	}
 	req := parseRequest(s.account, r)
 	if !s.injectFault(w, r, req) {
 		return

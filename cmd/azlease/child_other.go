@@ -1,0 +1,37 @@
+//go:build !unix
+
+package main
+
+import (
+	"errors"
+	"os"
+	"time"
+)
+
+// Running a command under a lease needs process groups and a guardian
+// process, which azlease implements for Unix systems only. The other
+// commands (status, break, reset-once, emulator) work everywhere.
+
+const guardianArg = "__guardian"
+
+var errNoChildren = errors.New("running a command under a lease (lock, lead, once) needs Linux, macOS or another Unix system")
+
+type child struct{ done chan struct{} }
+
+type childResult struct {
+	code    int
+	started bool
+	expired bool
+	err     *exitError
+}
+
+func startChild(argv, env []string, killAfter time.Duration, deadline time.Time) (*child, error) {
+	return nil, errNoChildren
+}
+
+func (c *child) setDeadline(time.Time) {}
+func (c *child) signal(os.Signal)      {}
+func (c *child) stop()                 {}
+func (c *child) wait() childResult     { return childResult{} }
+
+func guardianMain([]string) int { return exitUsage }

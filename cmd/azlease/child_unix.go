@@ -1,0 +1,216 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A command runs under a lease in three processes:
+//
+//	azlease (holds and renews the lease)
+//	└── azlease guardian (re-executed in a hidden mode; same process group as azlease)
+//	    └── CMD, the leader of a new process group, and whatever CMD starts
+//
+// azlease talks to the guardian over two pipes. On the control pipe it sends
+// the lease's validity deadline as an absolute CLOCK_MONOTONIC instant after
+// every renewal, signals to forward, and "stop" when the lease is lost. On
+// the report pipe the guardian answers with CMD's process ID and, at the
+// end, how CMD ended.
+//
+// The guardian is a separate process so that the lease's deadline is
+// enforced even when azlease itself cannot act:
+//   - if the deadline passes with no newer one (azlease paused by SIGSTOP, a
+//     frozen VM slice, or hung), the guardian sends SIGTERM to CMD's group,
+//     then SIGKILL after --kill-after;
+//   - if azlease dies (SIGKILL, the OOM killer), the control pipe reaches
+//     end-of-file and, on Linux, the parent-death signal arrives: the
+//     guardian sends SIGKILL to CMD's group at once;
+//   - if the guardian dies, azlease kills CMD's group itself, and CMD (on
+//     Linux) gets SIGKILL as its own parent-death signal.
+//
+// Signalling the whole group reaches a shell script's own children too, as
+// long as they stay in the group (processes that call setsid or setpgid
+// leave it, and are not tracked). When CMD exits, whatever it left running
+// in its group gets SIGTERM, then SIGKILL after --kill-after, before the
+// lease is released.
+
+// The control and report pipes are the guardian's file descriptors 3 and 4.
+const (
+	guardianArg = "__guardian" // argv[1] of the hidden mode
+	ctlFD       = 3
+	reportFD    = 4
+)
+
+// child is a command running under a guardian, seen from azlease.
+type child struct {
+	guardian *exec.Cmd
+
+	wmu sync.Mutex // serialises writes to ctl
+	ctl *os.File
+
+	done chan struct{} // closed when the guardian has exited and res is set
+	res  childResult
+}
+
+// childResult is how a command ended.
+type childResult struct {
+	code    int        // CMD's exit status, or 128+N if signal N killed it
+	started bool       // CMD ran
+	expired bool       // the guardian stopped CMD because the deadline passed
+	err     *exitError // CMD could not be run (126, 127), or the guardian failed (70)
+}
+
+// startChild starts argv under a guardian with the extra environment env.
+// deadline is the lease's validity deadline: CMD does not start after it.
+func startChild(argv, env []string, killAfter time.Duration, deadline time.Time) (*child, error) {
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, err
+	}
+	exe, err := selfExecutable()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{guardianArg, "--kill-after", killAfter.String(), "--"}, argv...)
+	g := exec.Command(exe, args...)
+	g.Args[0] = "azlease-guardian"
+	g.Env = append(os.Environ(), env...)
+	g.Stdin, g.Stdout, g.Stderr = os.Stdin, os.Stdout, os.Stderr
+	g.ExtraFiles = []*os.File{ctlR, repW} // fds 3 and 4
+	g.SysProcAttr = guardianAttr()
+	// On Linux the parent-death signal comes when the thread that started
+	// the guardian ends, which in Go can happen before the process ends (a
+	// goroutine that exits locked to its thread takes the thread with it):
+	// the guardian therefore acts on it only if its parent has changed.
+	err = g.Start()
+	ctlR.Close()
+	repW.Close()
+	if err != nil {
+		ctlW.Close()
+		repR.Close()
+		return nil, fmt.Errorf("start the guardian process: %w", err)
+	}
+	c := &child{guardian: g, ctl: ctlW, done: make(chan struct{})}
+	c.setDeadline(deadline)
+	go c.watch(repR)
+	return c, nil
+}
+
+// watch reads the guardian's reports until it exits, then records how CMD
+// ended. If the guardian died without saying, CMD's group is killed here.
+func (c *child) watch(rep *os.File) {
+	defer close(c.done)
+	defer rep.Close()
+	var pid int
+	final := false
+	sc := bufio.NewScanner(rep)
+	for sc.Scan() {
+		word, rest, _ := strings.Cut(sc.Text(), " ")
+		switch word {
+		case "started":
+			pid, _ = strconv.Atoi(rest)
+			c.res.started = true
+		case "expired":
+			c.res.expired = true
+		case "exit":
+			c.res.code, _ = strconv.Atoi(rest)
+			final = true
+		case "noexec":
+			code, msg, _ := strings.Cut(rest, " ")
+			n, _ := strconv.Atoi(code)
+			c.res.err = exitf(n, "%s", msg)
+			final = true
+		}
+	}
+	_ = c.guardian.Wait()
+	c.closeCtl()
+	if !final {
+		if pid > 0 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		c.res.err = exitf(exitInternal, "the guardian process that supervised the command died (%v); the command's process group was killed", c.guardian.ProcessState)
+	}
+}
+
+// send writes one control line; errors mean the guardian is gone, which
+// watch reports.
+func (c *child) send(format string, args ...any) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.ctl == nil {
+		return
+	}
+	_, _ = fmt.Fprintf(c.ctl, format+"\n", args...)
+}
+
+func (c *child) closeCtl() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.ctl != nil {
+		c.ctl.Close()
+		c.ctl = nil
+	}
+}
+
+// setDeadline tells the guardian the lease's validity deadline, converted to
+// an absolute CLOCK_MONOTONIC instant. The clock is read before the time
+// left is measured, so the instant sent is never later than the deadline.
+func (c *child) setDeadline(t time.Time) {
+	c.send("deadline %d", monoDeadline(t))
+}
+
+func monoDeadline(t time.Time) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0 // cannot happen; 0 is in the past: the guardian stops CMD
+	}
+	return ts.Nano() + int64(time.Until(t))
+}
+
+// signal forwards s to CMD's process group.
+func (c *child) signal(s os.Signal) {
+	if n, ok := s.(syscall.Signal); ok {
+		c.send("signal %d", int(n))
+	}
+}
+
+// stop stops CMD because the lease is gone: SIGTERM to its group now,
+// SIGKILL after --kill-after.
+func (c *child) stop() { c.send("stop") }
+
+// wait returns how CMD ended, once the guardian has exited.
+func (c *child) wait() childResult {
+	<-c.done
+	return c.res
+}
+
+// selfExecutable is this program, to re-execute as the guardian. On Linux
+// /proc/self/exe works even if the file was replaced since azlease started.
+func selfExecutable() (string, error) {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return "/proc/self/exe", nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", errors.New("cannot find azlease's own executable to start the guardian process")
+	}
+	return exe, nil
+}

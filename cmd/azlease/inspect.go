@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/spf13/cobra"
+
+	"github.com/azlease/azlease"
+)
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var (
+		asJSON bool
+		slots  int
+	)
+	c := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show who holds a lock or leads, the history of terms, and a once marker",
+		Long: `Show the lock blob NAME: whether it is leased, by whom (holder), its fencing
+epoch, when the term began (by the holder's clock), whether the last holder
+released it cleanly, and the history of past terms. If 'azlease once NAME' has
+been used, its marker is shown too: pending, running, done or failed, by whom,
+when, after how many attempts. With -n N, each of the N slots of 'azlease lock
+-n N NAME' is shown. --json prints the same as one JSON object.
+
+It needs only read access and takes no lease. A lock that was never used shows
+as not existing; that is not an error.`,
+		Example: `  azlease status nightly-report
+  azlease status --json billing-sweeper | jq -r .holder
+  azlease status -n 2 exports
+  azlease status "migrate-$RELEASE"          # the once marker of that key`,
+		Args: oneArg("lock name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if slots < 1 || slots > azlease.MaxSlots {
+				return exitf(exitUsage, "invalid -n %d: from 1 to %d", slots, azlease.MaxSlots)
+			}
+			return g.status(c, args[0], slots, asJSON)
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	c.Flags().IntVarP(&slots, "slots", "n", 1, "show the N slots of a lock used with -n N")
+	return c
+}
+
+// statusJSON is what status --json prints.
+type statusJSON struct {
+	Name      string            `json:"name"`
+	Container string            `json:"container"`
+	Exists    bool              `json:"exists"`
+	Leased    bool              `json:"leased"`
+	State     string            `json:"state,omitempty"`
+	Holder    string            `json:"holder,omitempty"`
+	Epoch     uint64            `json:"epoch"`
+	Acquired  *time.Time        `json:"acquired,omitempty"`
+	Released  bool              `json:"released"`
+	History   []historyJSON     `json:"history"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Slots     []statusJSON      `json:"slots,omitempty"`
+	Once      *onceJSON         `json:"once,omitempty"`
+}
+
+type historyJSON struct {
+	Holder   string     `json:"holder"`
+	Epoch    uint64     `json:"epoch"`
+	Acquired *time.Time `json:"acquired,omitempty"`
+}
+
+type onceJSON struct {
+	Key       string     `json:"key"`
+	State     string     `json:"state"`
+	Holder    string     `json:"holder,omitempty"`
+	Attempts  int        `json:"attempts"`
+	Epoch     uint64     `json:"epoch"`
+	Time      *time.Time `json:"time,omitempty"`
+	LastError string     `json:"last_error,omitempty"`
+	Running   bool       `json:"running"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC().Round(0)
+	return &u
+}
+
+func toJSON(name, containerName string, st azlease.Status) statusJSON {
+	out := statusJSON{
+		Name: name, Container: containerName, Exists: st.Exists, Leased: st.Leased, State: st.State,
+		Holder: st.Holder, Epoch: st.Epoch, Acquired: timePtr(st.Acquired), Released: st.Released,
+		History: []historyJSON{}, Metadata: st.Metadata,
+	}
+	for _, h := range st.History {
+		out.History = append(out.History, historyJSON{Holder: h.Holder, Epoch: h.Epoch, Acquired: timePtr(h.Acquired)})
+	}
+	return out
+}
+
+func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) error {
+	what := "status " + name
+	ctx, r := newRouter(context.Background())
+	defer r.close()
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		return err
+	}
+	containerName := containerOf(cc)
+	read := func(blob string) (azlease.Status, error) {
+		st, err := azlease.Inspect(ctx, cc, blob)
+		if err != nil {
+			if ie := r.interrupted(what); ie != nil {
+				return st, ie
+			}
+			return st, classify(what, err)
+		}
+		return st, nil
+	}
+	st, err := read(name)
+	if err != nil {
+		return err
+	}
+	out := toJSON(name, containerName, st)
+	if slots > 1 {
+		for i := range slots {
+			s, err := read(azlease.SlotName(name, i))
+			if err != nil {
+				return err
+			}
+			out.Slots = append(out.Slots, toJSON(azlease.SlotName(name, i), containerName, s))
+		}
+	}
+	// The DoOnce marker of key name lives on its own blob, "once/" + name;
+	// "status once/KEY" names that blob and shows its marker too.
+	key := strings.TrimPrefix(name, "once/")
+	if m, err := azlease.InspectOnce(ctx, cc, key, nil); err == nil {
+		if m.State != azlease.OncePending || m.Attempts > 0 || m.LastError != "" || m.Locked {
+			out.Once = &onceJSON{
+				Key: key, State: string(m.State), Holder: m.Holder, Attempts: m.Attempts, Epoch: m.Epoch,
+				Time: timePtr(m.Time), LastError: m.LastError, Running: m.Locked,
+			}
+		}
+	} else if ie := r.interrupted(what); ie != nil {
+		return ie
+	}
+	if asJSON {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return exitf(exitInternal, "%s: %v", what, err)
+		}
+		return nil
+	}
+	printStatus(g.stdout, out)
+	return nil
+}
+
+func printStatus(w io.Writer, s statusJSON) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "lock\t%s (container %s)\n", s.Name, s.Container)
+	printTerm(tw, s, "")
+	for _, sl := range s.Slots {
+		fmt.Fprintf(tw, "slot\t%s\n", sl.Name)
+		printTerm(tw, sl, "  ")
+	}
+	if o := s.Once; o != nil {
+		fmt.Fprintf(tw, "once\t%s: %s", o.Key, o.State)
+		if o.Holder != "" {
+			fmt.Fprintf(tw, " by %s", o.Holder)
+		}
+		if o.Time != nil {
+			fmt.Fprintf(tw, " at %s", o.Time.Format(time.RFC3339))
+		}
+		fmt.Fprintf(tw, " (attempt %d, epoch %d)", o.Attempts, o.Epoch)
+		if o.Running {
+			fmt.Fprint(tw, ", running now")
+		}
+		fmt.Fprintln(tw)
+		if o.LastError != "" {
+			fmt.Fprintf(tw, "last error\t%s\n", o.LastError)
+		}
+	}
+}
+
+func printTerm(tw io.Writer, s statusJSON, indent string) {
+	if !s.Exists {
+		fmt.Fprintf(tw, "%sstate\tnot created yet (never used)\n", indent)
+		return
+	}
+	held := "free"
+	if s.Leased {
+		held = "held"
+	}
+	fmt.Fprintf(tw, "%sstate\t%s (%s)\n", indent, held, s.State)
+	if s.Epoch == 0 {
+		return
+	}
+	fmt.Fprintf(tw, "%sholder\t%s\n", indent, s.Holder)
+	fmt.Fprintf(tw, "%sepoch\t%d\n", indent, s.Epoch)
+	if s.Acquired != nil {
+		fmt.Fprintf(tw, "%sacquired\t%s (%s ago, by the holder's clock)\n", indent, s.Acquired.Format(time.RFC3339), time.Since(*s.Acquired).Round(time.Second))
+	}
+	if !s.Leased {
+		fmt.Fprintf(tw, "%sreleased cleanly\t%v\n", indent, s.Released)
+	}
+	for i, h := range s.History {
+		label := ""
+		if i == 0 {
+			label = "history"
+		}
+		at := ""
+		if h.Acquired != nil {
+			at = h.Acquired.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s%s\tepoch %d  %s  %s\n", indent, label, h.Epoch, h.Holder, at)
+	}
+}
+
+// containerOf is the container name a client points at.
+func containerOf(cc *container.Client) string {
+	u := cc.URL()
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		u = u[:i]
+	}
+	return u[strings.LastIndexByte(strings.TrimSuffix(u, "/"), '/')+1:]
+}
+
+func newBreakCmd(g *globals) *cobra.Command {
+	var period time.Duration
+	c := &cobra.Command{
+		Use:   "break NAME",
+		Short: "Break the lease on a lock, whoever holds it (an operator's tool for a stuck holder)",
+		Long: `Break the lease on the lock blob NAME, whoever holds it. The holder cannot renew
+it any more: it learns of the break at its next renewal (within a third of the
+lease duration), and 'azlease lock' or 'azlease lead' then stops its command
+(SIGTERM, then SIGKILL after --kill-after; lock exits 79, lead contends again).
+
+--period says when another holder may take the lease: Azure uses the shorter of
+--period and the time left on the current lease. The default, 60s, therefore
+means "when the current lease would have expired anyway", which gives the
+holder time to notice and stop before anyone else starts. --period 0 frees it
+at once, and the old holder's command may still run until its next renewal:
+only fencing with the epoch protects that gap.`,
+		Example: `  azlease break nightly-report             # the holder stops; others may take it when its lease would expire
+  azlease break --period 0 nightly-report  # free it now (the old holder may overlap for a few seconds)
+  azlease break exports/slot-1             # one slot of 'azlease lock -n N exports'`,
+		Args: oneArg("lock name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return g.breakLease(c, args[0], period)
+		},
+	}
+	c.Flags().DurationVar(&period, "period", azlease.MaxDuration, "how long until another holder may take the lease, whole seconds from 0s to 60s (Azure uses the time left on the lease if shorter)")
+	return c
+}
+
+func (g *globals) breakLease(c *cobra.Command, name string, period time.Duration) error {
+	what := "break " + name
+	ctx, r := newRouter(context.Background())
+	defer r.close()
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		return err
+	}
+	l, err := azlease.NewLease(cc, name, &azlease.LeaseOptions{Identity: g.identity, NoCreate: true, Logger: g.log})
+	if err != nil {
+		return classify(what, err)
+	}
+	left, err := l.Break(ctx, period)
+	switch {
+	case err != nil && bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound):
+		fmt.Fprintf(g.stdout, "%s does not exist: nothing to break\n", name)
+		return nil
+	case err != nil:
+		if ie := r.interrupted(what); ie != nil {
+			return ie
+		}
+		return classify(what, err)
+	case left == 0:
+		fmt.Fprintf(g.stdout, "broke the lease on %s: it can be taken now\n", name)
+	default:
+		fmt.Fprintf(g.stdout, "broke the lease on %s: it can be taken in %v\n", name, left)
+	}
+	return nil
+}
+
+func newResetOnceCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "reset-once KEY",
+		Short: "Clear a once key, so that the next 'azlease once KEY' runs its command again",
+		Long: `Clear the marker of 'azlease once KEY' (done or failed), so that the next
+'azlease once KEY -- CMD' runs CMD again: an operator re-running a migration, or
+retrying one that failed for good. While a runner holds the key it exits 75.`,
+		Example: `  azlease status "migrate-$RELEASE"      # failed: see the recorded error
+  azlease reset-once "migrate-$RELEASE"  # after fixing the cause
+  azlease once "migrate-$RELEASE" -- ./migrate up`,
+		Args: oneArg("key"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return g.resetOnce(c, args[0])
+		},
+	}
+	return c
+}
+
+func (g *globals) resetOnce(c *cobra.Command, key string) error {
+	what := "reset-once " + key
+	ctx, r := newRouter(context.Background())
+	defer r.close()
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		return err
+	}
+	err = azlease.ResetOnce(ctx, cc, key, &azlease.DoOnceOptions{Identity: g.identity, LeaseDuration: g.leaseDuration, Logger: g.log})
+	switch {
+	case err == nil:
+		fmt.Fprintf(g.stdout, "reset %s: the next 'azlease once %s' runs its command\n", key, key)
+		return nil
+	case r.stopped() != nil:
+		return r.interrupted(what)
+	case isHeld(err):
+		return exitf(exitNotAcquired, "%s: a runner holds it now; try again when it finishes", what)
+	}
+	return classify(what, err)
+}
+
+func isHeld(err error) bool { return errors.Is(err, azlease.ErrLeaseHeld) }

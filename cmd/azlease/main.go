@@ -1,0 +1,110 @@
+// Command azlease runs a program under an Azure Blob Storage lease, from the
+// shell: under a distributed lock, as the elected leader with hot standbys,
+// or once across every caller. It is for the jobs that are not written in
+// Go: a cron job that must not run twice at once, a deployment whose
+// migration must run once across twenty pods, a singleton worker in any
+// language run with standbys.
+//
+// Install it with
+//
+//	go install github.com/azlease/azlease/cmd/azlease@latest
+//
+// # Commands
+//
+//	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME (--timeout D, --no-wait, -n N slots)
+//	azlease lead NAME -- CMD [ARGS...]   run CMD only while this instance leads (--restart)
+//	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N)
+//	azlease status NAME                  holder, epoch, history, once marker (--json, -n N)
+//	azlease break NAME                   break the lease on NAME (--period D)
+//	azlease reset-once KEY               let 'azlease once KEY' run again
+//	azlease emulator                     serve a local lease emulator (--addr 127.0.0.1:10000)
+//
+// Every command takes the storage account from $AZURE_STORAGE_CONNECTION_STRING
+// or --connection-string, --account-url (Microsoft Entra ID through
+// azidentity's default credential chain) or --sas-url; and --container
+// (default locks), --identity (default HOSTNAME-PID), --lease-duration
+// (default 15s), --poll-interval, --log-level (default warn) and
+// --kill-after (default 10s). 'azlease COMMAND --help' shows a worked example
+// for each.
+//
+// # The command under the lease
+//
+// CMD starts only once the lease is held. Its environment carries
+// AZLEASE_NAME (the lock, election or once key), AZLEASE_IDENTITY (this
+// holder) and AZLEASE_EPOCH, the fencing epoch: it grows with every
+// acquisition, so a script can pass it to what it writes and have stale
+// holders' writes rejected. With lock -n N, AZLEASE_SLOT says which slot is
+// held, and the epoch counts per slot.
+//
+// When the lease is lost (a renewal refused, the validity deadline passed,
+// the lease broken by an operator), CMD's whole process group gets SIGTERM
+// at once and SIGKILL after --kill-after; lock and once then exit 79, and
+// lead contends again and runs CMD anew in its next term. Between SIGTERM
+// and SIGKILL, CMD runs without a lease: keep --kill-after short, or fence.
+//
+// CMD runs under a small guardian process (azlease re-executed in a hidden
+// mode), as the leader of a new process group. After every renewal azlease
+// sends the guardian the new validity deadline as an absolute monotonic
+// clock instant; if that deadline passes with no newer one, the guardian
+// stops CMD itself (SIGTERM, SIGKILL after --kill-after), so even an azlease
+// that is paused (SIGSTOP, a frozen VM) cannot let CMD outlive its lease.
+// If azlease dies (SIGKILL, the OOM killer), the guardian kills CMD's group
+// with SIGKILL at once: it learns of the death from its control pipe on
+// every Unix system, and from the parent-death signal on Linux too. If the
+// guardian dies, azlease kills the group, and on Linux CMD dies with it.
+// Processes that leave CMD's process group (setsid, daemons) are not
+// tracked. For once, the library does not expose the lease's deadline, so
+// the guardian's deadline is azlease's heartbeat: CMD is stopped if azlease
+// stops responding for 5 s. Running a command under a lease needs a Unix
+// system; on Windows, lock, lead and once exit 70, and the other commands
+// work. On macOS and the BSDs everything works, without the parent-death
+// signal (the control pipe is the only death notice there).
+//
+// When CMD exits, anything it left running in its process group gets
+// SIGTERM (SIGKILL after --kill-after) before the lease is released. Under
+// an interactive terminal, CMD runs in the terminal's foreground, so it can
+// read the terminal and Ctrl-C reaches it; suspending it (Ctrl-Z) is not
+// supported.
+//
+// SIGINT, SIGTERM and SIGHUP sent to azlease are forwarded to CMD, and the
+// lease is released after CMD exits. While azlease is still waiting for a
+// lease, they make it exit at once with 128+N.
+//
+// # Exit statuses
+//
+//	0        success (CMD exited 0; for once, also: it was already done)
+//	1–63     CMD's own status, passed through
+//	64       usage: bad flags or arguments, no or invalid connection settings
+//	69       storage unavailable: unreachable, or failing for too long
+//	70       internal: the guardian process died, or another internal failure
+//	75       not acquired: --no-wait found the lock held, --timeout passed;
+//	         reset-once while the key runs
+//	77       storage refused the request: authentication (a wrong key),
+//	         permission, or another permanent error
+//	79       the lease was lost while CMD ran, and CMD was stopped
+//	80       once: the key failed for good (the recorded error is printed)
+//	126      CMD was found but could not be run
+//	127      CMD was not found
+//	128+N    CMD was killed by signal N, or azlease was stopped by signal N
+//	         before CMD ran (130 for SIGINT, 143 for SIGTERM)
+//
+// CMD's status passes through unchanged, so a CMD that itself exits 64–80 is
+// indistinguishable by status alone from azlease's own outcomes; azlease
+// prints one line on stderr, starting "azlease: ", for each of its own, and
+// nothing when it passes CMD's status through. Scripts that must tell them
+// apart should have CMD avoid 64–80.
+//
+// Errors are one line on stderr. Keys, SAS tokens and lease IDs are never
+// printed or logged. Command-line arguments are visible to other users of
+// the machine: give secrets through $AZURE_STORAGE_CONNECTION_STRING, which
+// may also hold a SAS ("BlobEndpoint=https://…;SharedAccessSignature=sv=…").
+package main
+
+import "os"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardianArg {
+		os.Exit(guardianMain(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}

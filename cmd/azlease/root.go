@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/spf13/cobra"
+
+	"github.com/azlease/azlease"
+)
+
+// connectionEnv is where --connection-string comes from when it is not given.
+const connectionEnv = "AZURE_STORAGE_CONNECTION_STRING"
+
+// defaultKillAfter is --kill-after's default.
+const defaultKillAfter = 10 * time.Second
+
+// globals are the flags every command shares, and where output goes.
+type globals struct {
+	connectionString string
+	accountURL       string
+	sasURL           string
+	container        string
+	identity         string
+	leaseDuration    time.Duration
+	pollInterval     time.Duration
+	logLevel         string
+	killAfter        time.Duration
+
+	stdout, stderr io.Writer
+	log            *slog.Logger
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "azlease",
+		Short: "Run a program under an Azure Blob Storage lease: under a lock, as the leader, or once across the fleet",
+		Long: `azlease runs a program under an Azure Blob Storage lease, from the shell:
+
+  azlease lock NAME -- CMD...   run CMD while holding the lock NAME (or one of N slots)
+  azlease lead NAME -- CMD...   run CMD only while this instance leads; a standby takes over
+  azlease once KEY -- CMD...    run CMD once across every caller; the others wait for it
+
+CMD starts only once the lease is held, and stops (SIGTERM, then SIGKILL after
+--kill-after) as soon as it is lost. Its environment carries AZLEASE_NAME,
+AZLEASE_IDENTITY and AZLEASE_EPOCH, a fencing epoch that grows with every
+acquisition: pass it to what CMD writes, and have that reject lower epochs.
+
+The storage account comes from $AZURE_STORAGE_CONNECTION_STRING, --connection-string,
+--account-url (Microsoft Entra ID) or --sas-url. "UseDevelopmentStorage=true" means
+a local Azurite or 'azlease emulator'.
+
+Exit statuses: CMD's own status passes through (128+N if signal N killed it).
+azlease's own: 64 usage, 69 storage unavailable, 70 internal error, 75 not
+acquired in time, 77 storage refused (authentication, permission), 79 lease
+lost while CMD ran, 80 once failed for good, 126/127 CMD not executable / not
+found, 128+N stopped by signal N before CMD ran.`,
+		Example: `  azlease emulator &                                   # a local lease service, for trying it out
+  export AZURE_STORAGE_CONNECTION_STRING=UseDevelopmentStorage=true
+  azlease lock demo -- sh -c 'echo "I hold demo, epoch $AZLEASE_EPOCH"; sleep 2'
+  azlease status demo`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		PersistentPreRunE: func(*cobra.Command, []string) error { return g.setUp() },
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.connectionString, "connection-string", "", "Azure Storage connection string (default $"+connectionEnv+"); prefer the variable: arguments are visible to other users")
+	pf.StringVar(&g.accountURL, "account-url", "", "Blob service URL (https://ACCOUNT.blob.core.windows.net/), authenticated with Microsoft Entra ID (azidentity's default credential chain)")
+	pf.StringVar(&g.sasURL, "sas-url", "", "container SAS URL (needs read, write and create permissions); names the container itself")
+	pf.StringVar(&g.container, "container", "locks", "container of the lock blobs, created if missing")
+	pf.StringVar(&g.identity, "identity", "", "this holder's name, shown to others (default HOSTNAME-PID)")
+	pf.DurationVar(&g.leaseDuration, "lease-duration", azlease.DefaultDuration, "lease duration, whole seconds from 15s to 60s: a crashed holder blocks others this long")
+	pf.DurationVar(&g.pollInterval, "poll-interval", 0, "how often a waiter tries again (default 1s for lock, 5s for lead, 2s for once)")
+	pf.StringVar(&g.logLevel, "log-level", "warn", "log to stderr from this level: debug, info, warn, error or off")
+	pf.DurationVar(&g.killAfter, "kill-after", defaultKillAfter, "after SIGTERM, how long CMD's process group has before SIGKILL")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return exitf(exitUsage, "%s (see '%s --help')", err, c.CommandPath())
+	})
+	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newStatusCmd(g), newBreakCmd(g),
+		newResetOnceCmd(g), newEmulatorCmd(g))
+	return root
+}
+
+// setUp checks the shared flags and builds the logger.
+func (g *globals) setUp() error {
+	var level slog.Level
+	switch strings.ToLower(g.logLevel) {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	case "off", "none":
+		g.log = slog.New(slog.DiscardHandler)
+	default:
+		return exitf(exitUsage, "invalid --log-level %q: use debug, info, warn, error or off", g.logLevel)
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	}
+	if g.killAfter < 0 || g.killAfter > time.Hour {
+		return exitf(exitUsage, "invalid --kill-after %v: from 0s (SIGKILL at once) to 1h", g.killAfter)
+	}
+	if g.pollInterval < 0 {
+		return exitf(exitUsage, "invalid --poll-interval %v: must not be negative", g.pollInterval)
+	}
+	if g.identity == "" {
+		g.identity = defaultIdentity()
+	}
+	return nil
+}
+
+// defaultIdentity is "<hostname>-<pid>", as the library's default, computed
+// here so that CMD's environment can carry it.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > azlease.MaxIdentity {
+		host = host[:azlease.MaxIdentity-len(pid)]
+	}
+	return strings.ToValidUTF8(host, "?") + pid
+}
+
+// client builds the container client from exactly one source of connection
+// settings. For Entra ID it gets a token first, so that a missing or wrong
+// credential fails at once rather than as endless retries.
+func (g *globals) client(ctx context.Context, c *cobra.Command) (*container.Client, error) {
+	f := c.Flags()
+	given := 0
+	for _, name := range []string{"connection-string", "account-url", "sas-url"} {
+		if f.Changed(name) {
+			given++
+		}
+	}
+	if given > 1 {
+		return nil, exitf(exitUsage, "give only one of --connection-string, --account-url and --sas-url")
+	}
+	switch {
+	case f.Changed("sas-url"):
+		if f.Changed("container") {
+			return nil, exitf(exitUsage, "--container cannot be used with --sas-url, whose URL names the container")
+		}
+		cc, err := azlease.ContainerClientFromSASURL(g.sasURL, nil)
+		if err != nil {
+			return nil, exitf(exitUsage, "%s", line(err))
+		}
+		return cc, nil
+	case f.Changed("account-url"):
+		cred, err := azidentity.NewDefaultAzureCredential(nil)
+		if err != nil {
+			return nil, exitf(exitRefused, "no Microsoft Entra ID credential: %s", line(err))
+		}
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := cred.GetToken(tctx, policy.TokenRequestOptions{Scopes: []string{"https://storage.azure.com/.default"}}); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, exitf(exitRefused, "could not get a Microsoft Entra ID token for storage: %s", line(err))
+		}
+		cc, err := azlease.ContainerClientWithCredential(g.accountURL, g.container, cred, nil)
+		if err != nil {
+			return nil, exitf(exitUsage, "%s", line(err))
+		}
+		return cc, nil
+	}
+	cs := g.connectionString
+	if !f.Changed("connection-string") {
+		cs = os.Getenv(connectionEnv)
+	}
+	if strings.TrimSpace(cs) == "" {
+		return nil, exitf(exitUsage, "no storage account: set %s, or give --connection-string, --account-url or --sas-url", connectionEnv)
+	}
+	cc, err := azlease.ContainerClientFromConnectionString(cs, g.container, nil)
+	if err != nil {
+		return nil, exitf(exitUsage, "%s", line(err))
+	}
+	return cc, nil
+}
+
+// preflight reads the lock blob once, so that storage that refuses us (a
+// wrong key, a missing permission) or cannot be reached fails at once with
+// a clear status rather than as a wait that never ends.
+func (g *globals) preflight(ctx context.Context, cc *container.Client, what, blob string) (azlease.Status, error) {
+	st, err := azlease.Inspect(ctx, cc, blob)
+	if err != nil {
+		if ctx.Err() != nil {
+			return st, ctx.Err()
+		}
+		return st, classify(what, err)
+	}
+	return st, nil
+}
+
+func (g *globals) mutexOptions() *azlease.MutexOptions {
+	return &azlease.MutexOptions{
+		Identity: g.identity, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval, Logger: g.log,
+	}
+}
+
+// dashArgs accepts "NAME -- CMD [ARGS...]": exactly one name before the
+// "--", and a command after it.
+func dashArgs(what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		dash := c.ArgsLenAtDash()
+		switch {
+		case dash < 0 && len(args) == 1:
+			return exitf(exitUsage, "no command: usage: %s (see '%s --help')", c.UseLine(), c.CommandPath())
+		case dash < 0 && len(args) == 0:
+			return exitf(exitUsage, "no %s and no command: usage: %s (see '%s --help')", what, c.UseLine(), c.CommandPath())
+		case dash < 0:
+			return exitf(exitUsage, "put -- between the %s and the command: usage: %s", what, c.UseLine())
+		case dash != 1:
+			return exitf(exitUsage, "exactly one %s before --: usage: %s", what, c.UseLine())
+		case len(args) < 2:
+			return exitf(exitUsage, "no command after --: usage: %s", c.UseLine())
+		}
+		return nil
+	}
+}
+
+// oneArg accepts exactly one positional argument, named what.
+func oneArg(what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return exitf(exitUsage, "want one %s, got %d arguments: usage: %s", what, len(args), c.UseLine())
+		}
+		return nil
+	}
+}
+
+// run executes the command line args and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		ee = exitf(exitUsage, "%s (see 'azlease --help')", line(err))
+	}
+	if ee.msg != "" {
+		fmt.Fprintln(stderr, "azlease: "+ee.msg)
+	}
+	return ee.code
+}
