@@ -42,8 +42,8 @@ func TestSemaphoreTryAcquireAcquire(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.ElementsMatch(t, []string{"exports/slot-0", "exports/slot-1"}, []string{la.Name(), lb.Name()}, "one slot each")
-		assert.Equal(t, uint64(1), la.Epoch(), "epochs count per slot")
-		assert.Equal(t, uint64(1), lb.Epoch())
+		assert.Equal(t, epoch1, la.Epoch(), "epochs count per slot")
+		assert.Equal(t, epoch1, lb.Epoch())
 
 		_, ok, err = c.TryAcquire(ctx)
 		require.NoError(t, err, "all slots held is a normal outcome")
@@ -67,7 +67,7 @@ func TestSemaphoreTryAcquireAcquire(t *testing.T) {
 		lc := <-got
 		assert.LessOrEqual(t, time.Since(unlocked), 1200*time.Millisecond, "within PollInterval × (1 + Jitter)")
 		assert.Equal(t, freed, lc.Name(), "the freed slot")
-		assert.Equal(t, uint64(2), lc.Epoch())
+		assert.Equal(t, epoch1+1, lc.Epoch())
 		require.NoError(t, la.Unlock(ctx))
 		require.NoError(t, lc.Unlock(ctx))
 

@@ -21,6 +21,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/azlease/azlease/internal/azurite"
 )
 
@@ -331,6 +333,37 @@ func waitLine(t *testing.T, path, want string, limit time.Duration) time.Time {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitLines waits until n lines of path start with prefix, and returns them.
+func waitLines(t *testing.T, path, prefix string, n int, limit time.Duration) []string {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for {
+		var got []string
+		for _, l := range lines(t, path) {
+			if strings.HasPrefix(l, prefix) {
+				got = append(got, l)
+			}
+		}
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(end) {
+			t.Fatalf("fewer than %d lines starting %q in %s after %v; it has:\n%s", n, prefix, filepath.Base(path), limit, strings.Join(lines(t, path), "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lastNumber returns the last field of line as a number (an epoch).
+func lastNumber(t *testing.T, line string) uint64 {
+	t.Helper()
+	f := strings.Fields(line)
+	require.NotEmpty(t, f, "empty line")
+	n, err := strconv.ParseUint(f[len(f)-1], 10, 64)
+	require.NoError(t, err, "line %q", line)
+	return n
 }
 
 // alive reports whether pid is a live process (not gone, not a zombie).
