@@ -95,6 +95,12 @@ func TestMutexExclusion(t *testing.T) {
 					return
 				case <-time.After(20 * time.Second):
 				}
+				for range 100 { // cut off a process while it is inside the section
+					if inside.Load() == 1 {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 				p := fmt.Sprintf("p%d", holder.Load())
 				c.partition(p, emulator.Hang)
 				time.Sleep(20 * time.Second)
