@@ -379,13 +379,16 @@ func TestAzuriteDoOnce(t *testing.T) {
 	for i := range results {
 		cc := azuriteClient(t, name) // a client (a "process") each
 		wg.Go(func() {
-			res, err := azlease.DoOnce(ctx, cc, "release-1.2.3/seed", func(ctx context.Context, tok azlease.Token) error {
-				runs.Add(1)
-				require.Equal(t, int32(1), inside.Add(1))
-				defer inside.Add(-1)
-				time.Sleep(500 * time.Millisecond)
-				return nil
-			}, &azlease.DoOnceOptions{Identity: fmt.Sprintf("proc-%d", i), PollInterval: 200 * time.Millisecond})
+			res, err := azlease.DoOnce(ctx, cc, "release-1.2.3/seed",
+
+				&azlease.DoOnceOptions{Identity: fmt.Sprintf("proc-%d", i), PollInterval: 200 * time.Millisecond}, func(ctx context.Context, tok azlease.Token) error {
+					runs.Add(1)
+					require.Equal(t, int32(1), inside.Add(1))
+					defer inside.Add(-1)
+					time.Sleep(500 * time.Millisecond)
+					return nil
+				})
+
 			require.NoError(t, err)
 			results[i] = res
 		})
@@ -404,12 +407,12 @@ func TestAzuriteDoOnce(t *testing.T) {
 	// Failure propagation with MaxAttempts 1, then reset.
 	opts := &azlease.DoOnceOptions{MaxAttempts: 1, PollInterval: 200 * time.Millisecond}
 	boom := errors.New("boom")
-	_, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", func(context.Context, azlease.Token) error { return boom }, opts)
+	_, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", opts, func(context.Context, azlease.Token) error { return boom })
 	require.ErrorIs(t, err, boom)
-	_, err = azlease.DoOnce(ctx, azuriteClient(t, name), "fails", func(context.Context, azlease.Token) error { return nil }, opts)
+	_, err = azlease.DoOnce(ctx, azuriteClient(t, name), "fails", opts, func(context.Context, azlease.Token) error { return nil })
 	require.ErrorIs(t, err, azlease.ErrOnceFailed)
 	require.NoError(t, azlease.ResetOnce(ctx, azuriteClient(t, name), "fails", opts))
-	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", func(context.Context, azlease.Token) error { return nil }, opts)
+	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", opts, func(context.Context, azlease.Token) error { return nil })
 	require.NoError(t, err)
 	assert.True(t, res.Ran)
 }
@@ -424,18 +427,21 @@ func TestAzuriteDoOnceRunnerCrash(t *testing.T) {
 	started := make(chan struct{})
 	runnerDone := make(chan error, 1)
 	go func() {
-		_, err := azlease.DoOnce(ctx, cc, "init", func(ctx context.Context, _ azlease.Token) error {
-			close(started)
-			kill.killed.Store(true)
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}, nil)
+		_, err := azlease.DoOnce(ctx, cc, "init",
+
+			nil, func(ctx context.Context, _ azlease.Token) error {
+				close(started)
+				kill.killed.Store(true)
+				<-ctx.Done()
+				return context.Cause(ctx)
+			})
+
 		runnerDone <- err
 	}()
 	<-started
 	begin := time.Now()
-	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "init", func(context.Context, azlease.Token) error { return nil },
-		&azlease.DoOnceOptions{PollInterval: 500 * time.Millisecond})
+	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "init", &azlease.DoOnceOptions{PollInterval: 500 * time.Millisecond}, func(context.Context, azlease.Token) error { return nil })
+
 	require.NoError(t, err)
 	assert.True(t, res.Ran)
 	assert.Equal(t, 2, res.Status.Attempts)

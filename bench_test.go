@@ -86,7 +86,7 @@ func BenchmarkDoOnceSingleCaller(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			i++
-			if _, err := azlease.DoOnce(ctx, cc, fmt.Sprintf("k-%d", i), func(context.Context, azlease.Token) error { return nil }, nil); err != nil {
+			if _, err := azlease.DoOnce(ctx, cc, fmt.Sprintf("k-%d", i), nil, func(context.Context, azlease.Token) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -98,12 +98,12 @@ func BenchmarkDoOnceAlreadyDone(b *testing.B) {
 	eachBackend(b, func(b *testing.B, cc *container.Client) {
 		ctx := context.Background()
 		fn := func(context.Context, azlease.Token) error { return nil }
-		if _, err := azlease.DoOnce(ctx, cc, "done", fn, nil); err != nil {
+		if _, err := azlease.DoOnce(ctx, cc, "done", nil, fn); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := azlease.DoOnce(ctx, cc, "done", fn, nil); err != nil {
+			if _, err := azlease.DoOnce(ctx, cc, "done", nil, fn); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,6 +1,7 @@
 package azlease
 
 import (
+	"net"
 	"net/url"
 	"strings"
 
@@ -11,7 +12,10 @@ import (
 )
 
 // DevelopmentConnectionString is what "UseDevelopmentStorage=true" stands for:
-// Azurite's well-known account on its default local port.
+// Azurite's well-known account on its default local port. For another port,
+// add DevelopmentStorageProxyUri ("UseDevelopmentStorage=true;
+// DevelopmentStorageProxyUri=http://127.0.0.1:10100"), or write the full
+// string with that BlobEndpoint.
 const DevelopmentConnectionString = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
 	"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
 	"BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
@@ -34,7 +38,10 @@ func ContainerClientFromConnectionString(connectionString, containerName string,
 		return nil, err
 	}
 	if isDevelopmentStorage(cs) {
-		cs = DevelopmentConnectionString
+		var err error
+		if cs, err = developmentStorage(cs); err != nil {
+			return nil, err
+		}
 	}
 	cc, err := container.NewClientFromConnectionString(cs, containerName, opts)
 	if err != nil {
@@ -87,6 +94,30 @@ func checkConnectionString(cs string) error {
 		}
 	}
 	return nil
+}
+
+// developmentStorage expands "UseDevelopmentStorage=true" into Azurite's
+// well-known account. With DevelopmentStorageProxyUri=http://host:port, the
+// Blob endpoint is on that host and port (port 10000 when none is given), so
+// an emulator on another port needs no full connection string.
+func developmentStorage(cs string) (string, error) {
+	for _, part := range strings.Split(cs, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		if !strings.EqualFold(strings.TrimSpace(k), "DevelopmentStorageProxyUri") {
+			continue
+		}
+		u, err := url.Parse(strings.TrimSpace(v))
+		if err != nil || u.Hostname() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return "", optionErr("connectionString", "DevelopmentStorageProxyUri must be an http(s) URL such as http://127.0.0.1:10000")
+		}
+		port := u.Port()
+		if port == "" {
+			port = "10000"
+		}
+		endpoint := u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port) + "/devstoreaccount1"
+		return strings.Replace(DevelopmentConnectionString, "http://127.0.0.1:10000/devstoreaccount1", endpoint, 1), nil
+	}
+	return DevelopmentConnectionString, nil
 }
 
 func isDevelopmentStorage(cs string) bool {

@@ -130,3 +130,16 @@ func TestConnectionStringMistakesAreRefused(t *testing.T) {
 	_, err = azlease.NewMutex(cc, "m", nil)
 	requireOptionError(t, err, "container")
 }
+
+// TestDevelopmentStorageOnAnotherPort: UseDevelopmentStorage=true means port
+// 10000 unless DevelopmentStorageProxyUri says otherwise.
+func TestDevelopmentStorageOnAnotherPort(t *testing.T) {
+	cc, err := azlease.ContainerClientFromConnectionString("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://127.0.0.1:10100", "locks", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "http://127.0.0.1:10100/devstoreaccount1/locks", cc.URL())
+	cc, err = azlease.ContainerClientFromConnectionString("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://azurite", "locks", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "http://azurite:10000/devstoreaccount1/locks", cc.URL())
+	_, err = azlease.ContainerClientFromConnectionString("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=ftp://x", "locks", nil)
+	requireOptionError(t, err, "connectionString")
+}

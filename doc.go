@@ -18,7 +18,7 @@
 // ([LeaseOptions.SafetyMargin], 5 % by default), measured on the local
 // monotonic clock. Azure starts the lease when it processes the request,
 // never before it was sent, so the holder's trust ends before Azure's lease
-// does — provided Azure's clock runs no more than Duration/(Duration −
+// does — provided Azure's clock runs no more than LeaseDuration/(LeaseDuration −
 // SafetyMargin) times as fast as the local one (5.2 % with the defaults).
 // Clock offsets do not matter: azlease never compares its clock with
 // Azure's or another holder's.

@@ -161,6 +161,11 @@ func corruptMarker(name, problem string) error {
 	return fmt.Errorf("%w: its %s metadata %s; clear the marker with ResetOnce (fn then runs again)", ErrOnceCorrupt, name, problem)
 }
 
+// markerTime is the time written into a marker: UTC, to the millisecond the
+// marker keeps, with no monotonic reading, so that the runner's copy equals
+// what waiters read back.
+func markerTime() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
 // clipError shortens an error text to at most maxErrorText bytes, marking
 // the cut; clipping a clipped text changes nothing.
 func clipError(e string) string {
@@ -216,8 +221,10 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 // error, the marker records the failure, and another waiting caller retries,
 // until MaxAttempts attempts have been made: then every caller gets a
 // [*OnceFailedError]. The marker is written only under the lease, so a
-// runner that lost its lease cannot mark the key done.
-func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx context.Context, tok Token) error, opts *DoOnceOptions) (OnceResult, error) {
+// runner that lost its lease cannot mark the key done. The caller whose fn
+// failed gets, along with fn's error, the marker as it recorded the failure
+// (OnceResult.Status).
+func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
 		return OnceResult{}, err
@@ -225,6 +232,32 @@ func DoOnce(ctx context.Context, cc *container.Client, key string, fn func(ctx c
 	if fn == nil {
 		return OnceResult{}, optionErr("fn", "nil function")
 	}
+	res, err := o.do(ctx, fn)
+	o.lease.tm.onceCall(onceOutcome(res, err))
+	return res, err
+}
+
+// onceOutcome names the outcome of a DoOnce call for metrics.
+func onceOutcome(res OnceResult, err error) string {
+	switch {
+	case err == nil && res.Ran:
+		return "ran"
+	case err == nil:
+		return "done_elsewhere"
+	case errors.Is(err, ErrOnceFailed):
+		return "exhausted"
+	case res.Status.State == OnceFailed:
+		return "failed" // fn returned an error
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	case errors.Is(err, ErrLeaseLost):
+		return "lost"
+	}
+	return "error"
+}
+
+// do is DoOnce's loop, after validation.
+func (o *once) do(ctx context.Context, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	var last error // the last failed poll, kept for the final error
 	for {
 		st, err := o.status(ctx, time.Now().Add(o.cfg.lease.attemptTimeout))
@@ -320,7 +353,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		return OnceResult{}, true, o.failed(m)
 	case m.State == OnceRunning && m.Attempts >= o.cfg.maxAttempts:
 		// The last allowed attempt's runner died or lost its lease.
-		m.State, m.Epoch, m.Time = OnceFailed, tok.Epoch, time.Now()
+		m.State, m.Epoch, m.Time = OnceFailed, tok.Epoch, markerTime()
 		m.LastError = fmt.Sprintf("the runner %s did not finish attempt %d (it died or lost its lease)", m.Holder, m.Attempts)
 		if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, m) }); err != nil {
 			return OnceResult{}, false, nil
@@ -329,7 +362,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	}
 
 	attempt := m.Attempts + 1
-	running := OnceStatus{State: OnceRunning, Holder: o.cfg.lease.identity, Attempts: attempt, Epoch: tok.Epoch, Time: time.Now()}
+	running := OnceStatus{State: OnceRunning, Holder: o.cfg.lease.identity, Attempts: attempt, Epoch: tok.Epoch, Time: markerTime()}
 	if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, running) }); err != nil {
 		if errors.Is(err, ErrPermanent) {
 			return OnceResult{}, true, err
@@ -364,15 +397,15 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned by its caller: %w", o.key, attempt, errors.Join(context.Cause(ctx), ferr))
 	case ferr != nil:
 		failed := running
-		failed.State, failed.Time, failed.LastError = OnceFailed, time.Now(), ferr.Error()
+		failed.State, failed.Time, failed.LastError = OnceFailed, markerTime(), clipError(ferr.Error())
 		if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, failed) }); err != nil {
 			o.log.Warn("azlease: once: could not record the failure", slog.Any("error", err))
 		}
 		o.log.Info("azlease: once: attempt failed", slog.Int("attempt", attempt), slog.Any("error", ferr))
-		return OnceResult{}, true, ferr
+		return OnceResult{Status: failed}, true, ferr
 	}
 	doneSt := running
-	doneSt.State, doneSt.Time = OnceDone, time.Now()
+	doneSt.State, doneSt.Time = OnceDone, markerTime()
 	if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, doneSt) }); err != nil {
 		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but completion could not be recorded; another process may run it again: %w", o.key, err)
 	}

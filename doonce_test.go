@@ -61,8 +61,8 @@ func TestDoOnceFiftyCallers(t *testing.T) {
 		for i := range 50 {
 			proc := fmt.Sprintf("p%d", i%10)
 			wg.Go(func() {
-				res, err := azlease.DoOnce(context.Background(), e.client(proc), "deploy-42/migrate", probe.fn(t),
-					&azlease.DoOnceOptions{Identity: proc})
+				res, err := azlease.DoOnce(context.Background(), e.client(proc), "deploy-42/migrate", &azlease.DoOnceOptions{Identity: proc}, probe.fn(t))
+
 				require.NoError(t, err)
 				results[i] = res
 			})
@@ -87,7 +87,7 @@ func TestDoOnceFiftyCallers(t *testing.T) {
 
 		// A later caller returns at once.
 		start := time.Now()
-		res, err := azlease.DoOnce(context.Background(), e.client("late"), "deploy-42/migrate", probe.fn(t), nil)
+		res, err := azlease.DoOnce(context.Background(), e.client("late"), "deploy-42/migrate", nil, probe.fn(t))
 		require.NoError(t, err)
 		assert.False(t, res.Ran)
 		assert.Zero(t, time.Since(start))
@@ -104,18 +104,21 @@ func TestDoOnceRunnerCrash(t *testing.T) {
 		started := make(chan struct{})
 		crashed := make(chan error, 1)
 		go func() {
-			_, err := azlease.DoOnce(context.Background(), c.emu.client("runner"), "init", func(ctx context.Context, tok azlease.Token) error {
-				close(started)
-				c.partition("runner", emulator.Hang)
-				<-ctx.Done()
-				runnerCtxErr.Store(context.Cause(ctx))
-				return nil // pretends it finished
-			}, &azlease.DoOnceOptions{Identity: "runner"})
+			_, err := azlease.DoOnce(context.Background(), c.emu.client("runner"), "init",
+
+				&azlease.DoOnceOptions{Identity: "runner"}, func(ctx context.Context, tok azlease.Token) error {
+					close(started)
+					c.partition("runner", emulator.Hang)
+					<-ctx.Done()
+					runnerCtxErr.Store(context.Cause(ctx))
+					return nil
+				})
+
 			crashed <- err
 		}()
 		<-started
 		probe := &onceProbe{work: time.Second}
-		res, err := azlease.DoOnce(context.Background(), c.emu.client("waiter"), "init", probe.fn(t), &azlease.DoOnceOptions{Identity: "waiter"})
+		res, err := azlease.DoOnce(context.Background(), c.emu.client("waiter"), "init", &azlease.DoOnceOptions{Identity: "waiter"}, probe.fn(t))
 		require.NoError(t, err)
 		assert.True(t, res.Ran)
 		assert.Equal(t, 2, res.Status.Attempts, "the crashed attempt counts")
@@ -147,7 +150,7 @@ func TestDoOnceFailureIsRetried(t *testing.T) {
 		var failed, ran, waited atomic.Int32
 		for i := range 6 {
 			wg.Go(func() {
-				res, err := azlease.DoOnce(context.Background(), e.client(fmt.Sprint(i)), "seed", probe.fn(t), nil)
+				res, err := azlease.DoOnce(context.Background(), e.client(fmt.Sprint(i)), "seed", nil, probe.fn(t))
 				switch {
 				case errors.Is(err, boom):
 					failed.Add(1)
@@ -181,7 +184,7 @@ func TestDoOnceFailureIsFinal(t *testing.T) {
 		errs := make([]error, 5)
 		for i := range 5 {
 			wg.Go(func() {
-				_, errs[i] = azlease.DoOnce(context.Background(), e.client(fmt.Sprint(i)), "migrate", probe.fn(t), opts)
+				_, errs[i] = azlease.DoOnce(context.Background(), e.client(fmt.Sprint(i)), "migrate", opts, probe.fn(t))
 			})
 		}
 		wg.Wait()
@@ -210,7 +213,7 @@ func TestDoOnceFailureIsFinal(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, azlease.OncePending, st.State)
 		probe.fail = nil
-		res, err := azlease.DoOnce(context.Background(), e.client("a"), "migrate", probe.fn(t), opts)
+		res, err := azlease.DoOnce(context.Background(), e.client("a"), "migrate", opts, probe.fn(t))
 		require.NoError(t, err)
 		assert.True(t, res.Ran, "runs again after a reset")
 	})
@@ -223,15 +226,17 @@ func TestDoOnceStaleRunnerCannotMarkDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		res, err := azlease.DoOnce(ctx, e.client("stale"), "k", func(ctx context.Context, tok azlease.Token) error {
-			// Between two renewals: break the lease and let another
-			// process take the key's lease.
-			_, err := newLease(t, e.client("op"), "once/k", nil).Break(ctx, 0)
-			require.NoError(t, err)
-			_, err = newLease(t, e.client("other"), "once/k", nil).Acquire(ctx)
-			require.NoError(t, err)
-			return nil
-		}, nil)
+		res, err := azlease.DoOnce(ctx, e.client("stale"), "k",
+
+			nil, func(ctx context.Context, tok azlease.Token) error {
+
+				_, err := newLease(t, e.client("op"), "once/k", nil).Break(ctx, 0)
+				require.NoError(t, err)
+				_, err = newLease(t, e.client("other"), "once/k", nil).Acquire(ctx)
+				require.NoError(t, err)
+				return nil
+			})
+
 		require.ErrorIs(t, err, azlease.ErrLeaseLost)
 		assert.Contains(t, err.Error(), "could not be recorded")
 		assert.False(t, res.Ran)
@@ -248,20 +253,26 @@ func TestDoOnceWaiterCancellation(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", func(ctx context.Context, _ azlease.Token) error {
-				<-release
-				return nil
-			}, nil)
+			_, err := azlease.DoOnce(context.Background(), e.client("runner"), "k",
+
+				nil, func(ctx context.Context, _ azlease.Token) error {
+					<-release
+					return nil
+				})
+
 			assert.NoError(t, err)
 		}()
 		time.Sleep(time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err := azlease.DoOnce(ctx, e.client("waiter"), "k", func(context.Context, azlease.Token) error {
-			t.Error("the waiter must not run fn")
-			return nil
-		}, nil)
+		_, err := azlease.DoOnce(ctx, e.client("waiter"), "k",
+
+			nil, func(context.Context, azlease.Token) error {
+				t.Error("the waiter must not run fn")
+				return nil
+			})
+
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, 10*time.Second, time.Since(start))
 		close(release)
@@ -280,7 +291,7 @@ func TestDoOnceManyKeys(t *testing.T) {
 		for k := range probes {
 			for p := range 5 {
 				wg.Go(func() {
-					_, err := azlease.DoOnce(context.Background(), e.client(fmt.Sprint(p)), fmt.Sprintf("key-%d", k), probes[k].fn(t), nil)
+					_, err := azlease.DoOnce(context.Background(), e.client(fmt.Sprint(p)), fmt.Sprintf("key-%d", k), nil, probes[k].fn(t))
 					require.NoError(t, err)
 				})
 			}
@@ -302,11 +313,14 @@ func TestDoOnceCallerGivesUpMidRun(t *testing.T) {
 		opts := &azlease.DoOnceOptions{MaxAttempts: 1, Identity: "a"}
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := errors.New("migration interrupted")
-		_, err := azlease.DoOnce(ctx, e.client("a"), "k", func(ctx context.Context, _ azlease.Token) error {
-			cancel()
-			<-ctx.Done()
-			return stopped
-		}, opts)
+		_, err := azlease.DoOnce(ctx, e.client("a"), "k",
+
+			opts, func(ctx context.Context, _ azlease.Token) error {
+				cancel()
+				<-ctx.Done()
+				return stopped
+			})
+
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, stopped, "fn's own error is kept")
 		st, err := azlease.InspectOnce(context.Background(), e.client("x"), "k", opts)
@@ -315,7 +329,7 @@ func TestDoOnceCallerGivesUpMidRun(t *testing.T) {
 		assert.Zero(t, st.Attempts)
 		assert.Contains(t, st.LastError, "abandoned by its caller")
 
-		res, err := azlease.DoOnce(context.Background(), e.client("b"), "k", func(context.Context, azlease.Token) error { return nil }, opts)
+		res, err := azlease.DoOnce(context.Background(), e.client("b"), "k", opts, func(context.Context, azlease.Token) error { return nil })
 		require.NoError(t, err)
 		assert.True(t, res.Ran)
 		assert.Equal(t, 1, res.Status.Attempts)
@@ -326,23 +340,23 @@ func TestDoOnceRejectsBadInput(t *testing.T) {
 	cc := containerAt(t, "locks")
 	fn := func(context.Context, azlease.Token) error { return nil }
 	ctx := context.Background()
-	_, err := azlease.DoOnce(ctx, cc, "", fn, nil)
+	_, err := azlease.DoOnce(ctx, cc, "", nil, fn)
 	requireOptionError(t, err, "key")
-	_, err = azlease.DoOnce(ctx, cc, "ends-with/", fn, nil)
+	_, err = azlease.DoOnce(ctx, cc, "ends-with/", nil, fn)
 	requireOptionError(t, err, "key")
-	_, err = azlease.DoOnce(ctx, cc, strings.Repeat("k", 1020), fn, nil)
+	_, err = azlease.DoOnce(ctx, cc, strings.Repeat("k", 1020), nil, fn)
 	requireOptionError(t, err, "key")
 	_, err = azlease.DoOnce(ctx, cc, "k", nil, nil)
 	requireOptionError(t, err, "fn")
-	_, err = azlease.DoOnce(ctx, nil, "k", fn, nil)
+	_, err = azlease.DoOnce(ctx, nil, "k", nil, fn)
 	requireOptionError(t, err, "container")
-	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{MaxAttempts: -1})
+	_, err = azlease.DoOnce(ctx, cc, "k", &azlease.DoOnceOptions{MaxAttempts: -1}, fn)
 	requireOptionError(t, err, "DoOnceOptions.MaxAttempts")
-	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{LeaseDuration: 61 * time.Second})
+	_, err = azlease.DoOnce(ctx, cc, "k", &azlease.DoOnceOptions{LeaseDuration: 61 * time.Second}, fn)
 	requireOptionError(t, err, "DoOnceOptions.LeaseDuration")
-	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{PollInterval: math.MaxInt64, Jitter: -1})
+	_, err = azlease.DoOnce(ctx, cc, "k", &azlease.DoOnceOptions{PollInterval: math.MaxInt64, Jitter: -1}, fn)
 	requireOptionError(t, err, "DoOnceOptions.PollInterval")
-	_, err = azlease.DoOnce(ctx, cc, "k", fn, &azlease.DoOnceOptions{PollInterval: time.Hour + 1})
+	_, err = azlease.DoOnce(ctx, cc, "k", &azlease.DoOnceOptions{PollInterval: time.Hour + 1}, fn)
 	requireOptionError(t, err, "DoOnceOptions.PollInterval")
 	_, err = azlease.InspectOnce(ctx, cc, "", nil)
 	requireOptionError(t, err, "key")
@@ -355,16 +369,22 @@ func TestDoOnceCompletedDespiteCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx, cancel := context.WithCancel(context.Background())
-		res, err := azlease.DoOnce(ctx, e.client("a"), "k", func(context.Context, azlease.Token) error {
-			cancel()
-			return nil // finished its work anyway
-		}, nil)
+		res, err := azlease.DoOnce(ctx, e.client("a"), "k",
+
+			nil, func(context.Context, azlease.Token) error {
+				cancel()
+				return nil
+			})
+
 		require.NoError(t, err)
 		assert.True(t, res.Ran)
-		res, err = azlease.DoOnce(context.Background(), e.client("b"), "k", func(context.Context, azlease.Token) error {
-			t.Error("ran twice")
-			return nil
-		}, nil)
+		res, err = azlease.DoOnce(context.Background(), e.client("b"), "k",
+
+			nil, func(context.Context, azlease.Token) error {
+				t.Error("ran twice")
+				return nil
+			})
+
 		require.NoError(t, err)
 		assert.False(t, res.Ran)
 	})
@@ -377,24 +397,31 @@ func TestDoOnceLastAttemptRunnerDies(t *testing.T) {
 		c := newCluster(t, defaults)
 		opts := &azlease.DoOnceOptions{MaxAttempts: 2, Identity: "first"}
 		_, err := azlease.DoOnce(context.Background(), c.emu.client("first"), "k",
-			func(context.Context, azlease.Token) error { return errors.New("flaky") }, opts)
+			opts, func(context.Context, azlease.Token) error { return errors.New("flaky") })
+
 		require.Error(t, err)
 		started := make(chan struct{})
 		died := make(chan error, 1)
 		go func() { // the second and last attempt's runner is cut off mid-run
-			_, err := azlease.DoOnce(context.Background(), c.emu.client("second"), "k", func(ctx context.Context, _ azlease.Token) error {
-				close(started)
-				c.partition("second", emulator.Hang)
-				<-ctx.Done()
-				return context.Cause(ctx)
-			}, &azlease.DoOnceOptions{MaxAttempts: 2, Identity: "second"})
+			_, err := azlease.DoOnce(context.Background(), c.emu.client("second"), "k",
+
+				&azlease.DoOnceOptions{MaxAttempts: 2, Identity: "second"}, func(ctx context.Context, _ azlease.Token) error {
+					close(started)
+					c.partition("second", emulator.Hang)
+					<-ctx.Done()
+					return context.Cause(ctx)
+				})
+
 			died <- err
 		}()
 		<-started
-		_, err = azlease.DoOnce(context.Background(), c.emu.client("third"), "k", func(context.Context, azlease.Token) error {
-			t.Error("a third attempt ran")
-			return nil
-		}, &azlease.DoOnceOptions{MaxAttempts: 2, Identity: "third"})
+		_, err = azlease.DoOnce(context.Background(), c.emu.client("third"), "k",
+
+			&azlease.DoOnceOptions{MaxAttempts: 2, Identity: "third"}, func(context.Context, azlease.Token) error {
+				t.Error("a third attempt ran")
+				return nil
+			})
+
 		var fe *azlease.OnceFailedError
 		require.ErrorAs(t, err, &fe)
 		assert.Equal(t, 2, fe.Attempts)
@@ -410,15 +437,48 @@ func TestDoOnceLostLeaseAndFailedFn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, defaults)
 		boom := errors.New("boom")
-		_, err := azlease.DoOnce(context.Background(), c.emu.client("a"), "k", func(ctx context.Context, _ azlease.Token) error {
-			c.partition("a", emulator.Hang)
-			<-ctx.Done()
-			c.heal("a")
-			return boom
-		}, nil)
+		_, err := azlease.DoOnce(context.Background(), c.emu.client("a"), "k",
+
+			nil, func(ctx context.Context, _ azlease.Token) error {
+				c.partition("a", emulator.Hang)
+				<-ctx.Done()
+				c.heal("a")
+				return boom
+			})
+
 		require.ErrorIs(t, err, boom)
 		st, err := azlease.InspectOnce(context.Background(), c.emu.client("x"), "k", nil)
 		require.NoError(t, err)
 		assert.Equal(t, azlease.OnceRunning, st.State, "the failure could not be recorded without the lease")
+	})
+}
+
+// TestDoOnceFailureReturnsTheMarker: the caller whose fn failed gets the
+// marker as it recorded the failure, and the times a runner and a waiter
+// see are equal (no monotonic reading on the runner's copy).
+func TestDoOnceFailureReturnsTheMarker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		boom := errors.New("boom")
+		res, err := azlease.DoOnce(context.Background(), e.client("a"), "k", &azlease.DoOnceOptions{Identity: "a"},
+			func(context.Context, azlease.Token) error { return boom })
+		require.ErrorIs(t, err, boom)
+		assert.False(t, res.Ran)
+		assert.Equal(t, azlease.OnceFailed, res.Status.State)
+		assert.Equal(t, 1, res.Status.Attempts)
+		assert.Equal(t, "a", res.Status.Holder)
+		assert.Equal(t, "boom", res.Status.LastError)
+
+		st, err := azlease.InspectOnce(context.Background(), e.client("b"), "k", nil)
+		require.NoError(t, err)
+		assert.Equal(t, res.Status.Time, st.Time)
+		assert.Equal(t, res.Status.Time.String(), st.Time.String(), "no monotonic reading")
+
+		res, err = azlease.DoOnce(context.Background(), e.client("a"), "k", nil, func(context.Context, azlease.Token) error { return nil })
+		require.NoError(t, err)
+		require.True(t, res.Ran)
+		st, err = azlease.InspectOnce(context.Background(), e.client("b"), "k", nil)
+		require.NoError(t, err)
+		assert.Equal(t, res.Status.Time.String(), st.Time.String())
 	})
 }

@@ -535,7 +535,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 	e.leading = term
 	e.mu.Unlock()
 	e.log.Info("azlease: became leader", slog.Uint64("epoch", tok.Epoch))
-	e.observe(LeaderInfo{Leased: true, Holder: e.cfg.lease.identity, Epoch: tok.Epoch, Acquired: time.Now().UTC(), Self: true})
+	e.observe(LeaderInfo{Leased: true, Holder: e.cfg.lease.identity, Epoch: tok.Epoch, Acquired: time.Now().UTC().Truncate(time.Millisecond), Self: true})
 
 	var taskDone chan error
 	if task != nil {

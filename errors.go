@@ -156,7 +156,7 @@ func (e *PanicError) Unwrap() error {
 
 // OptionError reports an invalid option or argument. It names the field.
 type OptionError struct {
-	// Field is the option or argument, such as "LeaseOptions.Duration".
+	// Field is the option or argument, such as "LeaseOptions.LeaseDuration".
 	Field string
 	// Reason says what is wrong and what is allowed.
 	Reason string

@@ -105,12 +105,15 @@ func ExampleDoOnce() {
 	ran := 0
 	for i := range 3 { // three instances of a deployment starting at once
 		wg.Go(func() {
-			_, err := azlease.DoOnce(context.Background(), cc, "release-42/migrate", func(ctx context.Context, tok azlease.Token) error {
-				mu.Lock()
-				ran++
-				mu.Unlock()
-				return nil // the migration; pass tok.Epoch to what it writes
-			}, &azlease.DoOnceOptions{Identity: fmt.Sprintf("instance-%d", i)})
+			_, err := azlease.DoOnce(context.Background(), cc, "release-42/migrate",
+
+				&azlease.DoOnceOptions{Identity: fmt.Sprintf("instance-%d", i)}, func(ctx context.Context, tok azlease.Token) error {
+					mu.Lock()
+					ran++
+					mu.Unlock()
+					return nil
+				})
+
 			if err != nil {
 				panic(err)
 			}

@@ -236,7 +236,7 @@ func TestPermanentFailuresSurfaceAtOnce(t *testing.T) {
 		require.ErrorIs(t, err, azlease.ErrPermanent)
 		_, _, err = m.TryLock(ctx)
 		require.ErrorIs(t, err, azlease.ErrPermanent)
-		_, err = azlease.DoOnce(ctx, cc, "k", func(context.Context, azlease.Token) error { return nil }, nil)
+		_, err = azlease.DoOnce(ctx, cc, "k", nil, func(context.Context, azlease.Token) error { return nil })
 		require.ErrorIs(t, err, azlease.ErrPermanent)
 		_, err = azlease.Inspect(ctx, cc, "m")
 		require.ErrorIs(t, err, azlease.ErrPermanent)

@@ -90,7 +90,7 @@ func NewLease(cc *container.Client, blobName string, opts *LeaseOptions) (*Lease
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := opts.config("LeaseOptions.", "Duration")
+	cfg, err := opts.config("LeaseOptions.")
 	if err != nil {
 		return nil, err
 	}

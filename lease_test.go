@@ -723,7 +723,7 @@ func TestLeaseBreak(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		a := newLease(t, e.client("a"), "x", &azlease.LeaseOptions{Duration: 60 * time.Second})
+		a := newLease(t, e.client("a"), "x", &azlease.LeaseOptions{LeaseDuration: 60 * time.Second})
 		_, err := a.Acquire(ctx)
 		require.NoError(t, err)
 		op := newLease(t, e.client("op"), "x", nil)

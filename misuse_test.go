@@ -113,7 +113,7 @@ func TestDoOnceCorruptMarker(t *testing.T) {
 				}
 				opts := &azlease.DoOnceOptions{MaxAttempts: 3}
 				for range 2 {
-					_, err = azlease.DoOnce(ctx, e.client("a"), "k", fn, opts)
+					_, err = azlease.DoOnce(ctx, e.client("a"), "k", opts, fn)
 					require.ErrorIs(t, err, azlease.ErrPermanent)
 					require.ErrorIs(t, err, azlease.ErrOnceCorrupt)
 					assert.ErrorContains(t, err, "ResetOnce")
@@ -129,7 +129,7 @@ func TestDoOnceCorruptMarker(t *testing.T) {
 
 				var fe *azlease.OnceFailedError
 				for i := 0; i < 10 && !errors.As(err, &fe); i++ {
-					_, err = azlease.DoOnce(ctx, e.client("a"), "k", fn, opts)
+					_, err = azlease.DoOnce(ctx, e.client("a"), "k", opts, fn)
 				}
 				require.ErrorAs(t, err, &fe)
 				assert.Equal(t, 3, fe.Attempts)
@@ -153,10 +153,13 @@ func TestDoOnceMarkerPastMaxAttempts(t *testing.T) {
 		_, err = cc.NewBlockBlobClient("once/k").UploadBuffer(raw(ctx), nil, &blockblob.UploadBufferOptions{
 			Metadata: map[string]*string{"azleaseoncestate": &state, "azleaseonceattempts": &attempts}})
 		require.NoError(t, err)
-		_, err = azlease.DoOnce(ctx, e.client("a"), "k", func(context.Context, azlease.Token) error {
-			t.Error("fn ran a sixth attempt with MaxAttempts 3")
-			return nil
-		}, nil)
+		_, err = azlease.DoOnce(ctx, e.client("a"), "k",
+
+			nil, func(context.Context, azlease.Token) error {
+				t.Error("fn ran a sixth attempt with MaxAttempts 3")
+				return nil
+			})
+
 		var fe *azlease.OnceFailedError
 		require.ErrorAs(t, err, &fe)
 		assert.Equal(t, 5, fe.Attempts)

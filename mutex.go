@@ -16,10 +16,14 @@ import (
 )
 
 // Mutex is a named mutual-exclusion lock shared by every process that uses
-// the same lock blob: smarx's AutoRenewLease, with a loss signal. While a
-// [Lock] is held its lease is renewed automatically; the holder's context is
-// cancelled, with a cause, when the lock is lost or its validity deadline
-// passes.
+// the same lock blob. While a [Lock] is held its lease is renewed
+// automatically; the holder's context is cancelled, with a cause, when the
+// lock is lost or its validity deadline passes.
+//
+// Waiters are not served in order: each one polls (every PollInterval, with
+// jitter) and the first to try after a release gets the lock. A waiter can
+// therefore wait longer than others that came later, and under constant
+// contention one may wait indefinitely; bound Lock with a context deadline.
 //
 // A Mutex is safe for concurrent use. Each Lock or TryLock is a separate
 // holder with its own lease, so two goroutines of one process exclude each
@@ -205,7 +209,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 }
 
 // Do runs fn while holding the mutex and always unlocks afterwards: the
-// using-block of AutoRenewLease. It waits for the mutex as Lock does. fn gets
+// equivalent of a deferred Unlock. It waits for the mutex as Lock does. fn gets
 // the lock's context, which ends if the lock is lost, and the Lock itself,
 // for its fencing token and the state it fences ([Term.Read], [Term.Write]).
 // Do returns fn's error; if fn succeeded but the lock was lost meanwhile, it
@@ -231,7 +235,7 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lock *Lock)
 }
 
 // Claim takes the first of the named locks that nobody holds, in order, and
-// returns its name and Lock: the job reservation of seed 004, where several
+// returns its name and Lock: a job reservation, where several
 // workers split a list of jobs. When every lock is held it returns an error
 // wrapping [ErrLeaseHeld]. Each name is a lock blob in the container cc
 // points at.

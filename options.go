@@ -47,27 +47,27 @@ const (
 // LeaseOptions configures a [Lease]. A nil *LeaseOptions means the defaults;
 // so does the zero value of each field.
 type LeaseOptions struct {
-	// Duration is the lease duration Azure enforces, in whole seconds from
+	// LeaseDuration is the lease duration Azure enforces, in whole seconds from
 	// 15 s to 60 s (MinDuration to MaxDuration). Zero means 15 s; anything
 	// else outside that range, negative included, is an error. Longer leases
 	// make a crashed holder's successor wait longer; shorter ones cost more
 	// renewals.
-	Duration time.Duration
+	LeaseDuration time.Duration
 
-	// SafetyMargin is subtracted from Duration when computing how long a
+	// SafetyMargin is subtracted from LeaseDuration when computing how long a
 	// lease is certainly valid: a lease granted by a request sent at s is
-	// trusted until s + Duration − SafetyMargin on the local monotonic clock.
+	// trusted until s + LeaseDuration − SafetyMargin on the local monotonic clock.
 	// It covers the local clock running slower than Azure's: the lease stays
-	// safe while Azure's clock runs no more than Duration/(Duration −
-	// SafetyMargin) times as fast as the local one. Zero means Duration/20
+	// safe while Azure's clock runs no more than LeaseDuration/(LeaseDuration −
+	// SafetyMargin) times as fast as the local one. Zero means LeaseDuration/20
 	// (750 ms for 15 s, tolerating a 5.2 % rate difference). Otherwise it
-	// must be from Duration/100 to Duration/4 (150 ms to 3.75 s for 15 s);
+	// must be from LeaseDuration/100 to LeaseDuration/4 (150 ms to 3.75 s for 15 s);
 	// negative is an error.
 	SafetyMargin time.Duration
 
 	// AttemptTimeout bounds each request to Azure; a request is also never
 	// given longer than the time left before the validity deadline. Zero
-	// means 3 s. Otherwise it must be from 100 ms to a third of (Duration −
+	// means 3 s. Otherwise it must be from 100 ms to a third of (LeaseDuration −
 	// SafetyMargin) (4.75 s with the defaults), so a renewal has room for
 	// retries; negative is an error.
 	AttemptTimeout time.Duration
@@ -118,15 +118,15 @@ type leaseConfig struct {
 	role string
 }
 
-// config validates o. Errors name fields with prefix; the duration field is
-// called durationField (LeaseOptions.Duration, ElectorOptions.LeaseDuration).
-func (o *LeaseOptions) config(prefix, durationField string) (leaseConfig, error) {
+// config validates o. Errors name fields with prefix (LeaseOptions.,
+// ElectorOptions., …).
+func (o *LeaseOptions) config(prefix string) (leaseConfig, error) {
 	var z LeaseOptions
 	if o == nil {
 		o = &z
 	}
 	c := leaseConfig{
-		duration:       o.Duration,
+		duration:       o.LeaseDuration,
 		margin:         o.SafetyMargin,
 		attemptTimeout: o.AttemptTimeout,
 		identity:       o.Identity,
@@ -141,20 +141,20 @@ func (o *LeaseOptions) config(prefix, durationField string) (leaseConfig, error)
 		c.duration = DefaultDuration
 	}
 	if c.duration < MinDuration || c.duration > MaxDuration || c.duration%time.Second != 0 {
-		return c, optionErr(prefix+durationField, "%v: must be whole seconds from 15s to 60s", o.Duration)
+		return c, optionErr(prefix+"LeaseDuration", "%v: must be whole seconds from 15s to 60s", o.LeaseDuration)
 	}
 	if c.margin == 0 {
 		c.margin = c.duration / 20
 	}
 	if c.margin < c.duration/100 || c.margin > c.duration/4 {
-		return c, optionErr(prefix+"SafetyMargin", "%v: must be from %v to %v (Duration/100 to Duration/4)",
+		return c, optionErr(prefix+"SafetyMargin", "%v: must be from %v to %v (LeaseDuration/100 to LeaseDuration/4)",
 			o.SafetyMargin, c.duration/100, c.duration/4)
 	}
 	if c.attemptTimeout == 0 {
 		c.attemptTimeout = 3 * time.Second
 	}
 	if maxA := (c.duration - c.margin) / 3; c.attemptTimeout < 100*time.Millisecond || c.attemptTimeout > maxA {
-		return c, optionErr(prefix+"AttemptTimeout", "%v: must be from 100ms to %v ((Duration−SafetyMargin)/3)",
+		return c, optionErr(prefix+"AttemptTimeout", "%v: must be from 100ms to %v ((LeaseDuration−SafetyMargin)/3)",
 			o.AttemptTimeout, maxA)
 	}
 	if c.identity == "" {
@@ -400,7 +400,7 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 		o = &z
 	}
 	hc, err := holdOptions("ElectorOptions.", LeaseOptions{
-		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
+		LeaseDuration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
 		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, 5*time.Second, o.Jitter)
@@ -493,7 +493,7 @@ type holdConfig struct {
 // holdOptions validates the fields Mutex and DoOnce options share with
 // ElectorOptions. prefix names the struct in errors.
 func holdOptions(prefix string, lo LeaseOptions, renew, poll, defaultPoll time.Duration, jitter float64) (holdConfig, error) {
-	lc, err := lo.config(prefix, "LeaseDuration")
+	lc, err := lo.config(prefix)
 	if err != nil {
 		return holdConfig{}, err
 	}
@@ -526,7 +526,7 @@ func (o *MutexOptions) config() (holdConfig, error) {
 		o = &z
 	}
 	hc, err := holdOptions("MutexOptions.", LeaseOptions{
-		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
+		LeaseDuration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
 		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, time.Second, o.Jitter)
@@ -609,7 +609,7 @@ func (o *DoOnceOptions) config() (onceConfig, error) {
 		o = &z
 	}
 	hc, err := holdOptions("DoOnceOptions.", LeaseOptions{
-		Duration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
+		LeaseDuration: o.LeaseDuration, SafetyMargin: o.SafetyMargin, AttemptTimeout: o.AttemptTimeout,
 		Identity: o.Identity, NoCreate: o.NoCreate, Logger: o.Logger,
 		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, 2*time.Second, o.Jitter)

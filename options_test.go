@@ -40,11 +40,11 @@ func TestNewLeaseRejectsBadOptions(t *testing.T) {
 		opts  azlease.LeaseOptions
 		field string
 	}{
-		{"duration too short", azlease.LeaseOptions{Duration: 14 * time.Second}, "LeaseOptions.Duration"},
-		{"duration too long", azlease.LeaseOptions{Duration: 61 * time.Second}, "LeaseOptions.Duration"},
-		{"duration not whole seconds", azlease.LeaseOptions{Duration: 15500 * time.Millisecond}, "LeaseOptions.Duration"},
-		{"infinite duration", azlease.LeaseOptions{Duration: -1}, "LeaseOptions.Duration"},
-		{"negative duration", azlease.LeaseOptions{Duration: -15 * time.Second}, "LeaseOptions.Duration"},
+		{"duration too short", azlease.LeaseOptions{LeaseDuration: 14 * time.Second}, "LeaseOptions.LeaseDuration"},
+		{"duration too long", azlease.LeaseOptions{LeaseDuration: 61 * time.Second}, "LeaseOptions.LeaseDuration"},
+		{"duration not whole seconds", azlease.LeaseOptions{LeaseDuration: 15500 * time.Millisecond}, "LeaseOptions.LeaseDuration"},
+		{"infinite duration", azlease.LeaseOptions{LeaseDuration: -1}, "LeaseOptions.LeaseDuration"},
+		{"negative duration", azlease.LeaseOptions{LeaseDuration: -15 * time.Second}, "LeaseOptions.LeaseDuration"},
 		{"margin too small", azlease.LeaseOptions{SafetyMargin: time.Millisecond}, "LeaseOptions.SafetyMargin"},
 		{"margin too large", azlease.LeaseOptions{SafetyMargin: 4 * time.Second}, "LeaseOptions.SafetyMargin"},
 		{"negative margin", azlease.LeaseOptions{SafetyMargin: -time.Second}, "LeaseOptions.SafetyMargin"},
@@ -66,8 +66,8 @@ func TestNewLeaseAcceptsBoundaries(t *testing.T) {
 	for _, opts := range []*azlease.LeaseOptions{
 		nil,
 		{},
-		{Duration: 15 * time.Second, SafetyMargin: 150 * time.Millisecond},
-		{Duration: 60 * time.Second, SafetyMargin: 15 * time.Second, AttemptTimeout: 15 * time.Second},
+		{LeaseDuration: 15 * time.Second, SafetyMargin: 150 * time.Millisecond},
+		{LeaseDuration: 60 * time.Second, SafetyMargin: 15 * time.Second, AttemptTimeout: 15 * time.Second},
 		{Identity: strings.Repeat("é", 32), History: 16},
 		{History: -1, NoCreate: true},
 	} {
@@ -114,7 +114,7 @@ func FuzzLeaseOptions(f *testing.F) {
 			target = containerAt(t, containerName)
 		}
 		opts := &azlease.LeaseOptions{
-			Duration: time.Duration(d), SafetyMargin: time.Duration(margin), AttemptTimeout: time.Duration(attempt),
+			LeaseDuration: time.Duration(d), SafetyMargin: time.Duration(margin), AttemptTimeout: time.Duration(attempt),
 			Identity: identity, History: history,
 		}
 		l, err := azlease.NewLease(target, blobName, opts)
@@ -160,7 +160,7 @@ func TestOptionErrorsQuoteLittle(t *testing.T) {
 	check("blob name", err)
 	_, err = azlease.NewMutex(containerAt(t, strings.Repeat("a", 10240)), "x", nil)
 	check("container name", err)
-	_, err = azlease.DoOnce(ctx, cc, huge, fn, nil)
+	_, err = azlease.DoOnce(ctx, cc, huge, nil, fn)
 	check("once key", err)
 	_, err = azlease.InspectOnce(ctx, cc, "k", &azlease.DoOnceOptions{Prefix: huge})
 	check("once prefix", err)

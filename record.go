@@ -243,7 +243,7 @@ func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status
 	if err != nil {
 		return Status{}, err
 	}
-	cfg, _ := (*LeaseOptions)(nil).config("", "Duration")
+	cfg, _ := (*LeaseOptions)(nil).config("")
 	return newLease(t, cfg).Inspect(ctx)
 }
 

@@ -108,19 +108,47 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 		stop := make(chan struct{})
 		var chaos sync.WaitGroup
 		chaos.Go(func() { // every 30 s, cut the last process that got a slot off for 20 s
-			for {
+			for round := 0; ; round++ {
 				select {
 				case <-stop:
 					return
 				case <-time.After(30 * time.Second):
 				}
 				p := fmt.Sprintf("p%d", lastIn.Load())
+				if round == 0 {
+					p = "p7" // the holder that keeps its slot until it loses it
+				}
 				c.partition(p, emulator.Hang)
 				time.Sleep(20 * time.Second)
 				c.heal(p)
 			}
 		})
 		var wg sync.WaitGroup
+		// One holder that keeps its slot until it loses it: cut off by the
+		// first partition below, it must lose it at its validity deadline.
+		stuck := newSemaphore(t, c.emu, "p7", "pool", slots, nil)
+		wg.Go(func() {
+			lock, err := stuck.Acquire(context.Background())
+			if !assert.NoError(t, err) {
+				return
+			}
+			lastIn.Store(7)
+			h := held{slot: lock.Name(), leaseID: lock.Token().LeaseID, start: time.Now()}
+			<-lock.Done()
+			h.end = time.Now()
+			if vu := lock.ValidUntil(); vu.Before(h.end) {
+				h.end = vu
+			}
+			if err := lock.Unlock(context.Background()); errors.Is(err, azlease.ErrLeaseLost) {
+				losses.Add(1)
+			}
+			mu.Lock()
+			believed = append(believed, h)
+			mu.Unlock()
+		})
+		for deadline := time.Now().Add(time.Minute); lastIn.Load() != 7; time.Sleep(10 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "the stuck holder never got a slot")
+		}
 		for p := range 7 {
 			s := newSemaphore(t, c.emu, fmt.Sprintf("p%d", p), "pool", slots, nil)
 			for g := range 3 {

@@ -132,8 +132,8 @@ func (t *Term) Token() Token {
 // Epoch returns the term's fencing epoch, Token().Epoch.
 func (t *Term) Epoch() uint64 { return t.Token().Epoch }
 
-// Start returns when the term began (local time).
-func (t *Term) Start() time.Time {
+// StartedAt returns when the term began, on the local clock.
+func (t *Term) StartedAt() time.Time {
 	if t == nil {
 		return time.Time{}
 	}

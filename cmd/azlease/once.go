@@ -108,7 +108,7 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts 
 		}
 		return nil
 	}
-	out, err := azlease.DoOnce(dctx, cc, key, fn, opts)
+	out, err := azlease.DoOnce(dctx, cc, key, opts, fn)
 	mu.Lock()
 	res := ran
 	mu.Unlock()

@@ -111,15 +111,18 @@ func runCopy(name, connStr string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := azlease.DoOnce(ctx, cc, key, func(ctx context.Context, tok azlease.Token) error {
-		fmt.Fprintf(out, "%s: initializing (epoch %d)…\n", name, tok.Epoch)
-		select { // the one-time work; pass tok.Epoch to what it writes
-		case <-time.After(2 * time.Second):
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}, &azlease.DoOnceOptions{Identity: name, PollInterval: 500 * time.Millisecond})
+	res, err := azlease.DoOnce(ctx, cc, key,
+
+		&azlease.DoOnceOptions{Identity: name, PollInterval: 500 * time.Millisecond}, func(ctx context.Context, tok azlease.Token) error {
+			fmt.Fprintf(out, "%s: initializing (epoch %d)…\n", name, tok.Epoch)
+			select {
+			case <-time.After(2 * time.Second):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -364,10 +364,13 @@ func doOnceLatency(ctx context.Context, be backend, callers int, poll time.Durat
 		errs := make([]error, callers)
 		for i := range callers {
 			wg.Go(func() {
-				_, errs[i] = azlease.DoOnce(ctx, clients[i], key, func(context.Context, azlease.Token) error {
-					ran.Add(1)
-					return nil
-				}, &azlease.DoOnceOptions{PollInterval: poll})
+				_, errs[i] = azlease.DoOnce(ctx, clients[i], key,
+
+					&azlease.DoOnceOptions{PollInterval: poll}, func(context.Context, azlease.Token) error {
+						ran.Add(1)
+						return nil
+					})
+
 			})
 		}
 		wg.Wait()
