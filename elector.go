@@ -541,6 +541,32 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 	if task != nil {
 		taskDone = e.startTask(term, task) // joined in every branch below
 	}
+	// With StepDownOnStall, a timer checks the task's heartbeats.
+	var stalled <-chan time.Time
+	if e.cfg.stepDownOnStall {
+		t := time.NewTimer(e.cfg.heartbeatTimeout)
+		defer t.Stop()
+		stalled = t.C
+		for {
+			select {
+			case <-stalled:
+				if left := e.cfg.heartbeatTimeout - time.Since(term.lastHeartbeat()); left > 0 {
+					t.Reset(left)
+					continue
+				}
+				term.end(ErrStalled)
+				e.log.Warn("azlease: the leader's work sent no heartbeat within HeartbeatTimeout; stepping down",
+					slog.Uint64("epoch", tok.Epoch), slog.Duration("heartbeat_timeout", e.cfg.heartbeatTimeout))
+				e.windUp(k, taskDone, ErrStalled)
+				return false, true // let a healthy instance take over first
+			case <-term.Done():
+			case <-ctx.Done():
+			case err := <-taskDone:
+				return e.taskReturned(k, err)
+			}
+			break
+		}
+	}
 	select {
 	case <-term.Done():
 		e.log.Warn("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
@@ -552,23 +578,27 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		e.windUp(k, taskDone, ErrStopped)
 		return true, false
 	case err := <-taskDone:
-		cause := ErrStopped
-		if pe, ok := err.(*PanicError); ok {
-			cause = pe // the term ended because its work crashed
-		}
-		term.end(cause)
-		taskDone = nil
-		e.windUp(k, nil, cause)
-		if e.cfg.afterTask == StopElecting {
-			e.mu.Lock()
-			e.runErr = err
-			e.mu.Unlock()
-			e.log.Info("azlease: leader task returned; stopping", slog.Any("error", err))
-			return true, false
-		}
-		e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
-		return false, true
+		return e.taskReturned(k, err)
 	}
+}
+
+// taskReturned winds up a term whose task returned err.
+func (e *Elector) taskReturned(k *keeper, err error) (stop, yield bool) {
+	cause := ErrStopped
+	if pe, ok := err.(*PanicError); ok {
+		cause = pe // the term ended because its work crashed
+	}
+	k.term.end(cause)
+	e.windUp(k, nil, cause)
+	if e.cfg.afterTask == StopElecting {
+		e.mu.Lock()
+		e.runErr = err
+		e.mu.Unlock()
+		e.log.Info("azlease: leader task returned; stopping", slog.Any("error", err))
+		return true, false
+	}
+	e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
+	return false, true
 }
 
 // errTaskExited is what a task that called runtime.Goexit returns.

@@ -72,6 +72,16 @@ var (
 	// on purpose (Elector.Stop, Mutex Unlock).
 	ErrStopped = errors.New("azlease: stopped")
 
+	// ErrStalled refines ErrStopped: an Elector with StepDownOnStall ended
+	// its own term because the leader's work sent no heartbeat within
+	// HeartbeatTimeout.
+	ErrStalled = fmt.Errorf("%w: the leader's work sent no heartbeat within HeartbeatTimeout; stepping down", ErrStopped)
+
+	// ErrMaxHoldExceeded refines ErrLeaseLost: a Lock was held longer than
+	// MutexOptions.MaxHold, so it was taken away: its context ended and its
+	// lease is no longer renewed.
+	ErrMaxHoldExceeded = fmt.Errorf("%w: held longer than MaxHold", ErrLeaseLost)
+
 	// ErrNotInitialized means a method was called on a zero or nil [Mutex]
 	// or [Elector]: they must be created with [NewMutex] and [NewElector].
 	// The error names the constructor.

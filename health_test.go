@@ -244,3 +244,99 @@ func TestPermanentFailuresSurfaceAtOnce(t *testing.T) {
 		assert.Equal(t, int64(4), requests.Load(), "one request each")
 	})
 }
+
+// TestElectorStepsDownOnStall: with StepDownOnStall, a leader whose work
+// stops sending heartbeats ends its term (cause ErrStalled) and releases the
+// lease once the work returns, so a healthy instance takes over; without it,
+// Check only fails.
+func TestElectorStepsDownOnStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, defaults)
+		var stalled atomic.Bool
+		var causes []error
+		var mu sync.Mutex
+		task := func(ctx context.Context, term *azlease.Term) error {
+			for {
+				select {
+				case <-ctx.Done():
+					mu.Lock()
+					causes = append(causes, context.Cause(ctx))
+					mu.Unlock()
+					return nil
+				case <-time.After(time.Second):
+					if !stalled.Load() {
+						term.Heartbeat()
+					}
+				}
+			}
+		}
+		start := func(name string) *azlease.Elector {
+			el, err := azlease.NewElector(c.emu.client(name), "leader",
+				&azlease.ElectorOptions{Identity: name, HeartbeatTimeout: 10 * time.Second, StepDownOnStall: true})
+			require.NoError(t, err)
+			require.NoError(t, el.Start(context.Background(), task))
+			c.mu.Lock()
+			c.nodes[name] = el
+			c.mu.Unlock()
+			return el
+		}
+		a := start("a")
+		c.waitLeader(time.Second)
+		b := start("b")
+		time.Sleep(time.Minute)
+		require.True(t, a.IsLeader(), "a healthy leader keeps leading")
+
+		stalled.Store(true)
+		stalledAt := time.Now()
+		for deadline := time.Now().Add(time.Minute); !b.IsLeader(); time.Sleep(100 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "b never took over")
+		}
+		took := time.Since(stalledAt)
+		assert.LessOrEqual(t, took, 10*time.Second+6*time.Second+time.Second, "HeartbeatTimeout + a poll interval")
+		mu.Lock()
+		require.NotEmpty(t, causes)
+		assert.ErrorIs(t, causes[0], azlease.ErrStalled)
+		assert.ErrorIs(t, causes[0], azlease.ErrStopped)
+		mu.Unlock()
+		c.stopAll()
+
+		_, err := azlease.NewElector(c.emu.client("x"), "leader", &azlease.ElectorOptions{StepDownOnStall: true})
+		requireOptionError(t, err, "ElectorOptions.StepDownOnStall")
+	})
+}
+
+// TestMutexMaxHold: a Lock held longer than MaxHold is taken away: its
+// context ends (ErrMaxHoldExceeded), its lease is no longer renewed, and
+// another process gets the mutex within the lease duration, although the
+// holder never unlocks.
+func TestMutexMaxHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		a := newMutex(t, e, "a", "m", &azlease.MutexOptions{MaxHold: time.Minute})
+		b := newMutex(t, e, "b", "m", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
+		la, err := a.Lock(context.Background())
+		require.NoError(t, err)
+		start := time.Now()
+		<-la.Done()
+		assert.Equal(t, time.Minute, time.Since(start))
+		require.ErrorIs(t, la.Err(), azlease.ErrMaxHoldExceeded)
+		require.ErrorIs(t, la.Err(), azlease.ErrLeaseLost)
+
+		lb, err := b.Lock(context.Background())
+		require.NoError(t, err)
+		assert.LessOrEqual(t, time.Since(start), time.Minute+15*time.Second+200*time.Millisecond)
+		require.ErrorIs(t, la.Unlock(context.Background()), azlease.ErrMaxHoldExceeded)
+		assert.True(t, lb.Valid(), "a late Unlock does not touch the new holder")
+		require.NoError(t, lb.Unlock(context.Background()))
+
+		// Unlocked in time: no effect.
+		la, err = a.Lock(context.Background())
+		require.NoError(t, err)
+		time.Sleep(30 * time.Second)
+		require.NoError(t, la.Unlock(context.Background()))
+		time.Sleep(time.Minute)
+
+		_, err = azlease.NewMutex(e.client("x"), "m", &azlease.MutexOptions{MaxHold: -1})
+		requireOptionError(t, err, "MutexOptions.MaxHold")
+	})
+}

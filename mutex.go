@@ -63,11 +63,14 @@ type Lock struct {
 	k     *keeper
 	lease *Lease
 
-	mu       sync.Mutex // serialises Unlock
-	stopped  bool       // the term has ended and its renewals stopped
-	released bool       // the lease was released, or is known to be gone
-	lost     error      // the loss that ended the term while held, if any
-	err      error      // the result of the last Unlock
+	mu       sync.Mutex  // serialises Unlock
+	stopped  bool        // the term has ended and its renewals stopped
+	released bool        // the lease was released, or is known to be gone
+	lost     error       // the loss that ended the term while held, if any
+	err      error       // the result of the last Unlock
+	maxHold  *time.Timer // takes the lock away after MutexOptions.MaxHold
+	// maxHoldFired is closed when maxHold's function has returned.
+	maxHoldFired chan struct{}
 }
 
 // TryLock takes the mutex if it is free, without waiting for a holder: ok is
@@ -114,7 +117,20 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration) (lo
 	}
 	k := hold(context.WithoutCancel(ctx), l, tok, m.cfg.renewEvery, nil)
 	l.cfg.log.Info("azlease: locked", slog.Uint64("epoch", tok.Epoch))
-	return &Lock{Term: k.term, k: k, lease: l}, true, nil
+	lock = &Lock{Term: k.term, k: k, lease: l}
+	if d := m.cfg.maxHold; d > 0 {
+		fired := make(chan struct{})
+		lock.maxHoldFired = fired
+		lock.maxHold = time.AfterFunc(d, func() {
+			defer close(fired)
+			if k.term.Err() == nil {
+				l.cfg.log.Warn("azlease: lock held longer than MaxHold; taking it away (its lease is no longer renewed)",
+					slog.Uint64("epoch", tok.Epoch), slog.Duration("max_hold", d))
+			}
+			k.stop(ErrMaxHoldExceeded)
+		})
+	}
+	return lock, true, nil
 }
 
 // Lock waits until it takes the mutex or ctx ends, trying every
@@ -176,6 +192,9 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	if !lk.stopped {
+		if lk.maxHold != nil && !lk.maxHold.Stop() {
+			<-lk.maxHoldFired // it fired: wait for it, as for every goroutine azlease starts
+		}
 		lk.k.stop(ErrStopped)
 		lk.stopped = true
 		if lost := lk.Term.Err(); !errors.Is(lost, ErrStopped) {

@@ -364,6 +364,15 @@ type ElectorOptions struct {
 	// most 24 h (MaxWait); negative is an error.
 	HeartbeatTimeout time.Duration
 
+	// StepDownOnStall makes a leader whose task has not called
+	// [Term.Heartbeat] for HeartbeatTimeout let go instead of only failing
+	// Check: the term ends (cause [ErrStalled]), the lease is released once
+	// the task returns (or left to expire if it does not return within
+	// DrainTimeout), and after a poll interval this instance contends again,
+	// so a healthy instance takes over meanwhile. It needs a HeartbeatTimeout.
+	// Zero (false) means a stalled leader keeps its lease.
+	StepDownOnStall bool
+
 	// History is how many past terms the lock blob keeps; see
 	// [LeaseOptions.History].
 	History int
@@ -392,6 +401,7 @@ type electorConfig struct {
 	drainTimeout     time.Duration
 	afterTask        AfterTask
 	heartbeatTimeout time.Duration
+	stepDownOnStall  bool
 }
 
 func (o *ElectorOptions) config() (electorConfig, error) {
@@ -422,6 +432,10 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 	if o.AfterTask != ReleaseAndContend && o.AfterTask != StopElecting {
 		return c, optionErr("ElectorOptions.AfterTask", "%d: must be ReleaseAndContend or StopElecting", o.AfterTask)
 	}
+	if o.StepDownOnStall && c.heartbeatTimeout == 0 {
+		return c, optionErr("ElectorOptions.StepDownOnStall", "needs a HeartbeatTimeout")
+	}
+	c.stepDownOnStall = o.StepDownOnStall
 	return c, nil
 }
 
@@ -458,6 +472,13 @@ type MutexOptions struct {
 	// 0.2; negative means none; at most 0.5.
 	Jitter float64
 
+	// MaxHold, when positive, bounds how long a Lock is held: once it has
+	// been held this long, its term ends (cause [ErrMaxHoldExceeded]) and
+	// its lease is no longer renewed, so the mutex frees itself within the
+	// lease duration even if the holder is stuck and never unlocks. Zero
+	// means no limit; at most 24 h ([MaxWait]); negative is an error.
+	MaxHold time.Duration
+
 	// History is how many past holders the lock blob keeps; see
 	// [LeaseOptions.History].
 	History int
@@ -488,6 +509,7 @@ type holdConfig struct {
 	renewEvery time.Duration
 	poll       time.Duration
 	jitter     float64
+	maxHold    time.Duration // Mutex only: 0 is no limit
 }
 
 // holdOptions validates the fields Mutex and DoOnce options share with
@@ -530,7 +552,11 @@ func (o *MutexOptions) config() (holdConfig, error) {
 		Identity: o.Identity, History: o.History, NoCreate: o.NoCreate, Logger: o.Logger,
 		MeterProvider: o.MeterProvider, MetricsWithoutLockName: o.MetricsWithoutLockName,
 	}, o.RenewInterval, o.PollInterval, time.Second, o.Jitter)
+	if err != nil {
+		return hc, err
+	}
 	hc.lease.role = "mutex"
+	hc.maxHold, err = bounded("MutexOptions.MaxHold", o.MaxHold, 0, 0, MaxWait)
 	return hc, err
 }
 
