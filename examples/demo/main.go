@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -94,7 +95,10 @@ func run(args []string, out io.Writer) error {
 	if first == nil {
 		return errors.New("no leader after 30s")
 	}
-	time.Sleep(4 * time.Second)
+	// Stop at a random phase of the followers' polls and the leader's
+	// renewals, as a real shutdown would come: a stop that falls just
+	// before a poll would show a handoff far shorter than users will see.
+	time.Sleep(4*time.Second + time.Duration(rand.Int64N(int64(*poll))))
 
 	d.logf("", "▶ stopping %s gracefully (Stop: cancel its work, wait for it, release)", first.name)
 	stopped := time.Now()
@@ -106,8 +110,9 @@ func run(args []string, out io.Writer) error {
 		return errors.New("no new leader after the graceful stop")
 	}
 	handoff := time.Since(stopped)
-	d.logf("", "  handoff took %v", handoff.Round(time.Millisecond))
-	time.Sleep(4 * time.Second)
+	d.logf("", "  handoff took %v (expect up to one poll interval: %v here, %v ± 20 %% with the defaults)",
+		handoff.Round(time.Millisecond), *poll, 5*time.Second)
+	time.Sleep(4*time.Second + time.Duration(rand.Int64N(int64(5*time.Second))))
 
 	d.logf("", "▶ crashing %s: its network goes dead, it cannot renew or release", second.name)
 	crashed := time.Now()
@@ -117,7 +122,8 @@ func run(args []string, out io.Writer) error {
 		return errors.New("no new leader after the crash")
 	}
 	failover := time.Since(crashed)
-	d.logf("", "  failover took %v", failover.Round(time.Millisecond))
+	d.logf("", "  failover took %v (expect up to a lease duration plus a poll interval: %v here, %v with the defaults)",
+		failover.Round(time.Millisecond), azlease.DefaultDuration+*poll, azlease.DefaultDuration+5*time.Second)
 	time.Sleep(2 * time.Second)
 
 	d.stopAll()
