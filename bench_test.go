@@ -8,7 +8,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // Benchmarks of azlease's operations. On the in-process emulator they
@@ -19,7 +19,7 @@ import (
 // eachBackend runs f on the in-process emulator and on Azurite.
 func eachBackend(b *testing.B, f func(b *testing.B, cc *container.Client)) {
 	b.Run("emulator", func(b *testing.B) {
-		cc, err := emulator.New(nil).ContainerClient("bench", "")
+		cc, err := azleasetest.New(nil).ContainerClient("bench", "")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func TestContainerClientFromConnectionString(t *testing.T) {
@@ -63,7 +63,7 @@ func TestContainerClientWithCredential(t *testing.T) {
 // TestContainerClientFromSASURL runs a lease over a SAS client on a real
 // loopback socket, and checks the token never leaks into errors.
 func TestContainerClientFromSASURL(t *testing.T) {
-	srv := emulator.New(nil)
+	srv := azleasetest.New(nil)
 	ep, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 	defer ep.Close()

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // believed is one interval during which an elector believed it led: from the
@@ -41,41 +41,41 @@ type cluster struct {
 	blob  string
 	opts  azlease.ElectorOptions
 	mu    sync.Mutex
-	cut   map[string]emulator.Action // partitioned nodes and how their requests die
-	extra emulator.FaultFunc         // faults for everyone else
+	cut   map[string]azleasetest.Action // partitioned nodes and how their requests die
+	extra azleasetest.FaultFunc         // faults for everyone else
 	nodes map[string]contender
 	terms []believed
 }
 
 func newCluster(t *testing.T, opts azlease.ElectorOptions) *cluster {
-	c := &cluster{t: t, emu: newEmu(t), blob: "leader", opts: opts, cut: map[string]emulator.Action{}, nodes: map[string]contender{}}
+	c := &cluster{t: t, emu: newEmu(t), blob: "leader", opts: opts, cut: map[string]azleasetest.Action{}, nodes: map[string]contender{}}
 	c.emu.SetFaults(c.faults)
 	return c
 }
 
-func (c *cluster) faults(r emulator.Request) emulator.Fault {
+func (c *cluster) faults(r azleasetest.Request) azleasetest.Fault {
 	c.mu.Lock()
 	a, cut := c.cut[r.Client]
 	extra := c.extra
 	c.mu.Unlock()
 	if cut {
-		return emulator.Fault{Action: a}
+		return azleasetest.Fault{Action: a}
 	}
 	if extra != nil {
 		return extra(r)
 	}
-	return emulator.Fault{}
+	return azleasetest.Fault{}
 }
 
 // setFaults installs faults for every node that is not partitioned.
-func (c *cluster) setFaults(f emulator.FaultFunc) {
+func (c *cluster) setFaults(f azleasetest.FaultFunc) {
 	c.mu.Lock()
 	c.extra = f
 	c.mu.Unlock()
 }
 
 // partition cuts a node off: its requests hang (the default) or die.
-func (c *cluster) partition(name string, a emulator.Action) {
+func (c *cluster) partition(name string, a azleasetest.Action) {
 	c.mu.Lock()
 	c.cut[name] = a
 	c.mu.Unlock()
@@ -170,7 +170,7 @@ func (c *cluster) waitLeader(limit time.Duration) string {
 // first so that their goroutines can finish.
 func (c *cluster) stopAll() {
 	c.mu.Lock()
-	c.cut = map[string]emulator.Action{}
+	c.cut = map[string]azleasetest.Action{}
 	c.extra = nil
 	nodes := make([]contender, 0, len(c.nodes))
 	for _, e := range c.nodes {
@@ -241,7 +241,7 @@ func (c *cluster) violations() (outside, overlaps int) {
 	return outside, overlaps
 }
 
-func containedInGrant(b believed, grants []emulator.Grant) bool {
+func containedInGrant(b believed, grants []azleasetest.Grant) bool {
 	for _, g := range grants {
 		if g.LeaseID == b.leaseID && !b.start.Before(g.Start) && (g.End.IsZero() || !b.end.After(g.End)) {
 			return true
@@ -250,7 +250,7 @@ func containedInGrant(b believed, grants []emulator.Grant) bool {
 	return false
 }
 
-func describeGrants(gs []emulator.Grant) string {
+func describeGrants(gs []azleasetest.Grant) string {
 	s := ""
 	for _, g := range gs {
 		s += fmt.Sprintf("  %s [%v, %v]\n", g.LeaseID, g.Start, g.End)

@@ -105,6 +105,6 @@
 // azlease's own tests run the real azblob client against an in-process
 // emulator of the Blob lease API inside testing/synctest, where a 15-second
 // lease expires in microseconds, and against Azurite on the real wire. The
-// emulator lives in internal/emulator for now; it may be exported later so
-// that services using azlease can be tested the same way.
+// emulator is the public package azleasetest, so services using azlease can
+// be tested the same way.
 package azlease

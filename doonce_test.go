@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // onceProbe is an fn that counts its runs and checks that no two overlap.
@@ -108,7 +108,7 @@ func TestDoOnceRunnerCrash(t *testing.T) {
 
 				&azlease.DoOnceOptions{Identity: "runner"}, func(ctx context.Context, tok azlease.Token) error {
 					close(started)
-					c.partition("runner", emulator.Hang)
+					c.partition("runner", azleasetest.Hang)
 					<-ctx.Done()
 					runnerCtxErr.Store(context.Cause(ctx))
 					return nil
@@ -407,7 +407,7 @@ func TestDoOnceLastAttemptRunnerDies(t *testing.T) {
 
 				&azlease.DoOnceOptions{MaxAttempts: 2, Identity: "second"}, func(ctx context.Context, _ azlease.Token) error {
 					close(started)
-					c.partition("second", emulator.Hang)
+					c.partition("second", azleasetest.Hang)
 					<-ctx.Done()
 					return context.Cause(ctx)
 				})
@@ -440,7 +440,7 @@ func TestDoOnceLostLeaseAndFailedFn(t *testing.T) {
 		_, err := azlease.DoOnce(context.Background(), c.emu.client("a"), "k",
 
 			nil, func(ctx context.Context, _ azlease.Token) error {
-				c.partition("a", emulator.Hang)
+				c.partition("a", azleasetest.Hang)
 				<-ctx.Done()
 				c.heal("a")
 				return boom

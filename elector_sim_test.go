@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 var seedsFlag = flag.Int("seeds", 0, "random scenarios for the safety simulation (default: $AZLEASE_SEEDS, else 100)")
@@ -99,18 +99,18 @@ func (sc scenario) String() string {
 }
 
 // transientFault draws the fault for one request; rng is the scenario's.
-func transientFault(rng *rand.Rand, rate float64) emulator.Fault {
+func transientFault(rng *rand.Rand, rate float64) azleasetest.Fault {
 	if rng.Float64() >= rate {
-		return emulator.Fault{}
+		return azleasetest.Fault{}
 	}
-	return []emulator.Fault{
-		{Action: emulator.Fail},
-		{Action: emulator.Fail, Status: 500, Code: "InternalError"},
-		{Action: emulator.Drop},
-		{Action: emulator.ApplyThenDrop},
+	return []azleasetest.Fault{
+		{Action: azleasetest.Fail},
+		{Action: azleasetest.Fail, Status: 500, Code: "InternalError"},
+		{Action: azleasetest.Drop},
+		{Action: azleasetest.ApplyThenDrop},
 		{Delay: time.Duration(rng.IntN(3000)) * time.Millisecond},
 		{DelayResponse: time.Duration(rng.IntN(3000)) * time.Millisecond},
-		{Action: emulator.ApplyThenHang},
+		{Action: azleasetest.ApplyThenHang},
 	}[rng.IntN(7)]
 }
 
@@ -139,13 +139,13 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	var rmu sync.Mutex
 	var requests atomic.Int64
 	var outage atomic.Bool
-	c.setFaults(func(r emulator.Request) emulator.Fault {
+	c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
 		if r.Client == "observer" {
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}
 		requests.Add(1)
 		if outage.Load() {
-			return emulator.Fault{Action: emulator.Fail}
+			return azleasetest.Fault{Action: azleasetest.Fail}
 		}
 		rmu.Lock()
 		defer rmu.Unlock()
@@ -209,9 +209,9 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 			c.mu.Lock()
 			wasLeader := c.nodes[name].IsLeader()
 			c.mu.Unlock()
-			how := emulator.Hang
+			how := azleasetest.Hang
 			if ev.dur%2 == 0 {
-				how = emulator.Drop
+				how = azleasetest.Drop
 			}
 			crashed := time.Now()
 			c.partition(name, how)
@@ -559,7 +559,7 @@ func TestSimulatedTimings(t *testing.T) {
 					time.Sleep(30*time.Second + time.Duration(rand.New(rand.NewPCG(uint64(run), 1)).Int64N(int64(15*time.Second))))
 					since := time.Now()
 					if crash {
-						c.partition("a", emulator.Hang)
+						c.partition("a", azleasetest.Hang)
 					} else {
 						c.mu.Lock()
 						a := c.nodes["a"]
@@ -582,11 +582,11 @@ func TestSimulatedTimings(t *testing.T) {
 			c := newCluster(t, azlease.ElectorOptions{})
 			var mu sync.Mutex
 			count := map[string]int{}
-			c.setFaults(func(r emulator.Request) emulator.Fault {
+			c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
 				mu.Lock()
 				count[r.Client]++
 				mu.Unlock()
-				return emulator.Fault{}
+				return azleasetest.Fault{}
 			})
 			c.startAny("leader", naive)
 			c.waitLeader(time.Minute)

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // Defaults used by most scenarios: a 15 s lease renewed every 5 s (trusted
@@ -119,8 +119,8 @@ func TestElectorGracefulHandoff(t *testing.T) {
 // stops believing at its validity deadline; a follower takes over when
 // Azure's lease expires, within LeaseDuration + PollInterval.
 func TestElectorCrashFailover(t *testing.T) {
-	for _, how := range []emulator.Action{emulator.Hang, emulator.Drop} {
-		t.Run(map[emulator.Action]string{emulator.Hang: "hang", emulator.Drop: "drop"}[how], func(t *testing.T) {
+	for _, how := range []azleasetest.Action{azleasetest.Hang, azleasetest.Drop} {
+		t.Run(map[azleasetest.Action]string{azleasetest.Hang: "hang", azleasetest.Drop: "drop"}[how], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c := newCluster(t, defaults)
 				a := c.start("a", nil)
@@ -157,18 +157,18 @@ func TestElectorNoDemotionUnderTransientFaults(t *testing.T) {
 		c := newCluster(t, defaults)
 		rng := rand.New(rand.NewPCG(7, 7))
 		var mu sync.Mutex
-		c.setFaults(func(emulator.Request) emulator.Fault {
+		c.setFaults(func(azleasetest.Request) azleasetest.Fault {
 			mu.Lock()
 			defer mu.Unlock()
 			if rng.Float64() >= 0.2 {
-				return emulator.Fault{}
+				return azleasetest.Fault{}
 			}
-			return []emulator.Fault{
-				{Action: emulator.Fail},
-				{Action: emulator.Drop},
-				{Action: emulator.ApplyThenDrop},
+			return []azleasetest.Fault{
+				{Action: azleasetest.Fail},
+				{Action: azleasetest.Drop},
+				{Action: azleasetest.ApplyThenDrop},
 				{Delay: 2 * time.Second},
-				{Action: emulator.Fail, Status: 500, Code: "InternalError"},
+				{Action: azleasetest.Fail, Status: 500, Code: "InternalError"},
 			}[rng.IntN(5)]
 		})
 		c.start("a", nil)
@@ -184,7 +184,7 @@ func TestElectorNoDemotionUnderTransientFaults(t *testing.T) {
 // TestElectorRidesOutAnOutage: every request fails for 5 s (shorter than the
 // validity left after a scheduled renewal): no demotion.
 func TestElectorRidesOutAnOutage(t *testing.T) {
-	for _, action := range []emulator.Action{emulator.Fail, emulator.Drop, emulator.Hang} {
+	for _, action := range []azleasetest.Action{azleasetest.Fail, azleasetest.Drop, azleasetest.Hang} {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, defaults)
 			c.start("a", nil)
@@ -192,7 +192,7 @@ func TestElectorRidesOutAnOutage(t *testing.T) {
 			c.start("b", nil)
 			for range 10 {
 				time.Sleep(20 * time.Second)
-				c.setFaults(func(emulator.Request) emulator.Fault { return emulator.Fault{Action: action} })
+				c.setFaults(func(azleasetest.Request) azleasetest.Fault { return azleasetest.Fault{Action: action} })
 				time.Sleep(5 * time.Second)
 				c.setFaults(nil)
 			}
@@ -235,11 +235,11 @@ func TestElectorHangingRenewals(t *testing.T) {
 		a := c.start("a", nil)
 		c.waitLeader(time.Second)
 		term := a.Term()
-		c.setFaults(func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpRenewLease {
-				return emulator.Fault{Action: emulator.ApplyThenHang} // renewed, but nobody hears it
+		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpRenewLease {
+				return azleasetest.Fault{Action: azleasetest.ApplyThenHang} // renewed, but nobody hears it
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		})
 		<-term.Done()
 		assert.Equal(t, term.ValidUntil(), time.Now())
@@ -295,7 +295,7 @@ func TestElectorTakeoverDelay(t *testing.T) {
 		b := c.start("b", nil)
 		time.Sleep(time.Minute)
 
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		acquired := waitHolder(t, c, "b", time.Minute)
 		assert.False(t, b.IsLeader(), "holds the lease but waits")
 		assert.Equal(t, "b", c.waitLeader(time.Minute))
@@ -442,7 +442,7 @@ func TestElectorHealthStalledAfterLoss(t *testing.T) {
 			return nil
 		}))
 		time.Sleep(10 * time.Second)
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		time.Sleep(30 * time.Second)
 		assert.False(t, el.IsLeader())
 		require.ErrorContains(t, el.Check(), "still running")
@@ -579,11 +579,11 @@ func TestElectorStopWhileRenewalRetries(t *testing.T) {
 		a := c.start("a", nil)
 		c.waitLeader(time.Second)
 		c.start("b", &azlease.ElectorOptions{PollInterval: time.Second, Identity: "b"})
-		c.setFaults(func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpRenewLease {
-				return emulator.Fault{Action: emulator.Fail} // 503: retried
+		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpRenewLease {
+				return azleasetest.Fault{Action: azleasetest.Fail} // 503: retried
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		})
 		time.Sleep(7 * time.Second) // the renewal due at 5 s is being retried
 		require.True(t, a.IsLeader())
@@ -634,11 +634,11 @@ func TestElectorLossSeenByAWriteEndsTheTerm(t *testing.T) {
 func TestElectorStopDuringEpochWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpSetMetadata {
-				return emulator.Fault{Action: emulator.Hang}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpSetMetadata {
+				return azleasetest.Fault{Action: azleasetest.Hang}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		a, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{Identity: "a"})
 		require.NoError(t, err)
@@ -660,7 +660,7 @@ func TestElectorChangesReportOwnLoss(t *testing.T) {
 		a := c.start("a", nil)
 		c.waitLeader(time.Second)
 		require.True(t, (<-a.Changes()).Self)
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		c.start("b", nil)
 		time.Sleep(time.Minute)
 		select {

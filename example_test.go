@@ -8,14 +8,14 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // exampleContainer stands in for a real container client, such as
 // azlease.ContainerClientFromConnectionString(os.Getenv(...), "locks", nil):
 // it talks to an in-process emulator.
 func exampleContainer() *container.Client {
-	cc, err := emulator.New(nil).ContainerClient("locks", "")
+	cc, err := azleasetest.New(nil).ContainerClient("locks", "")
 	if err != nil {
 		panic(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // logBuffer is a concurrency-safe log sink for assertions on what an
@@ -67,8 +67,8 @@ func probe(h http.Handler) (int, string) {
 }
 
 // authFailed answers every request as Azure answers a wrong account key.
-func authFailed(emulator.Request) emulator.Fault {
-	return emulator.Fault{Action: emulator.Fail, Status: http.StatusForbidden, Code: "AuthenticationFailed"}
+func authFailed(azleasetest.Request) azleasetest.Fault {
+	return azleasetest.Fault{Action: azleasetest.Fail, Status: http.StatusForbidden, Code: "AuthenticationFailed"}
 }
 
 // TestElectorWrongKeyFailsAtOnce (issue 8, observation 1): with a wrong
@@ -146,7 +146,7 @@ func TestElectorOutageIsReportedAndRecovers(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code)
 		assert.Equal(t, "ok: following a (epoch 946684800001)\n", body)
 
-		c.partition("b", emulator.Drop)
+		c.partition("b", azleasetest.Drop)
 		time.Sleep(30 * time.Second)
 		assert.Equal(t, 1, logs.count("level=WARN", "storage requests are failing"), logs.String())
 		require.Error(t, b.Check())
@@ -167,7 +167,7 @@ func TestElectorDeadlineLossIsWarn(t *testing.T) {
 		var logs logBuffer
 		c.start("a", &azlease.ElectorOptions{Identity: "a", Logger: logs.logger()})
 		c.waitLeader(time.Second)
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		time.Sleep(20 * time.Second)
 		assert.Equal(t, 1, logs.count("level=WARN", "lost leadership", "validity deadline passed"), logs.String())
 		c.stopAll()
@@ -223,7 +223,7 @@ func TestPermanentFailuresSurfaceAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		var requests atomic.Int64
-		e.SetFaults(func(r emulator.Request) emulator.Fault {
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
 			requests.Add(1)
 			return authFailed(r)
 		})

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/internal/azurite"
-	"github.com/azlease/azlease/internal/emulator"
 )
 
 // runChild lets this test binary serve as a child process of a test (see
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // emu is an emulator with helpers for tests. Create it inside the synctest
 // bubble so that its clock is the bubble's.
 type emu struct {
-	*emulator.Server
+	*azleasetest.Server
 	t *testing.T
 }
 
@@ -42,7 +42,7 @@ const testContainer = "locks"
 
 func newEmu(t *testing.T) *emu {
 	t.Helper()
-	s := emulator.New(nil)
+	s := azleasetest.New(nil)
 	t.Cleanup(s.Close)
 	return &emu{Server: s, t: t}
 }
@@ -80,10 +80,10 @@ func raw(ctx context.Context) context.Context {
 }
 
 // faultsFor applies f only to requests from client label; others pass.
-func faultsFor(label string, f func(emulator.Request) emulator.Fault) emulator.FaultFunc {
-	return func(r emulator.Request) emulator.Fault {
+func faultsFor(label string, f func(azleasetest.Request) azleasetest.Fault) azleasetest.FaultFunc {
+	return func(r azleasetest.Request) azleasetest.Fault {
 		if r.Client != label {
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}
 		return f(r)
 	}

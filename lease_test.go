@@ -31,7 +31,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func newLease(t *testing.T, cc *container.Client, name string, opts *azlease.LeaseOptions) *azlease.Lease {
@@ -169,8 +169,8 @@ func TestLeaseCreateRacesWithALeasedBlob(t *testing.T) {
 		_, err := other.Create(raw(ctx), nil)
 		require.NoError(t, err)
 		var once sync.Once
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpPutBlob {
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpPutBlob {
 				once.Do(func() {
 					_, err := other.NewBlockBlobClient("x").Upload(raw(ctx), streaming.NopCloser(strings.NewReader("theirs")), nil)
 					require.NoError(t, err)
@@ -180,7 +180,7 @@ func TestLeaseCreateRacesWithALeasedBlob(t *testing.T) {
 					require.NoError(t, err)
 				})
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		l := newLease(t, e.client("a"), "x", nil)
 		_, err = l.Acquire(ctx)
@@ -226,11 +226,11 @@ func TestLeaseExpiresAtExactlyItsDuration(t *testing.T) {
 func TestLeaseValidityFromSendTime(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault emulator.Fault
+		fault azleasetest.Fault
 	}{
-		{"slow request", emulator.Fault{Delay: 2 * time.Second}},
-		{"slow response", emulator.Fault{DelayResponse: 2 * time.Second}},
-		{"both", emulator.Fault{Delay: time.Second, DelayResponse: time.Second}},
+		{"slow request", azleasetest.Fault{Delay: 2 * time.Second}},
+		{"slow response", azleasetest.Fault{DelayResponse: 2 * time.Second}},
+		{"both", azleasetest.Fault{Delay: time.Second, DelayResponse: time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -240,11 +240,11 @@ func TestLeaseValidityFromSendTime(t *testing.T) {
 				_, err := l.Acquire(ctx)
 				require.NoError(t, err)
 
-				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-					if r.Op == emulator.OpRenewLease {
+				e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+					if r.Op == azleasetest.OpRenewLease {
 						return tc.fault
 					}
-					return emulator.Fault{}
+					return azleasetest.Fault{}
 				}))
 				time.Sleep(5 * time.Second)
 				send := time.Now()
@@ -274,11 +274,11 @@ func TestLeaseRenewHangingServer(t *testing.T) {
 
 		var mu sync.Mutex
 		var starts []time.Time
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
 			mu.Lock()
 			starts = append(starts, time.Now())
 			mu.Unlock()
-			return emulator.Fault{Action: emulator.Hang}
+			return azleasetest.Fault{Action: azleasetest.Hang}
 		}))
 		time.Sleep(5 * time.Second)
 		err = l.Renew(ctx)
@@ -304,11 +304,11 @@ func TestLeaseAcquireHangingServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		var attempts atomic.Int32
-		e.SetFaults(func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpAcquireLease {
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpAcquireLease {
 				attempts.Add(1)
 			}
-			return emulator.Fault{Action: emulator.Hang}
+			return azleasetest.Fault{Action: azleasetest.Hang}
 		})
 		l := newLease(t, e.client("a"), "x", nil)
 		start := time.Now()
@@ -329,11 +329,11 @@ func TestLeaseAmbiguousAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		var lost atomic.Int32
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpAcquireLease && lost.Add(1) == 1 {
-				return emulator.Fault{Action: emulator.ApplyThenDrop}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpAcquireLease && lost.Add(1) == 1 {
+				return azleasetest.Fault{Action: azleasetest.ApplyThenDrop}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		l := newLease(t, e.client("a"), "x", nil)
 		tok, err := l.Acquire(context.Background())
@@ -365,14 +365,14 @@ func TestLeaseAmbiguousAcquireAcrossCalls(t *testing.T) {
 
 				var drop atomic.Bool
 				drop.Store(true)
-				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+				e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
 					switch {
-					case drop.Load() && r.Op == emulator.OpAcquireLease:
-						return emulator.Fault{Action: emulator.ApplyThenHang} // granted, answer lost
-					case drop.Load() && !releaseWorks && r.Op == emulator.OpReleaseLease:
-						return emulator.Fault{Action: emulator.Hang} // never arrives
+					case drop.Load() && r.Op == azleasetest.OpAcquireLease:
+						return azleasetest.Fault{Action: azleasetest.ApplyThenHang} // granted, answer lost
+					case drop.Load() && !releaseWorks && r.Op == azleasetest.OpReleaseLease:
+						return azleasetest.Fault{Action: azleasetest.Hang} // never arrives
 					}
-					return emulator.Fault{}
+					return azleasetest.Fault{}
 				}))
 				l := newLease(t, e.client("a"), "x", nil)
 				_, err = l.Acquire(ctx)
@@ -416,14 +416,14 @@ func TestLeaseLateGiveBack(t *testing.T) {
 
 				var faulty atomic.Bool
 				faulty.Store(true)
-				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+				e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
 					switch {
-					case faulty.Load() && r.Op == emulator.OpAcquireLease:
-						return emulator.Fault{Action: emulator.ApplyThenDrop} // granted, answer lost
-					case r.Op == emulator.OpReleaseLease && faulty.Load():
-						return emulator.Fault{Action: emulator.ApplyLate, LateBy: lateBy}
+					case faulty.Load() && r.Op == azleasetest.OpAcquireLease:
+						return azleasetest.Fault{Action: azleasetest.ApplyThenDrop} // granted, answer lost
+					case r.Op == azleasetest.OpReleaseLease && faulty.Load():
+						return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: lateBy}
 					}
-					return emulator.Fault{}
+					return azleasetest.Fault{}
 				}))
 				a := newLease(t, e.client("a"), "x", nil)
 				b := newLease(t, e.client("b"), "x", nil)
@@ -473,11 +473,11 @@ func TestLeaseAmbiguousRelease(t *testing.T) {
 		require.NoError(t, err)
 		var first atomic.Bool
 		first.Store(true)
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpReleaseLease && first.Swap(false) {
-				return emulator.Fault{Action: emulator.ApplyThenDrop}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpReleaseLease && first.Swap(false) {
+				return azleasetest.Fault{Action: azleasetest.ApplyThenDrop}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		require.NoError(t, a.Release(ctx))
 		_, err = newLease(t, e.client("b"), "x", nil).Acquire(ctx)
@@ -547,17 +547,17 @@ func TestLeaseRenewRetriesTransientFailures(t *testing.T) {
 		require.NoError(t, err)
 		var n atomic.Int32
 		var lastSend atomic.Int64
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
 			lastSend.Store(time.Now().UnixNano())
 			switch n.Add(1) {
 			case 1:
-				return emulator.Fault{Action: emulator.Fail} // 503 ServerBusy
+				return azleasetest.Fault{Action: azleasetest.Fail} // 503 ServerBusy
 			case 2:
-				return emulator.Fault{Action: emulator.Drop}
+				return azleasetest.Fault{Action: azleasetest.Drop}
 			case 3:
-				return emulator.Fault{Action: emulator.Fail, Status: 500, Code: "InternalError"}
+				return azleasetest.Fault{Action: azleasetest.Fail, Status: 500, Code: "InternalError"}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		time.Sleep(5 * time.Second)
 		start := time.Now()
@@ -696,15 +696,15 @@ func TestLeaseHandOffUnknownOutcome(t *testing.T) {
 				b := newLease(t, e.client("b"), "x", nil)
 				_, err := a.Acquire(ctx)
 				require.NoError(t, err)
-				action := emulator.Hang
+				action := azleasetest.Hang
 				if applied {
-					action = emulator.ApplyThenHang
+					action = azleasetest.ApplyThenHang
 				}
-				e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-					if r.Op == emulator.OpChangeLease {
-						return emulator.Fault{Action: action}
+				e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+					if r.Op == azleasetest.OpChangeLease {
+						return azleasetest.Fault{Action: action}
 					}
-					return emulator.Fault{}
+					return azleasetest.Fault{}
 				}))
 				next := b.NextLeaseID()
 				err = a.HandOff(ctx, next)
@@ -794,13 +794,13 @@ func TestLeaseEpochStrictlyIncreases(t *testing.T) {
 		e := newEmu(t)
 		rng := rand.New(rand.NewPCG(1, 2))
 		var rmu sync.Mutex
-		e.SetFaults(func(r emulator.Request) emulator.Fault {
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
 			rmu.Lock()
 			defer rmu.Unlock()
 			if rng.Float64() >= 0.2 {
-				return emulator.Fault{}
+				return azleasetest.Fault{}
 			}
-			return emulator.Fault{Action: []emulator.Action{emulator.Fail, emulator.Drop, emulator.ApplyThenDrop}[rng.IntN(3)]}
+			return azleasetest.Fault{Action: []azleasetest.Action{azleasetest.Fail, azleasetest.Drop, azleasetest.ApplyThenDrop}[rng.IntN(3)]}
 		})
 		const terms = 1000
 		var (
@@ -864,11 +864,11 @@ func TestLeaseNoTokenBeforeTheEpochIsWritten(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpSetMetadata {
-				return emulator.Fault{Delay: 2 * time.Second}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpSetMetadata {
+				return azleasetest.Fault{Delay: 2 * time.Second}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		done := make(chan azlease.Token)
 		go func() {
@@ -918,11 +918,11 @@ func TestLeaseCancelledAcquireHonoursTheDeadline(t *testing.T) {
 		require.NoError(t, pre.Release(context.Background()))
 		var hang atomic.Bool
 		hang.Store(true)
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpAcquireLease && hang.Load() {
-				return emulator.Fault{Action: emulator.ApplyThenHang}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpAcquireLease && hang.Load() {
+				return azleasetest.Fault{Action: azleasetest.ApplyThenHang}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		l := newLease(t, e.client("a"), "x", nil)
 		start := time.Now()

@@ -26,8 +26,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/internal/azurite"
-	"github.com/azlease/azlease/internal/emulator"
 )
 
 // The multi-process layer. The in-process simulation runs every contender in
@@ -208,7 +208,7 @@ func TestMultiProcessElection(t *testing.T) {
 	})
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
-		srv := emulator.New(nil)
+		srv := azleasetest.New(nil)
 		t.Cleanup(srv.Close)
 		ep, err := srv.Listen("127.0.0.1:0")
 		require.NoError(t, err)

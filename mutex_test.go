@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func newMutex(t *testing.T, e *emu, label, name string, opts *azlease.MutexOptions) *azlease.Mutex {
@@ -79,7 +79,7 @@ func TestMutexExclusion(t *testing.T) {
 		c := newCluster(t, defaults)
 		rng := rand.New(rand.NewPCG(3, 4))
 		var rmu sync.Mutex
-		c.setFaults(func(emulator.Request) emulator.Fault {
+		c.setFaults(func(azleasetest.Request) azleasetest.Fault {
 			rmu.Lock()
 			defer rmu.Unlock()
 			return transientFault(rng, 0.2)
@@ -102,7 +102,7 @@ func TestMutexExclusion(t *testing.T) {
 					time.Sleep(100 * time.Millisecond)
 				}
 				p := fmt.Sprintf("p%d", holder.Load())
-				c.partition(p, emulator.Hang)
+				c.partition(p, azleasetest.Hang)
 				time.Sleep(20 * time.Second)
 				c.heal(p)
 			}
@@ -185,7 +185,7 @@ func TestMutexLossCancelsContext(t *testing.T) {
 		b := newMutex(t, e, "b", "m", nil)
 		la, err := a.Lock(context.Background())
 		require.NoError(t, err)
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		<-la.Done()
 		assert.Equal(t, la.ValidUntil(), time.Now())
 		assert.ErrorIs(t, la.Err(), azlease.ErrDeadlinePassed)
@@ -216,7 +216,7 @@ func TestMutexDoReportsLoss(t *testing.T) {
 		c := newCluster(t, defaults)
 		m := newMutex(t, c.emu, "a", "m", nil)
 		err := m.Do(context.Background(), func(ctx context.Context, _ *azlease.Lock) error {
-			c.partition("a", emulator.Drop)
+			c.partition("a", azleasetest.Drop)
 			time.Sleep(30 * time.Second) // ignores ctx, finishes anyway
 			c.heal("a")
 			return nil
@@ -324,7 +324,7 @@ func TestLockFencedState(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "checkpoint 1", string(got))
 
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		<-la.Done()
 		lb, err := newMutex(t, c.emu, "b", "state", nil).Lock(ctx)
 		require.NoError(t, err)
@@ -388,11 +388,11 @@ func TestLockLossSeenByAWriteEndsTheTerm(t *testing.T) {
 func TestMutexCancelledLockHonoursTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpSetMetadata {
-				return emulator.Fault{Delay: 2 * time.Second}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpSetMetadata {
+				return azleasetest.Fault{Delay: 2 * time.Second}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -418,11 +418,11 @@ func TestMutexUnlockReleasesAfterUnansweredRenewals(t *testing.T) {
 		ctx := context.Background()
 		la, err := newMutex(t, e, "a", "m", nil).Lock(ctx)
 		require.NoError(t, err)
-		e.SetFaults(faultsFor("a", func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpRenewLease {
-				return emulator.Fault{Action: emulator.ApplyThenHang}
+		e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpRenewLease {
+				return azleasetest.Fault{Action: azleasetest.ApplyThenHang}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		<-la.Done()
 		assert.ErrorIs(t, la.Err(), azlease.ErrDeadlinePassed)
@@ -467,7 +467,7 @@ func TestMutexUnlockRetries(t *testing.T) {
 		b := newMutex(t, e, "b", "m", nil)
 		la, err := a.Lock(context.Background())
 		require.NoError(t, err)
-		c.partition("a", emulator.Drop)
+		c.partition("a", azleasetest.Drop)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		err = la.Unlock(ctx)
 		cancel()
@@ -480,9 +480,9 @@ func TestMutexUnlockRetries(t *testing.T) {
 
 		c.heal("a")
 		var requests atomic.Int64
-		c.setFaults(faultsFor("a", func(emulator.Request) emulator.Fault {
+		c.setFaults(faultsFor("a", func(azleasetest.Request) azleasetest.Fault {
 			requests.Add(1)
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		}))
 		require.NoError(t, la.Unlock(context.Background()), "the retry releases it")
 		lb, ok, err := b.TryLock(context.Background())

@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // containerAt returns a client for the named container on an in-process
 // emulator; it makes no request.
 func containerAt(t testing.TB, name string) *container.Client {
 	t.Helper()
-	cc, err := emulator.New(nil).ContainerClient(name, "")
+	cc, err := azleasetest.New(nil).ContainerClient(name, "")
 	require.NoError(t, err)
 	return cc
 }

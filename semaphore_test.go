@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func newSemaphore(t *testing.T, e *emu, label, name string, n int, opts *azlease.MutexOptions) *azlease.Semaphore {
@@ -90,7 +90,7 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 		c := newCluster(t, defaults)
 		rng := rand.New(rand.NewPCG(7, 8))
 		var rmu sync.Mutex
-		c.setFaults(func(emulator.Request) emulator.Fault {
+		c.setFaults(func(azleasetest.Request) azleasetest.Fault {
 			rmu.Lock()
 			defer rmu.Unlock()
 			return transientFault(rng, 0.1)
@@ -118,7 +118,7 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 				if round == 0 {
 					p = "p7" // the holder that keeps its slot until it loses it
 				}
-				c.partition(p, emulator.Hang)
+				c.partition(p, azleasetest.Hang)
 				time.Sleep(20 * time.Second)
 				c.heal(p)
 			}
@@ -187,7 +187,7 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 
 		require.Greater(t, len(believed), 60)
 		assert.Greater(t, losses.Load(), int64(0), "the test must actually lose slots")
-		grants := map[string][]emulator.Grant{}
+		grants := map[string][]azleasetest.Grant{}
 		for i := range slots {
 			name := azlease.SlotName("pool", i)
 			grants[name] = c.emu.Grants(testContainer, name)
@@ -241,7 +241,7 @@ func TestSemaphoreCrashedHolderSlotFrees(t *testing.T) {
 		lb, err := b.Acquire(ctx)
 		require.NoError(t, err)
 		time.Sleep(7 * time.Second) // a renews once
-		c.partition("a", emulator.Hang)
+		c.partition("a", azleasetest.Hang)
 		crashed := time.Now()
 		lw, err := w.Acquire(ctx)
 		require.NoError(t, err)

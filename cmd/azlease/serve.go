@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func newEmulatorCmd(g *globals) *cobra.Command {
@@ -58,7 +58,7 @@ func (g *globals) serveEmulator(addr string, anyKey bool) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	srv := emulator.New(&emulator.Options{AllowAnyKey: anyKey})
+	srv := azleasetest.New(&azleasetest.Options{AllowAnyKey: anyKey})
 	defer srv.Close()
 	ep, err := srv.Listen(addr)
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func main() {
@@ -149,7 +149,7 @@ func run(args []string, out io.Writer) error {
 // backend returns where the demo runs and how to connect to it.
 func backend(connStr string, transport *http.Transport) (where string, connect func(string, *killSwitch) (*container.Client, error), stop func(), err error) {
 	if connStr == "" {
-		srv := emulator.New(nil)
+		srv := azleasetest.New(nil)
 		ep, err := srv.Listen("127.0.0.1:0")
 		if err != nil {
 			return "", nil, nil, err

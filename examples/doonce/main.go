@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // The key names the initialization and the deployment it belongs to: a new
@@ -55,7 +55,7 @@ func run(args []string, out io.Writer) error {
 		return errors.New("-copies must be from 1 to 50")
 	}
 	if connStr == "" {
-		srv := emulator.New(nil)
+		srv := azleasetest.New(nil)
 		ep, err := srv.Listen("127.0.0.1:0")
 		if err != nil {
 			return err

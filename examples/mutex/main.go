@@ -19,7 +19,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/azlease/azlease"
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 func main() {
@@ -98,7 +98,7 @@ func containerClient(name string) (*container.Client, func(), error) {
 		cc, err := azlease.ContainerClientFromConnectionString(cs, name, nil)
 		return cc, func() {}, err
 	}
-	srv := emulator.New(nil)
+	srv := azleasetest.New(nil)
 	cc, err := srv.ContainerClient(name, "")
 	return cc, srv.Close, err
 }

@@ -29,8 +29,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
 	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/internal/azurite"
-	"github.com/azlease/azlease/internal/emulator"
 )
 
 func main() {
@@ -85,7 +85,7 @@ func run(out, sim, gobench string, n int, quick bool) error {
 		return err
 	}
 	defer az.Stop()
-	emu := emulator.New(nil)
+	emu := azleasetest.New(nil)
 	defer emu.Close()
 	ep, err := emu.Listen("127.0.0.1:0")
 	if err != nil {

@@ -1,4 +1,4 @@
-package emulator_test
+package azleasetest_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // wrongKey is a well-formed key that is not the emulator's.
@@ -37,7 +37,7 @@ func sharedKeyClient(t *testing.T, serviceURL, account, key string, tr policyTra
 // added before the request is signed.
 func sharedKeyClientWith(t *testing.T, serviceURL, key string, tr policyTransport, h addHeaders) *container.Client {
 	t.Helper()
-	cred, err := container.NewSharedKeyCredential(emulator.Account, key)
+	cred, err := container.NewSharedKeyCredential(azleasetest.Account, key)
 	require.NoError(t, err)
 	cc, err := container.NewClientWithSharedKeyCredential(serviceURL+"/auth", cred,
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: tr, PerCallPolicies: []policy.Policy{h}}})
@@ -78,21 +78,21 @@ func exercise(ctx context.Context, cc *container.Client) error {
 }
 
 func TestSharedKeyInProcess(t *testing.T) {
-	s := emulator.New(nil)
+	s := azleasetest.New(nil)
 	defer s.Close()
 	ctx := raw(context.Background())
 
-	good := sharedKeyClient(t, emulator.LocalServiceURL, emulator.Account, emulator.AccountKey, s.Transport(""))
+	good := sharedKeyClient(t, azleasetest.LocalServiceURL, azleasetest.Account, azleasetest.AccountKey, s.Transport(""))
 	require.NoError(t, exercise(ctx, good), "the right key is accepted")
 
-	bad := sharedKeyClient(t, emulator.LocalServiceURL, emulator.Account, wrongKey, s.Transport(""))
+	bad := sharedKeyClient(t, azleasetest.LocalServiceURL, azleasetest.Account, wrongKey, s.Transport(""))
 	err := exercise(ctx, bad)
 	requireAuthFailed(t, err)
 
-	other := sharedKeyClient(t, emulator.LocalServiceURL, "someoneelse", emulator.AccountKey, s.Transport(""))
+	other := sharedKeyClient(t, azleasetest.LocalServiceURL, "someoneelse", azleasetest.AccountKey, s.Transport(""))
 	requireAuthFailed(t, exercise(ctx, other))
 
-	anon, err := container.NewClientWithNoCredential(emulator.LocalServiceURL+"/auth",
+	anon, err := container.NewClientWithNoCredential(azleasetest.LocalServiceURL+"/auth",
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: s.Transport("")}})
 	require.NoError(t, err)
 	_, err = anon.GetProperties(ctx, nil)
@@ -102,7 +102,7 @@ func TestSharedKeyInProcess(t *testing.T) {
 	assert.Equal(t, "NoAuthenticationInformation", re.ErrorCode)
 
 	// A SAS is accepted without verification.
-	sas, err := container.NewClientWithNoCredential(emulator.LocalServiceURL+"/auth?sv=2024-08-04&sp=rwc&sig=c2lnbmF0dXJl",
+	sas, err := container.NewClientWithNoCredential(azleasetest.LocalServiceURL+"/auth?sv=2024-08-04&sp=rwc&sig=c2lnbmF0dXJl",
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: s.Transport("")}})
 	require.NoError(t, err)
 	_, err = sas.GetProperties(ctx, nil)
@@ -110,19 +110,19 @@ func TestSharedKeyInProcess(t *testing.T) {
 
 	// Header names where the service's order is not byte order: the
 	// signature covers them in the SDK's order, which the server must share.
-	odd := sharedKeyClientWith(t, emulator.LocalServiceURL, emulator.AccountKey, s.Transport(""), addHeaders{
+	odd := sharedKeyClientWith(t, azleasetest.LocalServiceURL, azleasetest.AccountKey, s.Transport(""), addHeaders{
 		"x-ms-a-b": "1", "x-ms-ab": "2", "x-ms-a_b": "3", "X-Ms-Upper": "4", "x-ms-a'b": "5",
 	})
 	require.NoError(t, exercise(ctx, odd))
 
 	// AllowAnyKey turns the check off.
-	lax := emulator.New(&emulator.Options{AllowAnyKey: true})
+	lax := azleasetest.New(&azleasetest.Options{AllowAnyKey: true})
 	defer lax.Close()
-	require.NoError(t, exercise(ctx, sharedKeyClient(t, emulator.LocalServiceURL, emulator.Account, wrongKey, lax.Transport(""))))
+	require.NoError(t, exercise(ctx, sharedKeyClient(t, azleasetest.LocalServiceURL, azleasetest.Account, wrongKey, lax.Transport(""))))
 }
 
 func TestSharedKeyOverHTTP(t *testing.T) {
-	s := emulator.New(nil)
+	s := azleasetest.New(nil)
 	defer s.Close()
 	ep, err := s.Listen("127.0.0.1:0")
 	require.NoError(t, err)
@@ -131,11 +131,11 @@ func TestSharedKeyOverHTTP(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 	ctx := raw(context.Background())
-	base := strings.TrimSuffix(ep.URL, "/"+emulator.Account)
-	base += "/" + emulator.Account
+	base := strings.TrimSuffix(ep.URL, "/"+azleasetest.Account)
+	base += "/" + azleasetest.Account
 
-	require.NoError(t, exercise(ctx, sharedKeyClient(t, base, emulator.Account, emulator.AccountKey, hc)), "the right key is accepted")
-	err = exercise(ctx, sharedKeyClient(t, base, emulator.Account, wrongKey, hc))
+	require.NoError(t, exercise(ctx, sharedKeyClient(t, base, azleasetest.Account, azleasetest.AccountKey, hc)), "the right key is accepted")
+	err = exercise(ctx, sharedKeyClient(t, base, azleasetest.Account, wrongKey, hc))
 	requireAuthFailed(t, err)
 	assert.Contains(t, err.Error(), "Server failed to authenticate the request", "Azure's message")
 
@@ -144,7 +144,7 @@ func TestSharedKeyOverHTTP(t *testing.T) {
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: hc}})
 	require.NoError(t, err)
 	require.NoError(t, exercise(ctx, cc))
-	wrong := strings.Replace(ep.ConnectionString(), emulator.AccountKey, wrongKey, 1)
+	wrong := strings.Replace(ep.ConnectionString(), azleasetest.AccountKey, wrongKey, 1)
 	cc, err = container.NewClientFromConnectionString(wrong, "auth",
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: hc}})
 	require.NoError(t, err)

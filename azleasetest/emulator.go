@@ -1,4 +1,4 @@
-// Package emulator is an in-process emulator of the part of the Azure Blob
+// Package azleasetest is an in-process emulator of the part of the Azure Blob
 // Storage REST API that azlease uses: containers, block blobs with metadata
 // and conditional writes, and the Lease Blob operation with Azure's documented
 // state machine (available, leased, expired, breaking, broken).
@@ -25,7 +25,7 @@
 // Requests must be signed with the account's key (Shared Key), as Azure
 // checks them; SAS tokens are accepted unverified. Options.AllowAnyKey turns
 // the check off. See auth.go.
-package emulator
+package azleasetest
 
 import (
 	"bytes"

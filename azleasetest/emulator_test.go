@@ -1,4 +1,4 @@
-package emulator_test
+package azleasetest_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/azlease/azlease/internal/emulator"
+	"github.com/azlease/azlease/azleasetest"
 )
 
 // TestGrantsAreExact: whatever the server's clock rate, a grant ends at the
@@ -23,7 +23,7 @@ import (
 func TestGrantsAreExact(t *testing.T) {
 	for _, rate := range []float64{1, 0.99, 1.01, 1.37, 0.7} {
 		synctest.Test(t, func(t *testing.T) {
-			s := emulator.New(nil)
+			s := azleasetest.New(nil)
 			time.Sleep(1234567 * time.Nanosecond) // a base that is not round
 			s.SetClockRate(rate)
 			time.Sleep(7654321 * time.Nanosecond)
@@ -65,7 +65,7 @@ func TestGrantsAreExact(t *testing.T) {
 // so: ends are converted through the rate in force when they happen.
 func TestGrantsFollowClockRateChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := emulator.New(nil)
+		s := azleasetest.New(nil)
 		cc, ctx := withBlob(t, s, "")
 		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
 		require.NoError(t, err)
@@ -98,20 +98,20 @@ func TestGrantsFollowClockRateChanges(t *testing.T) {
 // applied the request or refused it.
 func TestApplyThenDropLosesEveryAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := emulator.New(nil)
+		s := azleasetest.New(nil)
 		_, ctx := withBlob(t, s, "x")
 		cc, err := s.ContainerClient("grants", "x")
 		require.NoError(t, err)
-		s.SetFaults(func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpReleaseLease {
-				return emulator.Fault{Action: emulator.ApplyThenDrop}
+		s.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpReleaseLease {
+				return azleasetest.Fault{Action: azleasetest.ApplyThenDrop}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		})
 		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
 		require.NoError(t, err)
 		_, err = lc.ReleaseLease(ctx, nil) // refused (409): the refusal is lost too
-		assert.ErrorIs(t, err, emulator.ErrConnectionLost)
+		assert.ErrorIs(t, err, azleasetest.ErrConnectionLost)
 	})
 }
 
@@ -119,7 +119,7 @@ func TestApplyThenDropLosesEveryAnswer(t *testing.T) {
 // whose If-Match fails answers 412.
 func TestConditionalReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := emulator.New(nil)
+		s := azleasetest.New(nil)
 		cc, ctx := withBlob(t, s, "")
 		up, err := cc.NewBlockBlobClient("b").UploadBuffer(ctx, []byte("x"), nil)
 		require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestConditionalReads(t *testing.T) {
 // refuse, including a path segment that ends with a dot anywhere in the name.
 func TestBlobNamesAreChecked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := emulator.New(nil)
+		s := azleasetest.New(nil)
 		cc, ctx := withBlob(t, s, "")
 		for _, bad := range []string{"a.", "a/./b", "x./y", "a/../b"} {
 			_, err := cc.NewBlockBlobClient(bad).UploadBuffer(ctx, nil, nil)
@@ -158,7 +158,7 @@ func TestBlobNamesAreChecked(t *testing.T) {
 
 // withBlob creates the container "grants" and an empty blob "b" on s, and
 // returns a client for client label and a context without SDK retries.
-func withBlob(t *testing.T, s *emulator.Server, label string) (*container.Client, context.Context) {
+func withBlob(t *testing.T, s *azleasetest.Server, label string) (*container.Client, context.Context) {
 	t.Helper()
 	cc, err := s.ContainerClient("grants", label)
 	require.NoError(t, err)
@@ -176,7 +176,7 @@ func withBlob(t *testing.T, s *emulator.Server, label string) (*container.Client
 // newer acquisition with the same ID holds. Close drops what is still waiting.
 func TestApplyLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := emulator.New(nil)
+		s := azleasetest.New(nil)
 		t.Cleanup(s.Close)
 		cc, ctx := withBlob(t, s, "")
 		lc, err := lease.NewBlobClient(cc.NewBlobClient("b"), &lease.BlobClientOptions{LeaseID: to.Ptr(ids["A"])})
@@ -187,11 +187,11 @@ func TestApplyLate(t *testing.T) {
 			return *p.LeaseState
 		}
 
-		s.SetFaults(func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpAcquireLease {
-				return emulator.Fault{Action: emulator.ApplyLate, LateBy: 5 * time.Second}
+		s.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpAcquireLease {
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 5 * time.Second}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		})
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err = lc.AcquireLease(actx, 15, nil)
@@ -206,11 +206,11 @@ func TestApplyLate(t *testing.T) {
 
 		// A release from an earlier attempt lands on a newer acquisition
 		// that reused its lease ID: what azlease must never allow to matter.
-		s.SetFaults(func(r emulator.Request) emulator.Fault {
-			if r.Op == emulator.OpReleaseLease {
-				return emulator.Fault{Action: emulator.ApplyLate, LateBy: time.Second}
+		s.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpReleaseLease {
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Second}
 			}
-			return emulator.Fault{}
+			return azleasetest.Fault{}
 		})
 		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		_, err = lc.ReleaseLease(rctx, nil)
@@ -222,8 +222,8 @@ func TestApplyLate(t *testing.T) {
 		assert.Equal(t, lease.StateTypeAvailable, state(), "the late release freed the lease")
 
 		// Close drops a request still waiting, and waits for its goroutine.
-		s.SetFaults(func(emulator.Request) emulator.Fault {
-			return emulator.Fault{Action: emulator.ApplyLate, LateBy: time.Hour}
+		s.SetFaults(func(azleasetest.Request) azleasetest.Fault {
+			return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Hour}
 		})
 		actx, cancel = context.WithTimeout(ctx, time.Second)
 		_, err = lc.AcquireLease(actx, 15, nil)

@@ -1,4 +1,4 @@
-package emulator_test
+package azleasetest_test
 
 import (
 	"bytes"
@@ -25,8 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/internal/azurite"
-	"github.com/azlease/azlease/internal/emulator"
 )
 
 func TestMain(m *testing.M) {
@@ -470,7 +470,7 @@ func TestConformanceEmulator(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := emulator.New(nil)
+				s := azleasetest.New(nil)
 				cc, err := s.ContainerClient("conformance", "")
 				require.NoError(t, err)
 				missing, err := s.ContainerClient("missing-container", "")

@@ -1,4 +1,4 @@
-package emulator
+package azleasetest
 
 import (
 	"crypto/hmac"
