@@ -421,10 +421,16 @@ func (l *Lease) Renew(ctx context.Context) error {
 				return true, lost
 			}
 			l.mu.Lock()
-			if l.state == held && l.id == id {
+			renewed := l.state == held && l.id == id
+			if renewed {
 				l.lastSend, l.validUntil = now, timing.ValidUntil(now, l.cfg.duration, l.cfg.margin)
 			}
 			l.mu.Unlock()
+			if renewed {
+				// The safety slack: how much validity was left when the
+				// answer arrived.
+				l.tm.renewed(time.Until(validUntil))
+			}
 			return true, nil
 		case classLost, classNotFound:
 			lost := l.errorf("renew", ErrLeaseLost, err)

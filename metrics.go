@@ -251,11 +251,19 @@ func outcomeOf(ctx context.Context, err error) string {
 	return "transient"
 }
 
-// endCause names why a term ended, for metrics.
+// endCause names why a term ended, for metrics: stopped (by its owner),
+// stalled (StepDownOnStall), max_hold (a Mutex's MaxHold), paused (the
+// renewer woke after the deadline), deadline (no renewal in time), broken,
+// lost (another holder's lease, or the blob gone), canceled (the context the
+// term derives from ended: a DoOnce caller's), or other.
 func endCause(cause error) string {
 	switch {
+	case errors.Is(cause, ErrStalled):
+		return "stalled"
 	case cause == nil, errors.Is(cause, ErrStopped):
 		return "stopped"
+	case errors.Is(cause, ErrMaxHoldExceeded):
+		return "max_hold"
 	case errors.Is(cause, ErrPaused):
 		return "paused"
 	case errors.Is(cause, ErrDeadlinePassed):
@@ -264,6 +272,8 @@ func endCause(cause error) string {
 		return "broken"
 	case errors.Is(cause, ErrLeaseLost):
 		return "lost"
+	case errors.Is(cause, context.Canceled), errors.Is(cause, context.DeadlineExceeded):
+		return "canceled"
 	}
 	return "other"
 }

@@ -28,7 +28,7 @@ import (
 // [ErrNotHeld].
 type Term struct {
 	ctx    *termContext
-	cancel context.CancelCauseFunc
+	cancel context.CancelCauseFunc // ends the term; counts its end once
 	token  Token
 	start  time.Time
 	lease  *Lease
@@ -46,9 +46,24 @@ type Term struct {
 func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil time.Time) *Term {
 	inner, cancel := context.WithCancelCause(parent)
 	now := time.Now()
-	t := &Term{cancel: cancel, token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
+	t := &Term{token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
 	t.ctx = &termContext{Context: inner, t: t}
 	t.deadline.Store(int64(validUntil.Sub(now)))
+	// Every way a term ends goes through t.cancel (the watchdog, the
+	// renewer, its owner, and a holder's check noticing the deadline), so
+	// the end is counted here, once, with the cause the holder reads.
+	var tm *telemetry // nil records nothing
+	if l != nil {
+		tm = l.tm
+	}
+	var counted atomic.Bool
+	t.cancel = func(cause error) {
+		cancel(cause)
+		if !counted.Load() && counted.CompareAndSwap(false, true) {
+			tm.termEnded(context.Cause(inner))
+		}
+	}
+	tm.termStarted()
 	return t
 }
 
