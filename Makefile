@@ -9,6 +9,10 @@ NPM       ?= npm
 PARALLEL  ?= 16
 SEEDS     ?= 300
 
+# Examples kept in modules of their own (their dependencies stay out of
+# azlease's go.mod); lint and test cover them too.
+EXAMPLE_MODULES ?= examples/metrics
+
 export CGO_ENABLED := 1
 
 .PHONY: all test demo bench lint deps fuzz clean
@@ -25,9 +29,11 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
 
 test: deps lint
 	AZLEASE_SEEDS=$(SEEDS) $(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 30m ./...
+	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) test -race -count=1 ./..."; (cd $$m && $(GO) test -race -count=1 -timeout 5m ./...) || exit 1; done
 
 demo:
 	$(GO) run ./examples/demo
