@@ -100,6 +100,72 @@
 // every RenewInterval and a follower polls every PollInterval, so with the
 // defaults (5 s) each instance makes about 520,000 requests a month.
 //
+// # Metrics and tracing
+//
+// azlease reports OpenTelemetry metrics through the OpenTelemetry metric API
+// only; it never pulls in an SDK or an exporter. Every options struct has a
+// MeterProvider field: nil means the global provider (otel.GetMeterProvider),
+// which records nothing until the application installs one (with
+// otel.SetMeterProvider). The instruments, with their units and attributes:
+//
+//	azlease.request.duration      histogram  s        each attempt of an operation: azlease.operation
+//	                                                  (acquire, renew, release, read, write, break, handoff),
+//	                                                  azlease.outcome (ok, held, lost, not_found, conflict,
+//	                                                  canceled, permanent, transient)
+//	azlease.term.starts           counter    {term}   terms begun: azlease.role (elector, mutex, once)
+//	azlease.term.ends             counter    {term}   terms ended: azlease.role, azlease.term.end_cause (stopped,
+//	                                                  stalled, max_hold, paused, deadline, broken, lost,
+//	                                                  canceled, other)
+//	azlease.renewal.slack         histogram  s        validity left on the lease when a renewal's answer arrived
+//	azlease.elector.leader        gauge      {leader} 1 while the Elector leads, else 0 (while it runs)
+//	azlease.failures.consecutive  gauge      {request} an Elector's requests failed in a row (while it runs)
+//	azlease.mutex.wait.duration   histogram  s        how long Mutex.Lock waited: azlease.outcome (acquired,
+//	                                                  canceled, error)
+//	azlease.once.calls            counter    {call}   DoOnce calls: azlease.once.outcome (ran, done_elsewhere,
+//	                                                  failed, exhausted, canceled, lost, error)
+//
+// Each also carries azlease.lock, the lock blob's container/name, unless
+// MetricsWithoutLockName is set (for processes that hold thousands of locks).
+// A term is counted once when it begins and once when it ends, however it
+// ends: also when the holder's own check ([Term.Valid], the term's context)
+// is the first to notice that the deadline passed. Terms are those of an
+// Elector, a Mutex (and so a Semaphore) and DoOnce; a bare [Lease] reports
+// its requests and renewal slack, but no terms. A renewal slack near zero
+// means renewals are landing just before the lease would be given up: a
+// slow network, or a renewer starved of CPU.
+//
+// azlease starts no traces itself. Its requests go through the Azure SDK,
+// whose HTTP pipeline records a client span per request (method, URL
+// without secrets, status, request IDs) when the container client has a
+// tracing provider; azotel (github.com/Azure/azure-sdk-for-go/sdk/tracing/azotel)
+// connects one to an OpenTelemetry TracerProvider. azblob v1.8.1 starts no
+// span for its calls, though, and the SDK records its HTTP span only under
+// one, so a per-call policy must start it:
+//
+//	type traceCalls struct{ tracer tracing.Tracer } // azcore/tracing
+//
+//	func (p traceCalls) Do(req *policy.Request) (*http.Response, error) {
+//		ctx, end := runtime.StartSpan(req.Raw().Context(), "azblob "+req.Raw().Method, p.tracer, nil)
+//		resp, err := req.WithContext(ctx).Next()
+//		end(err)
+//		return resp, err
+//	}
+//
+//	tp := azotel.NewTracingProvider(otelTracerProvider, nil)
+//	cc, err := azlease.ContainerClientFromConnectionString(conn, "locks", &container.ClientOptions{
+//		ClientOptions: azcore.ClientOptions{
+//			TracingProvider: tp,
+//			PerCallPolicies: []policy.Policy{traceCalls{tp.NewTracer("azlease", "")}},
+//		},
+//	})
+//
+// The spans are children of the span in the context passed to azlease; an
+// Elector's renewals are children of the span in the context given to Start
+// or Run, while its release when it stops starts a trace of its own. The
+// module
+// examples/metrics does both: it serves the metrics for Prometheus on
+// /metrics and traces every storage call.
+//
 // # Testing
 //
 // azlease's own tests run the real azblob client against an in-process
