@@ -42,7 +42,8 @@ func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
 var wrongKey = "QUJD" + azurite.Key[4:]
 
 // wrongKeyRun runs an Elector on cc, which signs with a wrong key, and
-// returns Run's error and what it logged.
+// returns Run's error and what it logged; its Check and health probe fail
+// with the refusal.
 func wrongKeyRun(t *testing.T, cc *container.Client) (error, string) {
 	var logs logBuffer
 	el, err := azlease.NewElector(cc, "leader", &azlease.ElectorOptions{Logger: logs.logger()})
@@ -50,7 +51,12 @@ func wrongKeyRun(t *testing.T, cc *container.Client) (error, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = el.Run(ctx, func(context.Context, *azlease.Term) error { return errors.New("never leads") })
-	assert.ErrorIs(t, el.Check(), azlease.ErrPermanent)
+	check := el.Check()
+	assert.ErrorIs(t, check, azlease.ErrPermanent)
+	code, body := probe(el.HealthHandler())
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body, "403")
+	t.Logf("Check: %v\nhealth: %d %s", check, code, body)
 	return err, logs.String()
 }
 
@@ -73,6 +79,7 @@ func TestElectorWrongKeyWithinOneRequest(t *testing.T) {
 			assert.Zero(t, time.Since(start))
 			assert.Equal(t, 1, strings.Count(logs, "storage refuses requests"), logs)
 			assert.NotContains(t, logs, wrongKey[4:12])
+			t.Logf("wrong key on the emulator: Run returned after %d request(s): %v\nlogged:\n%s", tr.n.Load(), err, logs)
 		})
 	})
 	t.Run("azurite", func(t *testing.T) {
