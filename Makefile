@@ -21,9 +21,15 @@ all: test
 
 # Azurite is pinned in package-lock.json and installed locally.
 deps: node_modules/.azlease-installed
+# A node_modules that is a symbolic link (a git worktree sharing another
+# checkout's install) is left alone: npm ci through the link would empty the
+# shared install for every checkout using it.
 node_modules/.azlease-installed: package.json package-lock.json
-	$(NPM) ci --no-audit --no-fund
-	@touch $@
+	@if [ -L node_modules ]; then \
+		echo "node_modules links to a shared install; not running npm ci through it"; \
+	else \
+		$(NPM) ci --no-audit --no-fund && touch $@; \
+	fi
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
