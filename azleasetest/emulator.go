@@ -1,30 +1,3 @@
-// Package azleasetest is an in-process emulator of the part of the Azure Blob
-// Storage REST API that azlease uses: containers, block blobs with metadata
-// and conditional writes, and the Lease Blob operation with Azure's documented
-// state machine (available, leased, expired, breaking, broken).
-//
-// It follows Azure's documentation, not Azurite, where the two differ; the
-// conformance tests in the azlease module list every difference.
-//
-// A [Server] is an [http.Handler]. Use it in one of two ways:
-//
-//   - In process: [Server.Transport] returns an azcore transporter that calls
-//     the handler directly, with no sockets. The real azblob client then runs
-//     inside testing/synctest, where the server's clock is the bubble's fake
-//     clock, so a 15 s lease expires in microseconds of real time.
-//   - On a loopback listener: [Server.Listen] serves it over HTTP for demos and
-//     for other processes.
-//
-// The server can misbehave on purpose (see [FaultFunc]): delay a request,
-// fail it before applying it, apply it and lose the response, answer
-// 500/503, or hang until the client gives up. Its clock can run faster or
-// slower than the client's ([Server.SetClockRate]). [Server.Grants] reports
-// the true lease intervals the server granted, in local time, so tests can
-// check what clients believed against what the server enforced.
-//
-// Requests must be signed with the account's key (Shared Key), as Azure
-// checks them; SAS tokens are accepted unverified. Options.AllowAnyKey turns
-// the check off. See auth.go.
 package azleasetest
 
 import (
@@ -38,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/azlease/azlease/internal/azname"
@@ -65,12 +39,22 @@ type Options struct {
 	// (not verified); others are refused as Azure refuses them, with 403
 	// AuthenticationFailed (or 401 NoAuthenticationInformation).
 	AllowAnyKey bool
+
+	// Seed seeds the random source that decides which requests the shares
+	// of [Server.FailRequests], [Server.LoseResponses] and
+	// [Server.ApplyLate] pick. Zero is a seed like any other: every server
+	// draws the same sequence unless told otherwise. (Which request meets
+	// which draw still depends on the order in which concurrent requests
+	// arrive.)
+	Seed uint64
 }
 
-// Server emulates one storage account. It is safe for concurrent use.
+// Server emulates the Blob service of one storage account. It is an
+// [http.Handler], and safe for concurrent use.
 type Server struct {
 	account string
-	anyKey  bool // Options.AllowAnyKey
+	anyKey  bool       // Options.AllowAnyKey
+	tb      testing.TB // NewServer's; nil from New
 
 	mu         sync.Mutex
 	containers map[string]*containerState
@@ -79,7 +63,9 @@ type Server struct {
 	clock      serverClock
 	past       []serverClock // earlier clock segments, oldest first, for converting past instants
 	localNow   time.Time     // local time of the request being handled, for the grant log
+	client     string        // client of the request being handled, for the grant log
 	faults     FaultFunc
+	rules      namedFaults
 	closed     chan struct{}
 	closeOnce  sync.Once
 	late       sync.WaitGroup // requests waiting to be applied late (ApplyLate)
@@ -103,17 +89,25 @@ type blobState struct {
 	key          string // "container/blob", the key of its grants
 }
 
-// New returns an empty server. Its clock runs at the same rate as the local
-// clock until [Server.SetClockRate] says otherwise.
+// New returns an empty server that is not tied to a test: for a server on a
+// loopback port ([Server.Listen]) in a program, such as the `azlease
+// emulator` command. Close it when done. In tests, use [NewServer]. Its
+// clock runs at the same rate as the local clock until [Server.SetClockRate]
+// says otherwise.
 func New(opts *Options) *Server {
 	account := Account
 	if opts != nil && opts.Account != "" {
 		account = opts.Account
 	}
+	var seed uint64
+	if opts != nil {
+		seed = opts.Seed
+	}
 	now := time.Now()
 	return &Server{
 		account:    account,
 		anyKey:     opts != nil && opts.AllowAnyKey,
+		rules:      newNamedFaults(seed),
 		containers: make(map[string]*containerState),
 		grants:     make(map[string][]grant),
 		clock:      serverClock{baseLocal: now, baseServer: now, rate: 1},
@@ -123,9 +117,10 @@ func New(opts *Options) *Server {
 
 // Close releases every request that is hanging or delayed on purpose, so a
 // server that is being shut down never holds a client forever, drops the
-// requests still waiting to be applied late ([ApplyLate]), and waits for the
-// goroutines that held them. The server keeps answering afterwards; Close
-// only ends deliberate waits.
+// requests still waiting to be applied late ([Server.ApplyLate]), and waits
+// for the goroutines that held them. The server keeps answering afterwards;
+// Close only ends deliberate waits. [NewServer] calls it when the test ends.
+// Calling it more than once is harmless.
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closeOnce.Do(func() { close(s.closed) })
@@ -146,11 +141,13 @@ func (c serverClock) at(local time.Time) time.Time {
 }
 
 // SetClockRate makes the server's clock run rate times as fast as the local
-// clock from now on (1.01: 1 % fast, so leases expire early in local time).
-// It panics unless 0.5 <= rate <= 2: anything else is a test bug.
+// clock from now on (1.01: 1 % fast, so a 15 s lease expires 0.15 s early by
+// the clients' clocks; 0.99: late), as a client whose clock drifts from
+// Azure's sees it. [Grant] times stay in local time. It panics unless
+// 0.5 <= rate <= 2: anything else is a test bug.
 func (s *Server) SetClockRate(rate float64) {
 	if !(rate >= 0.5 && rate <= 2) {
-		panic(fmt.Sprintf("emulator: clock rate %v outside [0.5, 2]", rate))
+		panic(fmt.Sprintf("azleasetest: clock rate %v outside [0.5, 2]", rate))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,14 +185,17 @@ func (s *Server) localAt(server time.Time) time.Time {
 	return l
 }
 
-// Now returns the server's current time.
+// Now returns the server's current time: the local time, unless
+// [Server.SetClockRate] made the server's clock run at another rate.
 func (s *Server) Now() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.clock.at(time.Now())
 }
 
-// ServeHTTP answers one Blob service request.
+// ServeHTTP answers one Blob service request. A request for another
+// account, or whose Shared Key signature does not verify, is refused with
+// 403 AuthenticationFailed unless [Options.AllowAnyKey] is set.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if res := s.authenticate(r); res != nil {
 		res.write(w, r)
@@ -359,7 +359,7 @@ func (s *Server) handle(req *request, body []byte) *result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	s.localNow = time.Now()
+	s.localNow, s.client = time.Now(), req.Client
 	now := s.clock.at(s.localNow)
 	res := s.dispatch(req, body, now)
 	if res.header == nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Op names a Blob service operation, as the fault hook sees it.
+// Op names a Blob service operation, as a [FaultFunc] sees it.
 type Op string
 
 // The operations the emulator implements.
@@ -25,8 +25,8 @@ const (
 	OpChangeLease            Op = "ChangeLease"
 	OpReleaseLease           Op = "ReleaseLease"
 	OpBreakLease             Op = "BreakLease"
-	OpLeaseInvalid           Op = "LeaseInvalidAction"
-	OpUnknown                Op = "Unknown"
+	OpLeaseInvalid           Op = "LeaseInvalidAction" // a Lease Blob request with an unknown action
+	OpUnknown                Op = "Unknown"            // anything the emulator does not implement
 )
 
 // IsLease reports whether op is one of the five Lease Blob actions.
@@ -40,11 +40,17 @@ func (op Op) IsLease() bool {
 
 // Request describes an incoming request to the fault hook.
 type Request struct {
-	Op        Op
-	Client    string // the label given to [Server.Transport]; "" over the network
+	// Op is the operation requested.
+	Op Op
+	// Client is the name given to [Server.Client] (or the label given to
+	// [Server.Transport] or [Server.ContainerClient]); "" over the network.
+	Client string
+	// Container and Blob name the resource; Blob is "" for a container.
 	Container string
 	Blob      string
-	Header    http.Header
+	// Header holds the request's headers, names canonicalised. Do not
+	// modify it.
+	Header http.Header
 }
 
 // Action is what the server does with a request after its [Fault.Delay].
@@ -102,7 +108,11 @@ type Fault struct {
 // goroutine, outside the server's lock, and must be safe for concurrent use.
 type FaultFunc func(Request) Fault
 
-// SetFaults installs f as the fault hook; nil removes it.
+// SetFaults installs f as the fault hook, the general form of fault
+// injection: f chooses the fault for every request that the named faults
+// ([Server.Partition], [Server.Outage], [Server.FailRequests],
+// [Server.ApplyLate], [Server.LoseResponses]) leave alone; a
+// [Server.Slow] delay adds to its Delay. nil removes the hook.
 func (s *Server) SetFaults(f FaultFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -114,11 +124,17 @@ func (s *Server) SetFaults(f FaultFunc) {
 func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, req *request) bool {
 	s.mu.Lock()
 	f := s.faults
+	fault, decided := s.rules.choose(req.Request)
 	s.mu.Unlock()
-	if f == nil {
+	if !decided && f != nil {
+		delay := fault.Delay
+		fault = f(req.Request)
+		fault.Delay += delay
+	}
+	if fault == (Fault{}) {
 		return true
 	}
-	req.fault = f(req.Request)
+	req.fault = fault
 	s.wait(r.Context(), req.fault.Delay)
 	switch req.fault.Action {
 	case Fail:

@@ -44,9 +44,16 @@ func (l leaseRecord) effective(now time.Time) leaseRecord {
 	return l
 }
 
-// Grant is one interval during which the server held a lease for one lease ID.
+// Grant is one interval during which the server held a lease on a blob for
+// one lease ID: the server's truth, against which [Server.CheckExclusive]
+// checks what clients believed.
 type Grant struct {
+	// LeaseID is the lease ID, in lower case.
 	LeaseID string
+	// Holder is the name of the client ([Server.Client]) whose request
+	// started the grant: it acquired the lease, renewed it after it had
+	// expired, or changed its ID. "" over HTTP.
+	Holder string
 	// Start is the local time the server granted the lease.
 	Start time.Time
 	// End is the local time the lease ended, or will end if nobody renews,
@@ -59,23 +66,32 @@ type Grant struct {
 // time when read, through the clock rate in force at that server instant.
 type grant struct {
 	leaseID   string
+	holder    string
 	start     time.Time // local
 	endLocal  time.Time // local, for ends that happened at a request
 	endServer time.Time // server, for expiries and break periods
 	infinite  bool
 }
 
+// History returns the lease grants on blob in [Container]: see
+// [Server.Grants].
+func (s *Server) History(blob string) []Grant {
+	return s.Grants(Container, blob)
+}
+
 // Grants returns the lease intervals the server has granted on a blob,
 // oldest first, in local time, also for a blob since deleted. A renewal
 // extends the current grant; a lease acquired again after it expired, or
-// renewed after it expired, starts a new grant.
+// renewed after it expired, starts a new grant, and so does a change of
+// lease ID. The last grant's End is when the lease will expire if nobody
+// renews it.
 func (s *Server) Grants(container, blob string) []Grant {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gs := s.grants[container+"/"+blob]
 	out := make([]Grant, len(gs))
 	for i, g := range gs {
-		out[i] = Grant{LeaseID: g.leaseID, Start: g.start}
+		out[i] = Grant{LeaseID: g.leaseID, Holder: g.holder, Start: g.start}
 		switch {
 		case !g.endLocal.IsZero():
 			out[i].End = g.endLocal
@@ -122,7 +138,7 @@ func (s *Server) openGrant(b *blobState, now time.Time) {
 	if g := s.current(b); g != nil && (g.infinite || (g.endLocal.IsZero() && g.endServer.After(now))) {
 		g.endLocal, g.endServer, g.infinite = s.localNow, time.Time{}, false
 	}
-	g := grant{leaseID: b.lease.id, start: s.localNow}
+	g := grant{leaseID: b.lease.id, holder: s.client, start: s.localNow}
 	g.setEnd(b.lease, now, s.localNow)
 	s.grants[b.key] = append(s.grants[b.key], g)
 }
@@ -403,4 +419,30 @@ func (s *Server) checkReadLease(b *blobState, req *request, now time.Time) *resu
 // none; seq makes it unique within the server.
 func newGUID(seq uint64) string {
 	return fmt.Sprintf("5e7f0000-0000-4000-8000-%012x", seq)
+}
+
+// Break breaks the lease on blob in [Container] at once, as an operator does
+// with a break period of 0 (az storage blob lease break): its holder learns
+// only at its next request that it lost it, and anyone can acquire it now.
+// It returns an error if the blob does not exist or has no lease.
+func (s *Server) Break(blob string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.containers[Container]
+	if !ok {
+		return fmt.Errorf("azleasetest: Break: no container %q", Container)
+	}
+	b, ok := c.blobs[blob]
+	if !ok {
+		return fmt.Errorf("azleasetest: Break: no blob %q", blob)
+	}
+	s.seq++
+	s.localNow, s.client = time.Now(), ""
+	now := s.clock.at(s.localNow)
+	req := &request{Request: Request{Op: OpBreakLease, Container: Container, Blob: blob,
+		Header: http.Header{"X-Ms-Lease-Break-Period": {"0"}}}}
+	if res := s.breakLease(b, b.lease.effective(now), req, now); res.status != http.StatusAccepted {
+		return fmt.Errorf("azleasetest: Break: blob %q has no lease", blob)
+	}
+	return nil
 }

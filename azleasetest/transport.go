@@ -31,7 +31,7 @@ func clientFrom(ctx context.Context) string {
 
 // ErrConnectionLost is what an in-process client sees when the server drops
 // the connection ([Drop], [ApplyThenDrop], a hang the client gave up on).
-var ErrConnectionLost = errors.New("emulator: connection lost before a response arrived")
+var ErrConnectionLost = errors.New("azleasetest: connection lost before a response arrived")
 
 // Transport returns an azcore transporter that serves requests in process,
 // with no sockets. client labels the requests for the fault hook. Requests
@@ -140,7 +140,7 @@ func (s *Server) Listen(addr string) (*Endpoint, error) {
 		return nil, err
 	}
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("emulator: %q is not a loopback address", addr)
+		return nil, fmt.Errorf("azleasetest: %q is not a loopback address", addr)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
