@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
@@ -50,12 +55,16 @@ func TestExampleLeaderFailover(t *testing.T) {
 		}
 
 		first := waitForLeader(t, replicas, "")
-		srv.Partition(first, azleasetest.Blackhole) // its machine crashes
+		time.Sleep(time.Minute)                     // it works for a while, renewing its lease
+		srv.Partition(first, azleasetest.Blackhole) // then its machine crashes
 		crashed := time.Now()
 		second := waitForLeader(t, replicas, first)
-		if took, limit := time.Since(crashed), opts.LeaseDuration+opts.PollInterval*12/10; took > limit {
+		took := time.Since(crashed)
+		// Within a lease duration and a poll interval (plus its 20 % jitter).
+		if limit := opts.LeaseDuration + opts.PollInterval*12/10; took > limit {
 			t.Errorf("%s took over %v after the crash, more than %v", second, took, limit)
 		}
+		t.Logf("%s led; it crashed; %s took over %v later", first, second, took)
 
 		srv.Heal(first) // so that its Elector can stop
 		for _, e := range replicas {
@@ -112,4 +121,89 @@ func TestExampleMigrationOnce(t *testing.T) {
 			t.Errorf("the migration ran %d times", n)
 		}
 	})
+}
+
+// An operator breaks a lock's lease: the next machine takes it at once, and
+// the server's history says who held it when.
+func ExampleServer_Break() {
+	srv := azleasetest.New(nil) // in a test: azleasetest.NewServer(t, nil)
+	defer srv.Close()
+	ctx := context.Background()
+
+	a, _ := azlease.NewMutex(srv.Client("machine-a"), "report", nil)
+	b, _ := azlease.NewMutex(srv.Client("machine-b"), "report", nil)
+	lockA, ok, _ := a.TryLock(ctx)
+	fmt.Println("machine-a locked:", ok)
+	_, ok, _ = b.TryLock(ctx)
+	fmt.Println("machine-b locked:", ok)
+
+	if err := srv.Break("report"); err != nil {
+		panic(err)
+	}
+	lockB, ok, _ := b.TryLock(ctx)
+	fmt.Println("after the break, machine-b locked:", ok)
+	_ = lockB.Unlock(ctx)
+	_ = lockA.Unlock(ctx) // the lock was lost: nothing to release
+
+	for _, g := range srv.History("report") {
+		fmt.Println("granted to", g.Holder)
+	}
+	// Output:
+	// machine-a locked: true
+	// machine-b locked: false
+	// after the break, machine-b locked: true
+	// granted to machine-a
+	// granted to machine-b
+}
+
+// CheckIntervals compares what clients believed with what the server
+// granted. Here machine-b went on working after its lease had expired.
+func ExampleCheckIntervals() {
+	t0 := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	grants := []azleasetest.Grant{
+		{LeaseID: "1f0e…", Holder: "machine-a", Start: t0, End: t0.Add(15 * time.Second)},
+		{LeaseID: "9c4d…", Holder: "machine-b", Start: t0.Add(15 * time.Second), End: t0.Add(30 * time.Second)},
+	}
+	believed := []azleasetest.Interval{
+		{Holder: "machine-a", Start: t0, End: t0.Add(14 * time.Second)},
+		{Holder: "machine-b", Start: t0.Add(16 * time.Second), End: t0.Add(31 * time.Second)},
+	}
+	fmt.Println(azleasetest.CheckIntervals(grants, believed))
+	// Output:
+	// 1 violation(s) of exclusive holding:
+	//   "machine-b" [00:00:16.000000000, 00:00:31.000000000] lies outside every lease the server granted to it
+	// the server's grants:
+	//   1f0e… to "machine-a" [00:00:00.000000000, 00:00:15.000000000)
+	//   9c4d… to "machine-b" [00:00:15.000000000, 00:00:30.000000000)
+}
+
+// A server on a loopback port, for other processes (or the `azlease
+// emulator` command, which does this). Its account is Azurite's well-known
+// development account; a client with another key is refused as Azure
+// refuses it.
+func ExampleServer_Listen() {
+	srv := azleasetest.New(nil)
+	defer srv.Close()
+	ep, err := srv.Listen("127.0.0.1:0") // port 0: any free port
+	if err != nil {
+		panic(err)
+	}
+	defer ep.Close()
+	// Hand ep.ConnectionString() to the processes under test, as
+	// AZURE_STORAGE_CONNECTION_STRING for instance.
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &http.Client{Transport: tr}}}
+	good, _ := azlease.ContainerClientFromConnectionString(ep.ConnectionString(), "locks", opts)
+	wrongKey := strings.Replace(ep.ConnectionString(), "AccountKey=Eby8", "AccountKey=Xby8", 1)
+	bad, _ := azlease.ContainerClientFromConnectionString(wrongKey, "locks", opts)
+
+	_, err = good.Create(context.Background(), nil)
+	fmt.Println("right key:", err)
+	_, err = bad.GetProperties(context.Background(), nil)
+	fmt.Println("wrong key:", bloberror.HasCode(err, bloberror.AuthenticationFailed))
+	// Output:
+	// right key: <nil>
+	// wrong key: true
 }
