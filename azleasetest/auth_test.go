@@ -18,6 +18,10 @@ import (
 	"github.com/azlease/azlease/azleasetest"
 )
 
+// localServiceURL is where in-process clients send their requests; nothing
+// listens there.
+const localServiceURL = "http://127.0.0.1:10000/" + azleasetest.Account
+
 // wrongKey is a well-formed key that is not the emulator's.
 var wrongKey = base64.StdEncoding.EncodeToString([]byte(strings.Repeat("not the key! ", 5)))
 
@@ -82,17 +86,17 @@ func TestSharedKeyInProcess(t *testing.T) {
 	defer s.Close()
 	ctx := raw(context.Background())
 
-	good := sharedKeyClient(t, azleasetest.LocalServiceURL, azleasetest.Account, azleasetest.AccountKey, s.Transport(""))
+	good := sharedKeyClient(t, localServiceURL, azleasetest.Account, azleasetest.AccountKey, s.Transport(""))
 	require.NoError(t, exercise(ctx, good), "the right key is accepted")
 
-	bad := sharedKeyClient(t, azleasetest.LocalServiceURL, azleasetest.Account, wrongKey, s.Transport(""))
+	bad := sharedKeyClient(t, localServiceURL, azleasetest.Account, wrongKey, s.Transport(""))
 	err := exercise(ctx, bad)
 	requireAuthFailed(t, err)
 
-	other := sharedKeyClient(t, azleasetest.LocalServiceURL, "someoneelse", azleasetest.AccountKey, s.Transport(""))
+	other := sharedKeyClient(t, localServiceURL, "someoneelse", azleasetest.AccountKey, s.Transport(""))
 	requireAuthFailed(t, exercise(ctx, other))
 
-	anon, err := container.NewClientWithNoCredential(azleasetest.LocalServiceURL+"/auth",
+	anon, err := container.NewClientWithNoCredential(localServiceURL+"/auth",
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: s.Transport("")}})
 	require.NoError(t, err)
 	_, err = anon.GetProperties(ctx, nil)
@@ -102,7 +106,7 @@ func TestSharedKeyInProcess(t *testing.T) {
 	assert.Equal(t, "NoAuthenticationInformation", re.ErrorCode)
 
 	// A SAS is accepted without verification.
-	sas, err := container.NewClientWithNoCredential(azleasetest.LocalServiceURL+"/auth?sv=2024-08-04&sp=rwc&sig=c2lnbmF0dXJl",
+	sas, err := container.NewClientWithNoCredential(localServiceURL+"/auth?sv=2024-08-04&sp=rwc&sig=c2lnbmF0dXJl",
 		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: s.Transport("")}})
 	require.NoError(t, err)
 	_, err = sas.GetProperties(ctx, nil)
@@ -110,7 +114,7 @@ func TestSharedKeyInProcess(t *testing.T) {
 
 	// Header names where the service's order is not byte order: the
 	// signature covers them in the SDK's order, which the server must share.
-	odd := sharedKeyClientWith(t, azleasetest.LocalServiceURL, azleasetest.AccountKey, s.Transport(""), addHeaders{
+	odd := sharedKeyClientWith(t, localServiceURL, azleasetest.AccountKey, s.Transport(""), addHeaders{
 		"x-ms-a-b": "1", "x-ms-ab": "2", "x-ms-a_b": "3", "X-Ms-Upper": "4", "x-ms-a'b": "5",
 	})
 	require.NoError(t, exercise(ctx, odd))
@@ -118,7 +122,7 @@ func TestSharedKeyInProcess(t *testing.T) {
 	// AllowAnyKey turns the check off.
 	lax := azleasetest.New(&azleasetest.Options{AllowAnyKey: true})
 	defer lax.Close()
-	require.NoError(t, exercise(ctx, sharedKeyClient(t, azleasetest.LocalServiceURL, azleasetest.Account, wrongKey, lax.Transport(""))))
+	require.NoError(t, exercise(ctx, sharedKeyClient(t, localServiceURL, azleasetest.Account, wrongKey, lax.Transport(""))))
 }
 
 func TestSharedKeyOverHTTP(t *testing.T) {

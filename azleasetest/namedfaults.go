@@ -34,6 +34,7 @@ const (
 	Refuse
 )
 
+// String returns the mode's name.
 func (m PartitionMode) String() string {
 	switch m {
 	case Blackhole:
@@ -153,7 +154,7 @@ func (s *Server) Outage() {
 	s.rules.outage = true
 }
 
-// Restore ends an [Server.Outage].
+// Restore ends the [Server.Outage].
 func (s *Server) Restore() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -193,12 +194,13 @@ func (s *Server) LoseResponses(name string, share float64) {
 
 // ApplyLate makes a share (from 0 to 1) of client name's requests arrive
 // late: the client gets no answer, and the server applies the request only
-// after the client has given up on it (its deadline passed or it was
-// cancelled), after longer. A request that sat in a queue on the way, and
-// reached the service after its sender had moved on: a release or renewal
-// from a term that already ended, for instance. Requests still waiting when
-// the server closes are dropped. A share of 0 turns it off; it panics on a
-// share outside [0, 1] or a negative after.
+// once the client has given up on it (its deadline passed or it was
+// cancelled) and a further delay of after has passed. It is a request that
+// sat in a queue on the way and reached the service after its sender had
+// moved on: a release or renewal from a term that already ended, for
+// instance. Requests still waiting when the server closes are dropped. A
+// share of 0 turns it off; it panics on a share outside [0, 1] or a
+// negative after.
 func (s *Server) ApplyLate(name string, share float64, after time.Duration) {
 	checkShare("ApplyLate", share)
 	if after < 0 {

@@ -17,10 +17,11 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 )
 
-// LocalServiceURL is the service URL in-process clients use. Nothing listens
-// there: [Server.Transport] never dials. It is a loopback address so that a
-// client that escapes the in-process transport cannot reach anything else.
-const LocalServiceURL = "http://127.0.0.1:10000/" + Account
+// localHost is where in-process clients send their requests. Nothing
+// listens there: [Server.Transport] never dials. It is a loopback address so
+// that a client that escapes the in-process transport cannot reach anything
+// else.
+const localHost = "http://127.0.0.1:10000/"
 
 type clientKey struct{}
 
@@ -30,13 +31,17 @@ func clientFrom(ctx context.Context) string {
 }
 
 // ErrConnectionLost is what an in-process client sees when the server drops
-// the connection ([Drop], [ApplyThenDrop], a hang the client gave up on).
+// the connection: a [Refuse] partition, [Server.LoseResponses], the [Drop]
+// and [ApplyThenDrop] faults. (A client that gives up on a hanging request
+// sees its own context's error.)
 var ErrConnectionLost = errors.New("azleasetest: connection lost before a response arrived")
 
 // Transport returns an azcore transporter that serves requests in process,
-// with no sockets. client labels the requests for the fault hook. Requests
-// and responses are converted as the wire would convert them: header names
-// are canonicalised, bodies are copied.
+// with no sockets, attributed to client as [Server.Client]'s are: for
+// building other azblob clients (service, blob, lease) with
+// azcore.ClientOptions.Transport. Requests and responses are converted as
+// the wire would convert them: header names are canonicalised, bodies are
+// copied. Any host name in a request's URL reaches this server.
 func (s *Server) Transport(client string) policy.Transporter {
 	return &transport{s: s, client: client}
 }
@@ -107,33 +112,36 @@ func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (ab
 	return false
 }
 
-// ContainerClient returns an azblob container client for the named container
-// that talks to s in process. client labels its requests for the fault hook.
-// The client's own retry policy is left at azblob's defaults: azlease sets
-// retries per call.
+// ContainerClient returns an azblob client for the named container, which
+// need not exist, that talks to s in process; its requests are attributed
+// to client as [Server.Client]'s are. The client signs its requests with
+// [AccountKey] and keeps azblob's default retry policy (azlease sets retries
+// per call).
 func (s *Server) ContainerClient(name, client string) (*container.Client, error) {
 	cred, err := container.NewSharedKeyCredential(s.account, AccountKey)
 	if err != nil {
 		return nil, err
 	}
-	u := "http://127.0.0.1:10000/" + s.account + "/" + name
+	u := localHost + s.account + "/" + name
 	return container.NewClientWithSharedKeyCredential(u, cred, &container.ClientOptions{
 		ClientOptions: azcore.ClientOptions{Transport: s.Transport(client)},
 	})
 }
 
-// Endpoint is a server listening on a loopback address.
+// Endpoint is a [Server] listening on a loopback address ([Server.Listen]).
 type Endpoint struct {
 	// URL is the Blob service URL, including the account: use it as the
 	// BlobEndpoint of a connection string.
-	URL string
-	srv *http.Server
-	ln  net.Listener
-	err chan error
+	URL     string
+	account string
+	srv     *http.Server
+	ln      net.Listener
+	err     chan error
 }
 
 // Listen serves s over HTTP on addr, which must be a loopback address
-// ("127.0.0.1:0" picks a free port). Close the endpoint to stop.
+// ("127.0.0.1:0" picks a free port), in a goroutine the endpoint's Close
+// waits for. Close the endpoint to stop serving.
 func (s *Server) Listen(addr string) (*Endpoint, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -147,19 +155,21 @@ func (s *Server) Listen(addr string) (*Endpoint, error) {
 		return nil, err
 	}
 	e := &Endpoint{
-		URL: "http://" + ln.Addr().String() + "/" + s.account,
-		srv: &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second},
-		ln:  ln,
-		err: make(chan error, 1),
+		URL:     "http://" + ln.Addr().String() + "/" + s.account,
+		account: s.account,
+		srv:     &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second},
+		ln:      ln,
+		err:     make(chan error, 1),
 	}
 	go func() { e.err <- e.srv.Serve(ln) }()
 	return e, nil
 }
 
-// ConnectionString returns a connection string for the endpoint with the
-// emulator's account and key.
+// ConnectionString returns an Azure Storage connection string for the
+// endpoint, with the account and key the server checks: what processes
+// under test take as AZURE_STORAGE_CONNECTION_STRING, for instance.
 func (e *Endpoint) ConnectionString() string {
-	return "DefaultEndpointsProtocol=http;AccountName=" + Account + ";AccountKey=" + AccountKey +
+	return "DefaultEndpointsProtocol=http;AccountName=" + e.account + ";AccountKey=" + AccountKey +
 		";BlobEndpoint=" + e.URL + ";"
 }
 

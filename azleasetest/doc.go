@@ -1,0 +1,99 @@
+// Package azleasetest runs an Azure Blob Storage lease service in your tests,
+// so that a service that uses azlease (or Blob leases directly) can be tested
+// in milliseconds, with the storage misbehaving on purpose, and checked
+// against what the storage actually granted.
+//
+// It emulates the part of the Blob service that leases need: containers,
+// block blobs with metadata and conditional writes, and the Lease Blob
+// operation with the states Azure documents (available, leased, expired,
+// breaking, broken). It follows Azure's documentation where Azurite differs;
+// azlease's conformance tests run one table of cases against both.
+//
+// # In a test
+//
+// [NewServer] starts a server for one test; [Server.Client] returns an
+// ordinary azblob *container.Client for it, whose requests are handled in
+// process (no sockets). Give each simulated machine its own name: faults
+// can then target it, and the server remembers which machine each lease was
+// granted to.
+//
+// Run the test inside testing/synctest. The server's clock is then the
+// bubble's fake clock: a 15 s lease expires as soon as every goroutine is
+// waiting, so a test of a crash and a takeover, which takes tens of seconds
+// against Azurite, takes milliseconds, and its timings are exact:
+//
+//	func TestOneWorkerAtATime(t *testing.T) {
+//		synctest.Test(t, func(t *testing.T) {
+//			srv := azleasetest.NewServer(t, nil)
+//			var rec azleasetest.Recorder // who believed it led, when
+//			t.Cleanup(func() { srv.CheckExclusive(t, "worker", rec.Intervals()) })
+//			for _, name := range []string{"a", "b", "c"} {
+//				e, _ := azlease.NewElector(srv.Client(name), "worker", &azlease.ElectorOptions{Identity: name})
+//				e.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+//					defer rec.Begin(name)() // the work runs from here…
+//					return work(ctx)        // …until the term ends
+//				})
+//				t.Cleanup(func() { e.Stop(context.Background()) })
+//			}
+//			time.Sleep(time.Minute) // fake time: no real waiting
+//			st, _ := azlease.Inspect(context.Background(), srv.Client("test"), "worker")
+//			srv.Partition(st.Holder, azleasetest.Blackhole) // the leader's machine crashes
+//			time.Sleep(21 * time.Second)                    // lease + poll interval + jitter
+//			// … assert that another replica leads now
+//		})
+//	}
+//
+// Cleanups run last-registered first, so the check runs after every
+// replica stopped and its last interval ended.
+//
+// TestExampleLeaderFailover and TestExampleMigrationOnce in this package's
+// example_test.go are complete tests of this kind.
+//
+// # Faults
+//
+// The server misbehaves on request, as Azure and the network in front of it
+// do:
+//
+//   - [Server.Partition] cuts one machine off (or every machine): its
+//     requests hang until it gives up ([Blackhole]) or fail at once with a
+//     connection error ([Refuse]); [Server.Heal] ends it.
+//   - [Server.FailRequests] answers a share of requests 500 or 503 without
+//     applying them.
+//   - [Server.LoseResponses] applies a share of a machine's requests and
+//     loses the answer, so it cannot know whether they took effect.
+//   - [Server.ApplyLate] holds a share of a machine's requests until it gave
+//     up on them, and applies them later: an old renewal or release that
+//     arrives after its sender moved on.
+//   - [Server.Slow] delays every request of a machine.
+//   - [Server.Outage] answers 503 to everything until [Server.Restore].
+//   - [Server.SetClockRate] runs the server's clock faster or slower than the
+//     machines' clocks, so leases expire early or late by their reckoning.
+//   - [Server.Break] breaks a lease at once, as an operator does.
+//
+// [Server.ClearFaults] ends them all. For anything else, [Server.SetFaults]
+// installs a [FaultFunc] that chooses a [Fault] for each request.
+//
+// # Checking exclusion
+//
+// [Server.History] is the server's truth: every interval during which it
+// held a lease on a blob, for which lease ID, granted to which machine.
+// Record the intervals during which your code believed it held a lease (or
+// did the work the lease guards) with a [Recorder], and [Server.CheckExclusive]
+// fails the test if one of them lies outside every lease granted to its
+// machine, or two machines' intervals overlap: "never two leaders", checked
+// for your own service. [CheckIntervals] does the same without a test.
+//
+// # Over HTTP
+//
+// A [Server] is an [http.Handler]. [Server.Listen] serves it on a loopback
+// port for tests that start other processes, and the `azlease emulator`
+// command serves one for anyone (port 10000 by default, as Azurite). Its
+// account is Azurite's well-known development account ([Account],
+// [AccountKey]), so a connection string written for Azurite works
+// ([Endpoint.ConnectionString] gives one). As Azure does, it refuses a
+// request for another account, or whose Shared Key signature does not
+// verify, with 403 AuthenticationFailed, so a wrong key in a configuration
+// fails in tests too; [Options.AllowAnyKey] turns the check off. SAS tokens
+// are accepted without verification. Over HTTP, requests carry no machine
+// name: faults for "" apply to them, and grants have no Holder.
+package azleasetest
