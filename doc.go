@@ -172,5 +172,10 @@
 // emulator of the Blob lease API inside testing/synctest, where a 15-second
 // lease expires in microseconds, and against Azurite on the real wire. The
 // emulator is the public package azleasetest, so services using azlease can
-// be tested the same way.
+// be tested the same way: azleasetest.NewServer starts one for a test, its
+// Client method returns a container client per simulated machine, named
+// faults partition a machine, lose or delay its requests or fail a share of
+// them, and CheckExclusive fails the test if what the machines believed
+// (recorded with an azleasetest.Recorder) ever overlapped or lay outside a
+// lease the server granted.
 package azlease

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
 )
 
@@ -303,4 +304,41 @@ func (f *fakeTB) Helper() {}
 func (f *fakeTB) Errorf(format string, args ...any) {
 	f.failed = true
 	f.msg = fmt.Sprintf(format, args...)
+}
+
+// TestCheckExclusiveCatchesLateWork: a leader task that goes on working for
+// a few seconds after its term ended (it did not check its context) is caught,
+// both as work outside the lease and as overlapping the next leader's.
+func TestCheckExclusiveCatchesLateWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		var rec azleasetest.Recorder
+		var electors []*azlease.Elector
+		for _, name := range []string{"a", "b"} {
+			e, err := azlease.NewElector(srv.Client(name), "worker", &azlease.ElectorOptions{Identity: name, PollInterval: time.Second})
+			require.NoError(t, err)
+			require.NoError(t, e.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+				defer rec.Begin(name)()
+				<-ctx.Done()
+				time.Sleep(5 * time.Second) // the bug: a last unit of work after the term ended
+				return nil
+			}))
+			electors = append(electors, e)
+		}
+		time.Sleep(30 * time.Second)
+		st, err := azlease.Inspect(context.Background(), srv.Client("test"), "worker")
+		require.NoError(t, err)
+		srv.Partition(st.Holder, azleasetest.Blackhole)
+		time.Sleep(30 * time.Second)
+		srv.Heal(st.Holder)
+		for _, e := range electors {
+			require.NoError(t, e.Stop(context.Background()))
+		}
+
+		var ft fakeTB
+		srv.CheckExclusive(&ft, "worker", rec.Intervals())
+		require.True(t, ft.failed)
+		assert.Contains(t, ft.msg, "lies outside every lease")
+		assert.Contains(t, ft.msg, "overlap")
+	})
 }
