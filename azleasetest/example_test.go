@@ -29,6 +29,7 @@ import (
 // more from it); another replica takes over within the lease duration plus
 // a poll interval, and the work never ran on two replicas at once.
 func TestExampleLeaderFailover(t *testing.T) {
+	defer logRealTime(t, time.Now())
 	synctest.Test(t, func(t *testing.T) {
 		srv := azleasetest.NewServer(t, nil)
 		var rec azleasetest.Recorder
@@ -70,6 +71,13 @@ func TestExampleLeaderFailover(t *testing.T) {
 	})
 }
 
+// logRealTime logs how much real time a test took: milliseconds, although it
+// covers minutes of fake time.
+func logRealTime(t *testing.T, start time.Time) {
+	t.Helper()
+	t.Logf("real time: %v", time.Since(start).Round(time.Millisecond))
+}
+
 // waitForLeader waits, in fake time, until one replica other than old leads.
 func waitForLeader(t *testing.T, replicas map[string]*azlease.Elector, old string) string {
 	t.Helper()
@@ -90,31 +98,39 @@ func waitForLeader(t *testing.T, replicas map[string]*azlease.Elector, old strin
 // of requests with 503 and loses the answer to another 20 % after applying
 // them. The migration runs exactly once, and every replica learns it is done.
 func TestExampleMigrationOnce(t *testing.T) {
+	defer logRealTime(t, time.Now())
 	synctest.Test(t, func(t *testing.T) {
 		srv := azleasetest.NewServer(t, nil)
 		srv.FailRequests(0.2, http.StatusServiceUnavailable)
 		srv.LoseResponses("", 0.2) // "": every replica
 
-		var runs atomic.Int32
+		var runs, ran, done atomic.Int32
 		var wg sync.WaitGroup
 		for i := range 5 {
 			name := fmt.Sprintf("replica-%d", i+1)
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
-				_, err := azlease.DoOnce(ctx, srv.Client(name), "migrate-v2", nil, func(ctx context.Context, tok azlease.Token) error {
+				res, err := azlease.DoOnce(ctx, srv.Client(name), "migrate-v2", nil, func(ctx context.Context, tok azlease.Token) error {
 					runs.Add(1)
 					time.Sleep(2 * time.Second) // the migration
 					return nil
 				})
 				if err != nil {
 					t.Errorf("%s: %v", name, err)
+					return
+				}
+				if res.Ran {
+					ran.Add(1)
+				}
+				if res.Status.State == azlease.OnceDone {
+					done.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		if n := runs.Load(); n != 1 {
-			t.Errorf("the migration ran %d times", n)
+		if runs.Load() != 1 || ran.Load() != 1 || done.Load() != 5 {
+			t.Errorf("the migration ran %d times; %d replicas say they ran it, %d that it is done", runs.Load(), ran.Load(), done.Load())
 		}
 	})
 }
