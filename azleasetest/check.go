@@ -1,7 +1,6 @@
 package azleasetest
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -81,21 +80,21 @@ func (s *Server) CheckExclusive(tb testing.TB, blob string, intervals []Interval
 	}
 }
 
-// maxReported bounds how many violations one error lists.
+// maxReported bounds how many violations an error message lists.
 const maxReported = 10
 
 // CheckIntervals checks believed intervals against a blob's lease grants as
-// [Server.CheckExclusive] does, and returns an error describing the
-// violations, or nil. Use it with [Server.Grants] for blobs in other
+// [Server.CheckExclusive] does. It returns nil, or an [*ExclusionError]
+// listing the violations. Use it with [Server.Grants] for blobs in other
 // containers, or to count violations rather than fail.
 func CheckIntervals(grants []Grant, intervals []Interval) error {
-	var problems []string
+	var vs []Violation
 	for _, iv := range intervals {
 		switch {
 		case iv.End.Before(iv.Start):
-			problems = append(problems, fmt.Sprintf("%s ends before it starts", describe(iv)))
+			vs = append(vs, Violation{Kind: EndsBeforeStart, Interval: iv})
 		case !insideGrant(iv, grants):
-			problems = append(problems, fmt.Sprintf("%s lies outside every lease the server granted to it", describe(iv)))
+			vs = append(vs, Violation{Kind: OutsideGrant, Interval: iv})
 		}
 	}
 	sorted := slices.Clone(intervals)
@@ -103,40 +102,116 @@ func CheckIntervals(grants []Grant, intervals []Interval) error {
 	for i, a := range sorted {
 		for _, b := range sorted[i+1:] {
 			if b.Start.Before(a.End) && a.Holder != b.Holder {
-				problems = append(problems, fmt.Sprintf("%s and %s overlap", describe(a), describe(b)))
+				vs = append(vs, Violation{Kind: Overlap, Interval: b, Other: a})
 			}
 			if a.Epoch == 0 || b.Epoch == 0 || b.Start.Before(a.End) {
 				continue
 			}
 			if b.Epoch < a.Epoch || (b.Epoch == a.Epoch && a.Holder != b.Holder) {
-				problems = append(problems, fmt.Sprintf("%s comes after %s but its epoch does not grow", describe(b), describe(a)))
+				vs = append(vs, Violation{Kind: EpochBackwards, Interval: b, Other: a})
 			}
 		}
 	}
-	if len(problems) == 0 {
+	if len(vs) == 0 {
 		return nil
 	}
+	return &ExclusionError{Violations: vs, Grants: slices.Clone(grants)}
+}
+
+// ViolationKind says how an interval broke exclusion.
+type ViolationKind int
+
+const (
+	// OutsideGrant: the interval does not lie inside any one grant to its
+	// holder (or of its lease ID): the holder believed it held a lease the
+	// server did not give it, or no longer gave it.
+	OutsideGrant ViolationKind = iota + 1
+	// Overlap: the interval overlaps Other, another holder's.
+	Overlap
+	// EpochBackwards: the interval starts after Other ended, but its epoch
+	// is smaller, or equal for another holder.
+	EpochBackwards
+	// EndsBeforeStart: the interval's End is before its Start (a recording
+	// mistake).
+	EndsBeforeStart
+)
+
+// String describes the kind in words.
+func (k ViolationKind) String() string {
+	switch k {
+	case OutsideGrant:
+		return "lies outside every lease the server granted to it"
+	case Overlap:
+		return "overlaps"
+	case EpochBackwards:
+		return "comes after another but its epoch does not grow"
+	case EndsBeforeStart:
+		return "ends before it starts"
+	}
+	return fmt.Sprintf("ViolationKind(%d)", int(k))
+}
+
+// Violation is one way in which believed intervals were not exclusive.
+type Violation struct {
+	Kind ViolationKind
+	// Interval is the offending interval.
+	Interval Interval
+	// Other is, for Overlap and EpochBackwards, the earlier interval it
+	// conflicts with.
+	Other Interval
+}
+
+func (v Violation) String() string {
+	switch v.Kind {
+	case Overlap:
+		return fmt.Sprintf("%s and %s overlap", describe(v.Other), describe(v.Interval))
+	case EpochBackwards:
+		return fmt.Sprintf("%s comes after %s but its epoch does not grow", describe(v.Interval), describe(v.Other))
+	}
+	return describe(v.Interval) + " " + v.Kind.String()
+}
+
+// ExclusionError is the error [CheckIntervals] returns: every violation it
+// found, and the grants it checked against.
+type ExclusionError struct {
+	Violations []Violation
+	Grants     []Grant
+}
+
+// Count returns how many violations are of kind.
+func (e *ExclusionError) Count(kind ViolationKind) int {
+	n := 0
+	for _, v := range e.Violations {
+		if v.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// Error lists the first violations and the grants.
+func (e *ExclusionError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d violation(s) of exclusive holding:", len(problems))
-	for i, p := range problems {
+	fmt.Fprintf(&b, "%d violation(s) of exclusive holding:", len(e.Violations))
+	for i, v := range e.Violations {
 		if i == maxReported {
-			fmt.Fprintf(&b, "\n  … and %d more", len(problems)-maxReported)
+			fmt.Fprintf(&b, "\n  … and %d more", len(e.Violations)-maxReported)
 			break
 		}
-		b.WriteString("\n  " + p)
+		b.WriteString("\n  " + v.String())
 	}
 	b.WriteString("\nthe server's grants:")
-	if len(grants) == 0 {
+	if len(e.Grants) == 0 {
 		b.WriteString(" none")
 	}
-	for _, g := range grants {
+	for _, g := range e.Grants {
 		end := "∞"
 		if !g.End.IsZero() {
 			end = stamp15(g.End)
 		}
 		fmt.Fprintf(&b, "\n  %s to %q [%s, %s)", g.LeaseID, g.Holder, stamp15(g.Start), end)
 	}
-	return errors.New(b.String())
+	return b.String()
 }
 
 // insideGrant reports whether iv lies inside one grant to its holder (or of

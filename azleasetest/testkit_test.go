@@ -269,7 +269,10 @@ func TestCheckIntervals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := azleasetest.CheckIntervals(grants, c.iv)
-			require.Error(t, err)
+			var ee *azleasetest.ExclusionError
+			require.ErrorAs(t, err, &ee)
+			require.Len(t, ee.Violations, 1)
+			assert.Equal(t, 1, ee.Count(ee.Violations[0].Kind))
 			assert.Contains(t, err.Error(), c.want)
 			assert.Contains(t, err.Error(), `aaaa to "a" [00:00:00.000000000, 00:00:15.000000000)`, "lists the grants")
 		})
@@ -340,5 +343,11 @@ func TestCheckExclusiveCatchesLateWork(t *testing.T) {
 		require.True(t, ft.failed)
 		assert.Contains(t, ft.msg, "lies outside every lease")
 		assert.Contains(t, ft.msg, "overlap")
+
+		var ee *azleasetest.ExclusionError
+		require.ErrorAs(t, azleasetest.CheckIntervals(srv.History("worker"), rec.Intervals()), &ee)
+		assert.Equal(t, 1, ee.Count(azleasetest.OutsideGrant))
+		assert.Equal(t, 1, ee.Count(azleasetest.Overlap))
+		assert.Zero(t, ee.Count(azleasetest.EpochBackwards))
 	})
 }
