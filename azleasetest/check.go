@@ -153,6 +153,7 @@ func (k ViolationKind) String() string {
 
 // Violation is one way in which believed intervals were not exclusive.
 type Violation struct {
+	// Kind says what is wrong.
 	Kind ViolationKind
 	// Interval is the offending interval.
 	Interval Interval
@@ -161,6 +162,7 @@ type Violation struct {
 	Other Interval
 }
 
+// String describes the violation in a line: who, when, what.
 func (v Violation) String() string {
 	switch v.Kind {
 	case Overlap:
@@ -174,8 +176,12 @@ func (v Violation) String() string {
 // ExclusionError is the error [CheckIntervals] returns: every violation it
 // found, and the grants it checked against.
 type ExclusionError struct {
+	// Violations lists what is wrong: first the intervals outside every
+	// grant (or ending before they start), then the conflicts between
+	// intervals, earlier first.
 	Violations []Violation
-	Grants     []Grant
+	// Grants are the lease grants the intervals were checked against.
+	Grants []Grant
 }
 
 // Count returns how many violations are of kind.
