@@ -135,6 +135,46 @@ func TestExampleMigrationOnce(t *testing.T) {
 	})
 }
 
+// A test of a service whose replicas run leader-only work: the leader's
+// machine crashes, another replica takes over, and the work never ran on two
+// replicas at once. This example is compiled but not run, as it needs a
+// test's *testing.T; TestExampleLeaderFailover in this package runs the same
+// test and also measures the takeover.
+func ExampleNewServer() {
+	TestOneWorkerAtATime := func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { // fake time: minutes pass in milliseconds
+			srv := azleasetest.NewServer(t, nil)
+			var rec azleasetest.Recorder // who believed it led, and when
+			t.Cleanup(func() { srv.CheckExclusive(t, "worker", rec.Intervals()) })
+			for _, name := range []string{"a", "b", "c"} {
+				e, err := azlease.NewElector(srv.Client(name), "worker", &azlease.ElectorOptions{Identity: name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = e.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
+					defer rec.Begin(name)() // the leader-only work runs from here…
+					<-ctx.Done()            // …until the term ends
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = e.Stop(context.Background()) }) // runs before the check
+			}
+
+			time.Sleep(time.Minute)
+			st, _ := azlease.Inspect(context.Background(), srv.Client("test"), "worker")
+			srv.Partition(st.Holder, azleasetest.Blackhole) // the leader's machine crashes
+			time.Sleep(21 * time.Second)                    // lease + poll interval + jitter
+			now, _ := azlease.Inspect(context.Background(), srv.Client("test"), "worker")
+			if !now.Leased || now.Holder == st.Holder {
+				t.Errorf("no replica took over from %s", st.Holder)
+			}
+		})
+	}
+	_ = TestOneWorkerAtATime
+}
+
 // An operator breaks a lock's lease: the next machine takes it at once, and
 // the server's history says who held it when.
 func ExampleServer_Break() {
