@@ -46,8 +46,10 @@
 // Cleanups run last-registered first, so the check runs after every
 // replica stopped and its last interval ended.
 //
-// TestExampleLeaderFailover and TestExampleMigrationOnce in this package's
-// example_test.go are complete tests of this kind.
+// The example of [NewServer] is this test in full. TestExampleLeaderFailover
+// (which also measures the takeover) and TestExampleMigrationOnce (DoOnce
+// across five replicas while answers are lost and 503s fly) in this
+// package's example_test.go run as part of its tests, in milliseconds.
 //
 // # Faults
 //
