@@ -3,6 +3,7 @@ package azlease
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -324,4 +325,29 @@ func TestSchedulerLimiterPerClient(t *testing.T) {
 	}
 	assert.Less(t, count(), before, "the limiter of a dropped client is freed")
 	runtime.KeepAlive(b)
+}
+
+// TestDefaultTransportKeepsConnections: a client made without a transport
+// gets one that keeps more idle connections than renewals run at once; a
+// transport of the caller's is kept, and the caller's options are not
+// changed.
+func TestDefaultTransportKeepsConnections(t *testing.T) {
+	require.Greater(t, maxIdleConnsPerHost, renewConcurrency)
+	for _, opts := range []*container.ClientOptions{nil, {}} {
+		o := withTransport(opts)
+		hc, ok := o.Transport.(*http.Client)
+		require.True(t, ok)
+		tr, ok := hc.Transport.(*http.Transport)
+		require.True(t, ok)
+		assert.Equal(t, maxIdleConnsPerHost, tr.MaxIdleConnsPerHost)
+		assert.GreaterOrEqual(t, tr.MaxIdleConns, maxIdleConnsPerHost)
+		assert.Same(t, hc, withTransport(nil).Transport, "one transport, shared")
+		if opts != nil {
+			assert.Nil(t, opts.Transport, "the caller's options are not changed")
+		}
+	}
+	mine := &http.Client{}
+	opts := &container.ClientOptions{}
+	opts.Transport = mine
+	assert.Same(t, mine, withTransport(opts).Transport)
 }

@@ -50,8 +50,9 @@ func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil t
 	t := &Term{token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
 	t.ctx = &termContext{Context: inner, t: t}
 	t.deadline.Store(int64(validUntil.Sub(now)))
-	// Every way a term ends goes through t.cancel (the watchdog, the
-	// renewer, its owner, and a holder's check noticing the deadline), so
+	// Every way a term ends goes through t.cancel (the keeper's deadline
+	// timer and renewals, its owner, and a holder's check noticing the
+	// deadline), so
 	// the end is counted here, once, with the cause the holder reads.
 	var tm *telemetry // nil records nothing
 	if l != nil {
@@ -68,11 +69,12 @@ func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil t
 	return t
 }
 
-// termContext is the context a Term hands its holder. The term's watchdog
-// cancels it at the validity deadline; in addition, Err and Value (through
-// which [context.Cause] reads the cause) check the deadline themselves and
-// cancel it when it has passed, so a goroutine that runs before the watchdog
-// (after a pause of the whole process) still sees the term as ended. Done is
+// termContext is the context a Term hands its holder. The keeper's deadline
+// timer cancels it at the validity deadline; in addition, Err and Value
+// (through which [context.Cause] reads the cause) check the deadline
+// themselves and cancel it when it has passed, so a goroutine that runs
+// before the timer's function (after a pause of the whole process) still
+// sees the term as ended. Done is
 // the cancel context's channel: it is closed whenever Err is not nil.
 //
 // Contexts derived from it (WithTimeout, WithValue, …) are cancelled with it
@@ -168,7 +170,7 @@ func (t *Term) ValidUntil() time.Time {
 
 // Valid reports whether the term is certainly still held: it has not ended
 // and its validity deadline has not passed. It checks the clock itself, so it
-// turns false at the deadline whatever the renewing goroutine is doing.
+// turns false at the deadline whatever its renewal is doing.
 func (t *Term) Valid() bool {
 	return t != nil && t.ctx != nil && t.ctx.Err() == nil
 }
