@@ -301,6 +301,7 @@ type keeper struct {
 	renewed  bool        // a renewal succeeded: later ones use the shorter jitter
 	due      time.Time   // when the next renewal is due
 	limit    time.Time   // the validity deadline when it was scheduled
+	queuedAt time.Time   // when the renewal entered the limiter's queue
 	renewal  *time.Timer // fires at due (phase waiting), or after renewOverflowAfter (phase queued)
 	deadline *time.Timer // ends the term at its validity deadline
 
@@ -441,16 +442,20 @@ func (k *keeper) renewalFired() {
 	if k.stopped {
 		return
 	}
-	switch k.phase {
-	case phaseWaiting:
+	// A firing that lost the race for k.mu to a Reset (the renewal it was
+	// for ran meanwhile, and the timer is armed for the next one) finds
+	// the time not yet come, and leaves it to the armed timer.
+	now := time.Now()
+	switch {
+	case k.phase == phaseWaiting && timing.Sleep(now, k.due, k.limit) == 0:
 		k.pending.Add(1) // the renewal, until its worker is done with it
 		if k.lim.submit(k) {
 			k.phase = phaseRunning
 			return
 		}
-		k.phase = phaseQueued
+		k.phase, k.queuedAt = phaseQueued, now
 		k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
-	case phaseQueued:
+	case k.phase == phaseQueued && now.Sub(k.queuedAt) >= renewOverflowAfter:
 		if k.lim.overflow(k) {
 			k.phase = phaseRunning
 		}
