@@ -318,7 +318,7 @@ func TestSchedulerLimiterPerClient(t *testing.T) {
 		return len(renewLimiters.m)
 	}
 	before := count()
-	a = nil //nolint:ineffassign,wastedassign // dropped, for the garbage collector
+	a = nil // dropped, for the garbage collector
 	for i := 0; i < 100 && count() >= before; i++ {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
