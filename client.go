@@ -2,8 +2,10 @@ package azlease
 
 import (
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
@@ -25,7 +27,9 @@ const DevelopmentConnectionString = "DefaultEndpointsProtocol=http;AccountName=d
 // shows it. "UseDevelopmentStorage=true" (which azblob does not parse) means
 // [DevelopmentConnectionString]. opts passes through to azblob, including its
 // azcore.ClientOptions; nil means azblob's defaults (azlease sets retries per
-// call).
+// call), except that with no Transport the client gets azlease's, which keeps
+// enough idle connections for many held leases (see "Holding many leases" in
+// the package documentation).
 func ContainerClientFromConnectionString(connectionString, containerName string, opts *container.ClientOptions) (*container.Client, error) {
 	if r := containerNameProblem(containerName); r != "" {
 		return nil, optionErr("containerName", "%q: %s", containerName, r)
@@ -43,7 +47,7 @@ func ContainerClientFromConnectionString(connectionString, containerName string,
 			return nil, err
 		}
 	}
-	cc, err := container.NewClientFromConnectionString(cs, containerName, opts)
+	cc, err := container.NewClientFromConnectionString(cs, containerName, withTransport(opts))
 	if err != nil {
 		// azblob's parse errors do not quote the string, which holds a key.
 		return nil, optionErr("connectionString", "%v", err)
@@ -136,7 +140,8 @@ func isDevelopmentStorage(cs string) bool {
 // Entra ID credential. A nil cred means azidentity's DefaultAzureCredential
 // (environment, workload identity, managed identity, Azure CLI, …). The
 // identity needs a role that can read and write blobs and their leases, such
-// as Storage Blob Data Contributor.
+// as Storage Blob Data Contributor. opts passes through to azblob as in
+// [ContainerClientFromConnectionString].
 func ContainerClientWithCredential(serviceURL, containerName string, cred azcore.TokenCredential, opts *container.ClientOptions) (*container.Client, error) {
 	if r := containerNameProblem(containerName); r != "" {
 		return nil, optionErr("containerName", "%q: %s", containerName, r)
@@ -158,12 +163,8 @@ func ContainerClientWithCredential(serviceURL, containerName string, cred azcore
 			return nil, err
 		}
 	}
-	var sopts *service.ClientOptions
-	if opts != nil {
-		o := service.ClientOptions(*opts)
-		sopts = &o
-	}
-	sc, err := service.NewClient(serviceURL, cred, sopts)
+	sopts := service.ClientOptions(*withTransport(opts))
+	sc, err := service.NewClient(serviceURL, cred, &sopts)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,8 @@ func ContainerClientWithCredential(serviceURL, containerName string, cred azcore
 // SAS URL points at ("https://account.blob.core.windows.net/name?sv=…&sig=…").
 // The SAS needs read, write and create permissions on blobs (r, w, c), and
 // create on the container only if it may be missing. The token never appears
-// in azlease's errors or logs.
+// in azlease's errors or logs. opts passes through to azblob as in
+// [ContainerClientFromConnectionString].
 func ContainerClientFromSASURL(sasURL string, opts *container.ClientOptions) (*container.Client, error) {
 	u, err := url.Parse(sasURL)
 	if err != nil || u.Host == "" {
@@ -183,7 +185,7 @@ func ContainerClientFromSASURL(sasURL string, opts *container.ClientOptions) (*c
 	if u.Query().Get("sig") == "" {
 		return nil, optionErr("sasURL", "%q: has no SAS token (sig parameter)", redactURL(sasURL))
 	}
-	cc, err := container.NewClientWithNoCredential(sasURL, opts)
+	cc, err := container.NewClientWithNoCredential(sasURL, withTransport(opts))
 	if err != nil {
 		return nil, optionErr("sasURL", "%q: %v", redactURL(sasURL), err)
 	}
@@ -191,4 +193,45 @@ func ContainerClientFromSASURL(sasURL string, opts *container.ClientOptions) (*c
 		return nil, err
 	}
 	return cc, nil
+}
+
+// maxIdleConnsPerHost is how many idle connections to the storage account
+// the transport azlease installs keeps open for reuse: more than the
+// renewals of one container client that run at once (renewConcurrency), so
+// that the renewals of many held leases reuse connections instead of opening
+// (and, over TLS, negotiating) one per burst. azcore's default transport
+// keeps 10. doc.go ("Holding many leases") tells users with a transport of
+// their own to set at least this.
+const maxIdleConnsPerHost = 64
+
+// defaultHTTPClient is the transport the constructors install when the
+// caller gives none: a clone of http.DefaultTransport (proxy from the
+// environment, dial and TLS handshake timeouts, HTTP/2 when offered) that
+// keeps maxIdleConnsPerHost idle connections per host, shared by every
+// client made without a transport, as azcore shares its own.
+var defaultHTTPClient = sync.OnceValue(func() *http.Client {
+	tr, ok := http.DefaultTransport.(*http.Transport)
+	if !ok { // replaced by the program: leave azcore's default alone
+		return nil
+	}
+	tr = tr.Clone()
+	tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	tr.MaxIdleConns = max(tr.MaxIdleConns, 2*maxIdleConnsPerHost)
+	return &http.Client{Transport: tr}
+})
+
+// withTransport returns opts, or a copy of it with defaultHTTPClient as the
+// transport when opts sets none. It never changes the caller's options.
+func withTransport(opts *container.ClientOptions) *container.ClientOptions {
+	var o container.ClientOptions
+	if opts != nil {
+		if opts.Transport != nil {
+			return opts
+		}
+		o = *opts
+	}
+	if hc := defaultHTTPClient(); hc != nil {
+		o.Transport = hc
+	}
+	return &o
 }

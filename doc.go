@@ -27,7 +27,7 @@
 // context that is cancelled with a cause ([ErrLeaseLost], [ErrLeaseBroken],
 // [ErrDeadlinePassed], [ErrStopped]; read it with [context.Cause]). The
 // cancellation fires at the local validity deadline on its own, even when
-// the renewal request hangs or the renewing goroutine is starved. More than
+// the renewal request hangs or the renewals are starved. More than
 // that, the term's context, [Term.Valid], [Term.Err] and
 // [Elector.IsLeader] check the clock whenever they are asked: they report
 // the term as ended as soon as its deadline has passed, even if no azlease
@@ -99,6 +99,33 @@
 // Each lease operation is one Azure "other" transaction. A leader renews
 // every RenewInterval and a follower polls every PollInterval, so with the
 // defaults (5 s) each instance makes about 520,000 requests a month.
+// Renewals come up to 10 % early (the first after an acquisition up to
+// half an interval early), so that leases taken together do not renew
+// together.
+//
+// # Holding many leases
+//
+// A process may hold thousands of leases at once (a Mutex per partition,
+// tenant or job shard). A held lease costs two timers, not a goroutine:
+// when a renewal is due, it runs on a goroutine shared by the renewals of
+// the same container client, and no more than 32 of them run at once; one
+// that has waited a second for its turn starts anyway, so renewals that hang
+// never hold the others back, and every term ends at its deadline whatever
+// its renewal is doing. Use one container client for all of them.
+//
+// The clients made by [ContainerClientFromConnectionString],
+// [ContainerClientWithCredential] and [ContainerClientFromSASURL] without a
+// Transport in their options get one that keeps 64 idle connections per
+// host, so renewals reuse connections (azcore's default keeps 10, and a
+// burst of renewals beyond that opens and closes a connection each, a TLS
+// handshake each on Azure). If you pass your own Transport (an
+// *http.Client), or make the container client yourself, give its
+// *http.Transport a MaxIdleConnsPerHost of at least 64, and MaxIdleConns at
+// least as large:
+//
+//	tr := http.DefaultTransport.(*http.Transport).Clone()
+//	tr.MaxIdleConnsPerHost, tr.MaxIdleConns = 64, 128
+//	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &http.Client{Transport: tr}}}
 //
 // # Metrics and tracing
 //
@@ -132,7 +159,7 @@
 // Elector, a Mutex (and so a Semaphore) and DoOnce; a bare [Lease] reports
 // its requests and renewal slack, but no terms. A renewal slack near zero
 // means renewals are landing just before the lease would be given up: a
-// slow network, or a renewer starved of CPU.
+// slow network, or a process starved of CPU.
 //
 // azlease starts no traces itself. Its requests go through the Azure SDK,
 // whose HTTP pipeline records a client span per request (method, URL

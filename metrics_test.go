@@ -200,14 +200,16 @@ func TestMetricsElectorTerm(t *testing.T) {
 		assert.Equal(t, int64(1), m.count("azlease.term.starts", roleElector, lock))
 		assert.Zero(t, m.count("azlease.term.ends"))
 
-		time.Sleep(31 * time.Second) // six renewals, at 5 s
+		time.Sleep(31 * time.Second) // six or seven renewals, every 5 s at most
 		n, sum, lo, hi := m.hist("azlease.renewal.slack", lock)
-		assert.Equal(t, uint64(6), n)
-		// Each renewal lands (instantly, in the bubble) 5 s after the
-		// last, which left 15 s − 5 % = 14.25 s: 9.25 s remain.
-		assert.InDelta(t, 6*9.25, sum, 1e-6)
-		assert.InDelta(t, 9.25, lo, 1e-6)
-		assert.InDelta(t, 9.25, hi, 1e-6)
+		// The first renewal comes 2.5–5 s after the grant, later ones
+		// 4.5–5 s after the last (jitter, so that many leases do not renew
+		// at once). Each lands instantly, in the bubble, after the last
+		// grant, which left 15 s − 5 % = 14.25 s: 9.25 s remain, or more.
+		assert.Contains(t, []uint64{6, 7}, n)
+		assert.GreaterOrEqual(t, lo, 9.25-1e-6)
+		assert.LessOrEqual(t, hi, 11.75+1e-6)
+		assert.InDelta(t, sum, float64(n)*(lo+hi)/2, float64(n)*(hi-lo)/2+1e-6)
 
 		require.NoError(t, el.Stop(context.Background()))
 		assert.Equal(t, int64(1), m.count("azlease.term.ends", roleElector, cause("stopped"), lock))

@@ -321,7 +321,10 @@ type ElectorOptions struct {
 	AttemptTimeout time.Duration
 
 	// RenewInterval is how often the leader renews, counted from the send of
-	// its last successful renewal. Zero means LeaseDuration/3 (5 s).
+	// its last successful renewal: at most this long after it, and up to
+	// 10 % sooner (the first renewal after an acquisition up to half
+	// sooner), so that leases taken together do not renew together. Zero
+	// means LeaseDuration/3 (5 s).
 	// Otherwise it must be at least 100 ms and leave room for two attempts
 	// before the validity deadline: RenewInterval + 2×AttemptTimeout ≤
 	// LeaseDuration − SafetyMargin (at most 8.25 s with the defaults).
@@ -459,8 +462,9 @@ type MutexOptions struct {
 	// SafetyMargin)/3.
 	AttemptTimeout time.Duration
 
-	// RenewInterval is how often a held lock is renewed. Zero means
-	// LeaseDuration/3. Same bounds as [ElectorOptions.RenewInterval].
+	// RenewInterval is how often a held lock is renewed, with the jitter of
+	// [ElectorOptions.RenewInterval]. Zero means LeaseDuration/3. Same
+	// bounds as [ElectorOptions.RenewInterval].
 	RenewInterval time.Duration
 
 	// PollInterval is how long Lock waits between tries while the mutex is

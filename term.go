@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,8 +50,9 @@ func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil t
 	t := &Term{token: tok, start: now, lease: l, validUntil: validUntil, lastRenew: lastSend, heartbeat: now}
 	t.ctx = &termContext{Context: inner, t: t}
 	t.deadline.Store(int64(validUntil.Sub(now)))
-	// Every way a term ends goes through t.cancel (the watchdog, the
-	// renewer, its owner, and a holder's check noticing the deadline), so
+	// Every way a term ends goes through t.cancel (the keeper's deadline
+	// timer and renewals, its owner, and a holder's check noticing the
+	// deadline), so
 	// the end is counted here, once, with the cause the holder reads.
 	var tm *telemetry // nil records nothing
 	if l != nil {
@@ -67,11 +69,12 @@ func newTerm(parent context.Context, l *Lease, tok Token, lastSend, validUntil t
 	return t
 }
 
-// termContext is the context a Term hands its holder. The term's watchdog
-// cancels it at the validity deadline; in addition, Err and Value (through
-// which [context.Cause] reads the cause) check the deadline themselves and
-// cancel it when it has passed, so a goroutine that runs before the watchdog
-// (after a pause of the whole process) still sees the term as ended. Done is
+// termContext is the context a Term hands its holder. The keeper's deadline
+// timer cancels it at the validity deadline; in addition, Err and Value
+// (through which [context.Cause] reads the cause) check the deadline
+// themselves and cancel it when it has passed, so a goroutine that runs
+// before the timer's function (after a pause of the whole process) still
+// sees the term as ended. Done is
 // the cancel context's channel: it is closed whenever Err is not nil.
 //
 // Contexts derived from it (WithTimeout, WithValue, …) are cancelled with it
@@ -167,7 +170,7 @@ func (t *Term) ValidUntil() time.Time {
 
 // Valid reports whether the term is certainly still held: it has not ended
 // and its validity deadline has not passed. It checks the clock itself, so it
-// turns false at the deadline whatever the renewing goroutine is doing.
+// turns false at the deadline whatever its renewal is doing.
 func (t *Term) Valid() bool {
 	return t != nil && t.ctx != nil && t.ctx.Err() == nil
 }
@@ -253,32 +256,69 @@ func (t *Term) end(cause error) { t.cancel(cause) }
 // or its validity deadline passes. It is azlease's single timing core:
 // Elector, Mutex and DoOnce all hold their leases through it.
 //
-// It runs two goroutines and stop waits for both:
-//   - the watchdog cancels the term at its validity deadline, on its own, so
-//     that a hanging renewal or a starved renewer cannot keep it alive;
-//   - the renewer renews at the renew interval (retrying transient failures
-//     until the deadline, inside Lease.Renew) and ends the term at once on a
-//     definitive loss.
+// It owns two timers and no goroutine of its own (see scheduler.go):
+//   - the deadline timer ends the term at its validity deadline, on its own,
+//     so that a hanging renewal or a starved scheduler cannot keep it
+//     alive; each renewal moves it on;
+//   - the renewal timer fires when the next renewal is due (with jitter, so
+//     that many leases do not renew in bursts) and hands the renewal to the
+//     renewLimiter of the lease's container client, which runs it on a
+//     worker (retrying transient failures until the deadline, inside
+//     Lease.Renew). The renewal ends the term at once on a definitive loss,
+//     and otherwise arms the timer for the next one. While the renewal
+//     waits in the limiter's queue, the same timer lets it start anyway
+//     after renewOverflowAfter.
 //
-// The renewer keeps renewing after the term's context is cancelled by its
-// owner: an owner that stops drains its work under a lease it still holds,
-// and releases only after that.
+// Renewals go on after the term's context is cancelled by its owner: an
+// owner that stops drains its work under a lease it still holds, and
+// releases only after that. stop ends them, and waits for the timers'
+// functions and the keeper's renewal in flight.
 type keeper struct {
 	lease      *Lease
 	term       *Term
 	renewEvery time.Duration
 	log        *slog.Logger
+	lim        *renewLimiter
 
 	// rctx carries the renewals. It is detached from the term's context,
 	// which the owner may cancel while it drains its work, and is
 	// cancelled only by stop.
 	rctx    context.Context
 	rcancel context.CancelFunc
-	wg      sync.WaitGroup
 	// beforeRenew, when set by tests, runs before each renewal: a way to
 	// make the renewer oversleep as if its process had been paused.
 	beforeRenew func()
+
+	// pending counts what stop waits for: each armed timer (until its
+	// function returns, or Stop or Reset cancels it) and the renewal handed
+	// to the limiter (until its worker is done with it). Nothing is added
+	// once stopped is set, so stop's Wait never races an Add.
+	pending sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below; taken before lim.mu
+	stopped  bool
+	phase    renewPhase
+	renewed  bool        // a renewal succeeded: later ones use the shorter jitter
+	due      time.Time   // when the next renewal is due
+	limit    time.Time   // the validity deadline when it was scheduled
+	queuedAt time.Time   // when the renewal entered the limiter's queue
+	renewal  *time.Timer // fires at due (phase waiting), or after renewOverflowAfter (phase queued)
+	deadline *time.Timer // ends the term at its validity deadline
+
+	// The limiter's queue links, guarded by lim.mu.
+	qprev, qnext *keeper
+	inQueue      bool
 }
+
+// renewPhase is where a keeper's next renewal is.
+type renewPhase int
+
+const (
+	phaseIdle    renewPhase = iota // none scheduled: the renewals have ended
+	phaseWaiting                   // the renewal timer is armed for due
+	phaseQueued                    // due, and waiting for a worker of the limiter
+	phaseRunning                   // a worker runs it
+)
 
 // hold starts a term for a lease just acquired and the keeper that renews it.
 // parent bounds the term's context; the renewals are not tied to parent's
@@ -291,6 +331,7 @@ func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration,
 		term:        newTerm(parent, l, tok, lastSend, validUntil),
 		renewEvery:  renewEvery,
 		log:         l.cfg.log,
+		lim:         limiterFor(l.t.cc),
 		rctx:        rctx,
 		rcancel:     rcancel,
 		beforeRenew: beforeRenew,
@@ -298,79 +339,191 @@ func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration,
 	// Any operation that learns from Azure that the lease is gone ends
 	// the term at once, without waiting for the next renewal.
 	l.setOnLost(k.term.end)
-	k.wg.Add(2)
-	go k.watchdog()
-	go k.renewer()
+	k.mu.Lock()
+	k.arm(&k.deadline, time.Until(validUntil), k.deadlineFired)
+	cause := k.scheduleLocked()
+	k.mu.Unlock()
+	if cause != nil {
+		k.term.end(cause)
+	}
 	return k
 }
 
 // stop ends the term with cause (if it has not ended already), stops
-// renewing, and waits for both goroutines. It does not release the lease.
+// renewing, and waits for the keeper's timer functions and its renewal in
+// flight. It does not release the lease. It may be called more than once,
+// and concurrently.
 func (k *keeper) stop(cause error) {
 	k.term.end(cause)
 	k.rcancel()
-	k.wg.Wait()
+	k.mu.Lock()
+	if !k.stopped {
+		k.stopped = true
+		k.disarm(k.renewal)
+		k.disarm(k.deadline)
+		if k.phase == phaseQueued && k.lim.remove(k) {
+			k.pending.Done() // the queued renewal, which no worker will run
+		}
+		k.phase = phaseIdle
+	}
+	k.mu.Unlock()
+	k.pending.Wait()
 	k.lease.setOnLost(nil)
 }
 
-func (k *keeper) watchdog() {
-	defer k.wg.Done()
-	for {
-		d := time.Until(k.term.ValidUntil())
-		if d <= 0 {
-			k.term.end(ErrDeadlinePassed)
+// arm sets *t (a timer running f) to fire after d, counting it in pending;
+// k.mu is held and stopped is false. The count is added first, so that f
+// (which calls pending.Done) can never bring it below zero; a Reset that
+// moves a timer that had not fired keeps the one count of that timer.
+func (k *keeper) arm(t **time.Timer, d time.Duration, f func()) {
+	k.pending.Add(1)
+	if *t == nil {
+		*t = time.AfterFunc(d, f)
+	} else if (*t).Reset(d) {
+		k.pending.Done()
+	}
+}
+
+// disarm stops t; if that kept its function from running, its count in
+// pending is dropped. k.mu is held.
+func (k *keeper) disarm(t *time.Timer) {
+	if t != nil && t.Stop() {
+		k.pending.Done()
+	}
+}
+
+// deadlineFired ends the term if its validity deadline has passed, and
+// otherwise (a renewal moved it, and the timer was not moved with it yet)
+// waits for the new one.
+func (k *keeper) deadlineFired() {
+	defer k.pending.Done()
+	k.mu.Lock()
+	if k.stopped || k.term.ctx.Context.Err() != nil {
+		k.mu.Unlock()
+		return
+	}
+	if d := time.Until(k.term.ValidUntil()); d > 0 {
+		k.arm(&k.deadline, d, k.deadlineFired)
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	k.term.end(ErrDeadlinePassed)
+}
+
+// scheduleLocked arms the renewal timer for the next renewal: the first one
+// uniformly in [renewEvery/2, renewEvery] after the grant's send, later ones
+// up to timing.RenewJitter before renewEvery after the last renewal's send,
+// and never after the validity deadline. It returns the cause to end the
+// term with if the lease is no longer held. k.mu is held.
+func (k *keeper) scheduleLocked() error {
+	_, lastSend, validUntil, ok := k.lease.snapshot()
+	if !ok {
+		k.phase = phaseIdle
+		return ErrLeaseLost
+	}
+	if k.renewed {
+		k.due = timing.NextRenewAt(lastSend, k.renewEvery, mrand.Float64())
+	} else {
+		k.due = timing.FirstRenewAt(lastSend, k.renewEvery, mrand.Float64())
+	}
+	k.limit = validUntil
+	k.phase = phaseWaiting
+	k.arm(&k.renewal, timing.Sleep(time.Now(), k.due, validUntil), k.renewalFired)
+	return nil
+}
+
+// renewalFired hands the due renewal to the limiter, or, if it has waited
+// in the limiter's queue for renewOverflowAfter, starts it anyway.
+func (k *keeper) renewalFired() {
+	defer k.pending.Done()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return
+	}
+	// A firing that lost the race for k.mu to a Reset (the renewal it was
+	// for ran meanwhile, and the timer is armed for the next one) finds
+	// the time not yet come, and leaves it to the armed timer.
+	now := time.Now()
+	switch {
+	case k.phase == phaseWaiting && timing.Sleep(now, k.due, k.limit) == 0:
+		k.pending.Add(1) // the renewal, until its worker is done with it
+		if k.lim.submit(k) {
+			k.phase = phaseRunning
 			return
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-			// Loop: a renewal may have moved the deadline meanwhile.
-		case <-k.term.Done():
-			t.Stop()
-			return
+		k.phase, k.queuedAt = phaseQueued, now
+		k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
+	case k.phase == phaseQueued && now.Sub(k.queuedAt) >= renewOverflowAfter:
+		if k.lim.overflow(k) {
+			k.phase = phaseRunning
 		}
 	}
 }
 
-// renewer renews until stop, a definitive loss, or the deadline. After its
-// owner cancels the term it goes on renewing, so the lease stays held while
-// the owner's work drains; a renewal that lands after the deadline keeps the
-// lease held for the owner to release, but never revives the term.
-func (k *keeper) renewer() {
-	defer k.wg.Done()
-	for {
-		_, lastSend, validUntil, ok := k.lease.snapshot()
-		if !ok {
-			k.term.end(ErrLeaseLost)
-			return
-		}
-		due := timing.RenewAt(lastSend, k.renewEvery)
-		if !sleepCtx(k.rctx, timing.Sleep(time.Now(), due, validUntil)) {
-			return
-		}
-		if k.beforeRenew != nil {
-			k.beforeRenew()
-		}
-		if late, past := timing.Overslept(due, time.Now(), validUntil); past {
-			k.log.Warn("azlease: woke up after the validity deadline; not trusting the lease",
-				slog.Duration("late", late), slog.Uint64("epoch", k.term.token.Epoch))
-			k.term.end(ErrPaused)
-			return
-		}
-		if err := k.lease.Renew(k.rctx); err != nil {
-			switch {
-			case k.rctx.Err() != nil: // stopping
-			case errors.Is(err, ErrDeadlinePassed):
-				// Out of time for retries, the term still lasts until its
-				// deadline, where the watchdog ends it: one place decides.
-			case errors.Is(err, ErrNotHeld):
-				k.term.end(ErrLeaseLost) // lost through another operation
-			default:
-				k.term.end(err)
-			}
-			return
-		}
-		_, lastSend, validUntil, _ = k.lease.snapshot()
-		k.term.extend(lastSend, validUntil)
+// run is the renewal, on a worker of the limiter. It renews once and either
+// schedules the next renewal or ends the renewals (and the term, when the
+// outcome ends it).
+func (k *keeper) run() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
 	}
+	k.phase = phaseRunning
+	k.disarm(k.renewal) // the overflow check, if the renewal was queued
+	due, limit := k.due, k.limit
+	k.mu.Unlock()
+
+	cause, again := k.renew(due, limit)
+
+	k.mu.Lock()
+	if !k.stopped {
+		k.phase = phaseIdle
+		if again {
+			k.renewed = true
+			if k.term.ctx.Context.Err() == nil {
+				k.arm(&k.deadline, time.Until(k.term.ValidUntil()), k.deadlineFired)
+			}
+			cause = k.scheduleLocked()
+		}
+	}
+	k.mu.Unlock()
+	if cause != nil {
+		k.term.end(cause)
+	}
+}
+
+// renew renews once. It returns the cause to end the term with, if any, and
+// whether to renew again. After its owner cancels the term, the renewals go
+// on, so the lease stays held while the owner's work drains; a renewal that
+// lands after the deadline keeps the lease held for the owner to release,
+// but never revives the term.
+func (k *keeper) renew(due, limit time.Time) (cause error, again bool) {
+	if k.beforeRenew != nil {
+		k.beforeRenew()
+	}
+	if late, past := timing.Overslept(due, time.Now(), limit); past {
+		k.log.Warn("azlease: woke up after the validity deadline; not trusting the lease",
+			slog.Duration("late", late), slog.Uint64("epoch", k.term.token.Epoch))
+		return ErrPaused, false
+	}
+	if err := k.lease.Renew(k.rctx); err != nil {
+		switch {
+		case k.rctx.Err() != nil: // stopping
+			return nil, false
+		case errors.Is(err, ErrDeadlinePassed):
+			// Out of time for retries, the term still lasts until its
+			// deadline, where the deadline timer ends it: one place decides.
+			return nil, false
+		case errors.Is(err, ErrNotHeld):
+			return ErrLeaseLost, false // lost through another operation
+		default:
+			return err, false
+		}
+	}
+	_, lastSend, validUntil, _ := k.lease.snapshot()
+	k.term.extend(lastSend, validUntil)
+	return nil, true
 }

@@ -85,9 +85,42 @@ func Overslept(due, now, limit time.Time) (late time.Duration, pastLimit bool) {
 }
 
 // RenewAt is when a holder whose last successful grant was sent at lastSend
-// renews next.
+// renews next, at the latest.
 func RenewAt(lastSend time.Time, interval time.Duration) time.Time {
 	return lastSend.Add(interval)
+}
+
+// RenewJitter is the largest fraction of the renew interval by which a
+// renewal after the first comes early: each is due between
+// interval·(1−RenewJitter) and interval after the previous grant's send.
+const RenewJitter = 0.1
+
+// FirstRenewAt is when a holder whose lease was granted by a request sent at
+// lastSend renews for the first time: uniformly in [interval/2, interval]
+// after the send, using rnd in [0, 1). Locks taken together (at start-up,
+// say) thereby renew spread over half an interval instead of all at once.
+// It is never later than RenewAt.
+func FirstRenewAt(lastSend time.Time, interval time.Duration, rnd float64) time.Time {
+	return lastSend.Add(interval - time.Duration(clamp01(rnd)*float64(interval/2)))
+}
+
+// NextRenewAt is when a holder renews after a renewal sent at lastSend:
+// interval minus up to RenewJitter of it, using rnd in [0, 1), so renewals
+// that fell into step drift apart again. It is never later than RenewAt:
+// renewing early only costs a request, never safety.
+func NextRenewAt(lastSend time.Time, interval time.Duration, rnd float64) time.Time {
+	return lastSend.Add(interval - time.Duration(clamp01(rnd)*RenewJitter*float64(interval)))
+}
+
+// clamp01 keeps a random draw within [0, 1], NaN as 0.
+func clamp01(x float64) float64 {
+	switch {
+	case x > 1:
+		return 1
+	case x > 0:
+		return x
+	}
+	return 0
 }
 
 // ToleratedRateRatio is how much faster Azure's clock may run than the local

@@ -98,3 +98,19 @@ func TestToleratedRateRatio(t *testing.T) {
 	assert.InDelta(t, 1.0526, ToleratedRateRatio(15*time.Second, 750*time.Millisecond), 0.0001)
 	assert.Equal(t, RenewAt(t0, 5*time.Second), t0.Add(5*time.Second))
 }
+
+func TestRenewJitter(t *testing.T) {
+	const every = 5 * time.Second
+	assert.Equal(t, t0.Add(every), FirstRenewAt(t0, every, 0))
+	assert.Equal(t, t0.Add(every/2), FirstRenewAt(t0, every, 1))
+	assert.Equal(t, t0.Add(every*3/4), FirstRenewAt(t0, every, 0.5))
+	assert.Equal(t, t0.Add(every), NextRenewAt(t0, every, 0))
+	assert.Equal(t, t0.Add(4500*time.Millisecond), NextRenewAt(t0, every, 1))
+	for _, rnd := range []float64{-1, 0, 0.3, 0.999999, 2, math.NaN()} {
+		first, next := FirstRenewAt(t0, every, rnd), NextRenewAt(t0, every, rnd)
+		assert.False(t, first.After(RenewAt(t0, every)), "never later than the interval")
+		assert.False(t, first.Before(t0.Add(every/2)))
+		assert.False(t, next.After(RenewAt(t0, every)))
+		assert.False(t, next.Before(t0.Add(every*9/10)))
+	}
+}

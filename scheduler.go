@@ -1,0 +1,183 @@
+package azlease
+
+import (
+	"runtime"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+)
+
+// The renewal scheduler. Every held lease is renewed by its keeper (term.go),
+// which owns two timers and no goroutine: one ends the term at its validity
+// deadline, the other fires when the next renewal is due. A due renewal is
+// handed to the renewLimiter of the lease's container client, which runs it
+// on a short-lived worker goroutine. So a process holding many leases has
+// goroutines in proportion to the renewals in flight, none while idle, and
+// its renewals share a bounded number of connections.
+
+// renewConcurrency is how many renewals of one container client run at
+// once before more wait in a queue: below the idle-connection limit of the
+// transport azlease installs (maxIdleConnsPerHost), so that renewals reuse
+// connections instead of opening one per burst. It is a soft cap: see
+// renewOverflowAfter.
+const renewConcurrency = 32
+
+// renewOverflowAfter is the longest a due renewal waits in the queue: after
+// it, the renewal starts anyway, beyond renewConcurrency. Renewals that hang
+// (storage unreachable from one host, say) thereby never delay the others
+// by more than this, far less than the time between a renewal and its
+// validity deadline (two attempt timeouts at least). The queue only ever
+// holds renewals; each term's deadline timer fires regardless of it.
+const renewOverflowAfter = time.Second
+
+// renewLimiter runs the renewals of the leases on one container client, at
+// most renewConcurrency at once (softly, see renewOverflowAfter). It owns no
+// goroutine while idle: a worker starts when a renewal is submitted and
+// fewer than renewConcurrency run, takes queued renewals after its own, and
+// exits when the queue is empty. A waiting renewal is a queue entry (its
+// keeper), not a goroutine. Each keeper waits for its own renewal in stop,
+// and a worker calls nothing after the last renewal it ran is reported
+// finished, so every worker is joined by the keeper whose renewal it ran
+// last.
+//
+// Limiters hold no timer and no channel, so one can serve any goroutine;
+// its workers start from the goroutine that submits (a keeper's timer), so
+// under testing/synctest they belong to the bubble of the leases they renew.
+// A container client used in two synctest bubbles at once would mix them:
+// each bubble needs its own client (as it needs its own transport).
+type renewLimiter struct {
+	mu         sync.Mutex
+	head, tail *keeper // the queue, oldest first, linked through keeper.qprev/qnext
+	running    int     // workers, each running one renewal
+	// Counters for tests: renewals started at once, from the queue, and by
+	// overflow.
+	started, dequeued, overflowed int
+}
+
+// submit runs k's renewal on a new worker if fewer than renewConcurrency run
+// and none wait, or queues it; it reports whether the renewal started. The
+// caller holds k.mu; submit never waits for a renewal.
+func (lim *renewLimiter) submit(k *keeper) bool {
+	lim.mu.Lock()
+	if lim.running < renewConcurrency && lim.head == nil {
+		lim.running++
+		lim.started++
+		lim.mu.Unlock()
+		go lim.work(k)
+		return true
+	}
+	k.inQueue = true
+	k.qprev, k.qnext = lim.tail, nil
+	if lim.tail != nil {
+		lim.tail.qnext = k
+	} else {
+		lim.head = k
+	}
+	lim.tail = k
+	lim.mu.Unlock()
+	return false
+}
+
+// overflow starts k's renewal at once, beyond renewConcurrency, if it is
+// still queued: it has waited renewOverflowAfter. It reports whether it did.
+func (lim *renewLimiter) overflow(k *keeper) bool {
+	lim.mu.Lock()
+	if !k.inQueue {
+		lim.mu.Unlock()
+		return false
+	}
+	lim.unlink(k)
+	lim.running++
+	lim.overflowed++
+	lim.mu.Unlock()
+	go lim.work(k)
+	return true
+}
+
+// remove takes k out of the queue; it reports false if k was not queued (a
+// worker already took it, or will not run it).
+func (lim *renewLimiter) remove(k *keeper) bool {
+	lim.mu.Lock()
+	defer lim.mu.Unlock()
+	if !k.inQueue {
+		return false
+	}
+	lim.unlink(k)
+	return true
+}
+
+// unlink removes k from the queue; lim.mu is held.
+func (lim *renewLimiter) unlink(k *keeper) {
+	if k.qprev != nil {
+		k.qprev.qnext = k.qnext
+	} else {
+		lim.head = k.qnext
+	}
+	if k.qnext != nil {
+		k.qnext.qprev = k.qprev
+	} else {
+		lim.tail = k.qprev
+	}
+	k.qprev, k.qnext, k.inQueue = nil, nil, false
+}
+
+// work runs k's renewal, then queued ones while the queue is not empty and
+// no more than renewConcurrency workers run, then exits. The renewal's end
+// is reported to its keeper (pending.Done) only once the worker has decided
+// what to do next, so the last report is the worker's last action.
+func (lim *renewLimiter) work(k *keeper) {
+	for {
+		k.run()
+		lim.mu.Lock()
+		next := lim.head
+		if next != nil && lim.running <= renewConcurrency {
+			lim.unlink(next)
+			lim.dequeued++
+		} else {
+			next = nil
+			lim.running--
+		}
+		lim.mu.Unlock()
+		k.pending.Done()
+		if next == nil {
+			return
+		}
+		k = next
+	}
+}
+
+// renewLimiters holds one renewLimiter per container client. The keys are
+// weak pointers, and a cleanup deletes an entry once its client is garbage,
+// so a process that makes many clients (or a test suite) does not keep them
+// alive.
+var renewLimiters struct {
+	mu sync.Mutex
+	m  map[weak.Pointer[container.Client]]*renewLimiter
+}
+
+// limiterFor returns cc's renewal limiter, making it on first use.
+func limiterFor(cc *container.Client) *renewLimiter {
+	key := weak.Make(cc)
+	renewLimiters.mu.Lock()
+	defer renewLimiters.mu.Unlock()
+	if lim, ok := renewLimiters.m[key]; ok {
+		return lim
+	}
+	if renewLimiters.m == nil {
+		renewLimiters.m = make(map[weak.Pointer[container.Client]]*renewLimiter)
+	}
+	lim := new(renewLimiter)
+	renewLimiters.m[key] = lim
+	runtime.AddCleanup(cc, forgetLimiter, key)
+	return lim
+}
+
+// forgetLimiter drops the limiter of a client that is garbage. Its keepers
+// are gone too: each held its client through its Lease.
+func forgetLimiter(key weak.Pointer[container.Client]) {
+	renewLimiters.mu.Lock()
+	delete(renewLimiters.m, key)
+	renewLimiters.mu.Unlock()
+}
