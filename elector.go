@@ -439,8 +439,8 @@ func (e *Elector) run(ctx context.Context, task Task) {
 		if stop {
 			return
 		}
-		if yield && !sleepCtx(ctx, e.pollWait()) {
-			return // the task returned: let another instance take over first
+		if yield && !sleepCtx(ctx, e.yieldWait()) {
+			return // the task returned or stalled: let another instance take over first
 		}
 	}
 }
@@ -702,6 +702,16 @@ func (e *Elector) progress() {
 	e.mu.Lock()
 	e.lastProgress = time.Now()
 	e.mu.Unlock()
+}
+
+// yieldWait is how long an instance that let go (its task returned, or it
+// stepped down on a stall) waits before contending again: the longest poll
+// interval a follower can draw, plus one attempt, so that every follower
+// polls at least once meanwhile and a healthy one takes over. A plain poll
+// interval with jitter was not enough: a yielding instance that drew a
+// shorter wait than the follower re-acquired first now and then.
+func (e *Elector) yieldWait() time.Duration {
+	return timing.MaxJittered(e.cfg.poll, e.cfg.jitter) + e.cfg.lease.attemptTimeout
 }
 
 func (e *Elector) pollWait() time.Duration {

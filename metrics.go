@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -225,6 +226,13 @@ func (tm *telemetry) observe(leading func() bool, failures func() int64) (unregi
 func outcomeOf(ctx context.Context, err error) string {
 	if err == nil {
 		return "ok"
+	}
+	// An answer from storage names the outcome even if the caller's context
+	// ended meanwhile: a refused renewal ends the term, whose owner cancels
+	// the renewals' context before this request is recorded.
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		ctx = context.WithoutCancel(ctx)
 	}
 	switch classify(ctx, err) {
 	case classHeld:

@@ -290,8 +290,9 @@ func redactURL(u string) string {
 type AfterTask int
 
 const (
-	// ReleaseAndContend releases the lease, waits one poll interval so that
-	// another instance can take over, and contends again. The default.
+	// ReleaseAndContend releases the lease, waits the longest poll interval
+	// (PollInterval plus its jitter, plus one attempt) so that another
+	// instance can take over, and contends again. The default.
 	ReleaseAndContend AfterTask = iota
 	// StopElecting releases the lease and stops the Elector; Run returns
 	// the task's error.
@@ -371,8 +372,9 @@ type ElectorOptions struct {
 	// [Term.Heartbeat] for HeartbeatTimeout let go instead of only failing
 	// Check: the term ends (cause [ErrStalled]), the lease is released once
 	// the task returns (or left to expire if it does not return within
-	// DrainTimeout), and after a poll interval this instance contends again,
-	// so a healthy instance takes over meanwhile. It needs a HeartbeatTimeout.
+	// DrainTimeout), and this instance contends again only after the longest
+	// poll interval (PollInterval plus its jitter, plus one attempt), so every
+	// healthy follower polls meanwhile and one of them takes over. It needs a HeartbeatTimeout.
 	// Zero (false) means a stalled leader keeps its lease.
 	StepDownOnStall bool
 

@@ -67,6 +67,11 @@ func Jitter(d time.Duration, frac, rnd float64) time.Duration {
 	return time.Duration(j)
 }
 
+// MaxJittered is the longest wait Jitter(d, frac, ·) can return.
+func MaxJittered(d time.Duration, frac float64) time.Duration {
+	return Jitter(d, frac, 1)
+}
+
 // Sleep returns how long to wait at now before something due at due, and
 // never more than until limit. A negative result is zero.
 func Sleep(now, due, limit time.Time) time.Duration {

@@ -114,3 +114,17 @@ func TestRenewJitter(t *testing.T) {
 		assert.False(t, next.Before(t0.Add(every*9/10)))
 	}
 }
+
+func TestMaxJittered(t *testing.T) {
+	for _, frac := range []float64{0, 0.1, 0.2, 0.5} {
+		max := MaxJittered(5*time.Second, frac)
+		for _, rnd := range []float64{0, 0.25, 0.5, 0.999999} {
+			if j := Jitter(5*time.Second, frac, rnd); j > max {
+				t.Fatalf("Jitter(5s, %v, %v) = %v > MaxJittered %v", frac, rnd, j, max)
+			}
+		}
+	}
+	if got := MaxJittered(5*time.Second, 0.2); got != 6*time.Second {
+		t.Fatalf("MaxJittered(5s, 0.2) = %v, want 6s", got)
+	}
+}
