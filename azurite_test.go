@@ -260,7 +260,7 @@ func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
 	handoff := time.Since(stopped)
 	assert.Less(t, handoff, 2*time.Second, "within PollInterval × (1 + Jitter) plus a few round trips")
 	assert.Equal(t, info.Epoch+1, b.Term().Epoch())
-	t.Logf("graceful handoff on Azurite: %v", handoff)
+	t.Logf("graceful handoff on %s: %v", w.b.Name, handoff)
 	require.NoError(t, b.Stop(ctx))
 }
 
@@ -289,7 +289,7 @@ func TestAzuriteElectorCrashFailover(t *testing.T) {
 	assert.False(t, a.IsLeader())
 	assert.Less(t, failover, 15*time.Second+1200*time.Millisecond+time.Second, "within LeaseDuration + PollInterval × (1 + Jitter) + slack")
 	assert.True(t, time.Now().After(aTerm.ValidUntil()), "the old leader had stopped trusting its lease")
-	t.Logf("crash failover on Azurite: %v", failover)
+	t.Logf("crash failover on %s: %v", w.b.Name, failover)
 	require.NoError(t, b.Stop(ctx))
 	require.NoError(t, a.Stop(ctx))
 }
