@@ -24,7 +24,9 @@ import (
 )
 
 // Azurite tests prove on the real wire what the emulator tests prove in
-// fake time. They run in parallel, so real lease expiries overlap.
+// fake time. They run in parallel, so real lease expiries overlap. Those
+// built on newWire (wire_test.go) run on a real Azure account instead when
+// make live-azure names one.
 
 // lossyTransport sends requests to Azurite and, when lose says so, throws the
 // response away and reports a broken connection: the request took effect but
