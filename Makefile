@@ -2,6 +2,9 @@
 #   make demo   the main job on the embedded emulator (no Azure account)
 #   make test   installs the pinned Azurite, runs vet and every test with -race
 #   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
+#   make live-azure  the wire tests and the conformance table on a real Azure
+#               account (AZLEASE_TEST_CONNECTION_STRING or AZLEASE_TEST_ACCOUNT_URL);
+#               writes bench/azure-live.md. Never part of make test.
 
 GO        ?= go
 NPM       ?= npm
@@ -15,7 +18,7 @@ EXAMPLE_MODULES ?= examples/metrics
 
 export CGO_ENABLED := 1
 
-.PHONY: all test demo bench lint deps fuzz clean
+.PHONY: all test demo bench lint deps fuzz clean live-azure
 
 all: test
 
@@ -37,8 +40,9 @@ lint:
 	$(GO) vet ./...
 	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
 
+# The live-Azure variables are cleared: make test never reaches Azure.
 test: deps lint
-	AZLEASE_SEEDS=$(SEEDS) $(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 30m ./...
+	AZLEASE_TEST_CONNECTION_STRING= AZLEASE_TEST_ACCOUNT_URL= AZLEASE_SEEDS=$(SEEDS) $(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 30m ./...
 	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) test -race -count=1 ./..."; (cd $$m && $(GO) test -race -count=1 -timeout 5m ./...) || exit 1; done
 
 demo:
@@ -52,6 +56,22 @@ bench: deps
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
 	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -gobench bench/.gobench.txt
+
+# The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
+# DoOnce) and the conformance table against a real storage account, each test
+# in a throw-away container it deletes. Only these two variables select it;
+# without either, one line says how to run it. Azurite-only tests skip
+# (AZLEASE_SKIP_AZURITE=1), so Node.js is not needed. Every expiry waits in
+# real time, hence -parallel.
+LIVE_RESULTS ?= bench/azure-live.md
+live-azure:
+	@if [ -z "$$AZLEASE_TEST_CONNECTION_STRING" ] && [ -z "$$AZLEASE_TEST_ACCOUNT_URL" ]; then \
+		echo "make live-azure: set AZLEASE_TEST_CONNECTION_STRING (a storage account's connection string) or AZLEASE_TEST_ACCOUNT_URL (https://<account>.blob.core.windows.net/, after az login) to run the tests against Azure"; \
+		exit 0; \
+	fi; \
+	mkdir -p $(dir $(LIVE_RESULTS)) && \
+	AZLEASE_SKIP_AZURITE=1 AZLEASE_LIVE_RESULTS=$(abspath $(LIVE_RESULTS)) \
+		$(GO) test -race -count=1 -parallel 32 -timeout 20m -v -run 'TestConformanceLive$$|TestAzurite' ./ ./azleasetest/
 
 # Longer fuzzing than the seed corpus run in `make test`.
 FUZZTIME ?= 30s

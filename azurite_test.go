@@ -24,7 +24,9 @@ import (
 )
 
 // Azurite tests prove on the real wire what the emulator tests prove in
-// fake time. They run in parallel, so real lease expiries overlap.
+// fake time. They run in parallel, so real lease expiries overlap. Those
+// built on newWire (wire_test.go) run on a real Azure account instead when
+// make live-azure names one.
 
 // lossyTransport sends requests to Azurite and, when lose says so, throws the
 // response away and reports a broken connection: the request took effect but
@@ -45,19 +47,6 @@ func (l *lossyTransport) Do(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-func azuriteLossyClient(t *testing.T, containerName string, lose func(*http.Request) bool) *container.Client {
-	t.Helper()
-	az := azurite.Require(t)
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	cred, err := container.NewSharedKeyCredential(azurite.Account, azurite.Key)
-	require.NoError(t, err)
-	cc, err := container.NewClientWithSharedKeyCredential(az.URL+"/"+containerName, cred,
-		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &lossyTransport{next: tr, lose: lose}}})
-	require.NoError(t, err)
-	return cc
-}
-
 // leaseAction reads x-ms-lease-action; azblob sets it under a raw
 // lower-case key, which Header.Get does not find.
 func leaseAction(req *http.Request) string {
@@ -68,7 +57,7 @@ func leaseAction(req *http.Request) string {
 func TestAzuriteLeaseLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cc := azuriteClient(t, unique("lifecycle")) // the container does not exist yet
+	cc := newWire(t, "lifecycle").client() // on Azurite, the container does not exist yet
 	a := newLease(t, cc, "leader", &azlease.LeaseOptions{Identity: "node-a"})
 	b := newLease(t, cc, "leader", &azlease.LeaseOptions{Identity: "node-b"})
 
@@ -115,8 +104,8 @@ func TestAzuriteLeaseLostResponses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var lostAcquire, lostRelease atomic.Int32
-	name := unique("lost-responses")
-	cc := azuriteLossyClient(t, name, func(req *http.Request) bool {
+	w := newWire(t, "lost-responses")
+	cc := w.lossy(func(req *http.Request) bool {
 		switch leaseAction(req) {
 		case "acquire":
 			return lostAcquire.Add(1) == 1
@@ -127,7 +116,7 @@ func TestAzuriteLeaseLostResponses(t *testing.T) {
 	})
 	// Create the container and lock blob first, so that the lost acquire
 	// is one Azurite granted.
-	pre := newLease(t, azuriteClient(t, name), "x", nil)
+	pre := newLease(t, w.client(), "x", nil)
 	tokPre, err := pre.Acquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, pre.Release(ctx))
@@ -139,7 +128,7 @@ func TestAzuriteLeaseLostResponses(t *testing.T) {
 	assert.Equal(t, tokPre.Epoch+1, tok.Epoch)
 	require.NoError(t, l.Release(ctx), "the retry's 409 means the lost release worked")
 	assert.Equal(t, int32(2), lostRelease.Load())
-	_, err = newLease(t, azuriteClient(t, name), "x", nil).Acquire(ctx)
+	_, err = newLease(t, w.client(), "x", nil).Acquire(ctx)
 	require.NoError(t, err, "released for real")
 }
 
@@ -149,7 +138,7 @@ func TestAzuriteLeaseLostResponses(t *testing.T) {
 func TestAzuriteLeaseExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cc := azuriteClient(t, unique("expiry"))
+	cc := newWire(t, "expiry").client()
 	a := newLease(t, cc, "x", nil)
 	b := newLease(t, cc, "x", nil)
 	tokA, err := a.Acquire(ctx)
@@ -227,19 +216,6 @@ func (k *killSwitch) Do(req *http.Request) (*http.Response, error) {
 	return k.next.RoundTrip(req)
 }
 
-func azuriteKillable(t *testing.T, containerName string) (*container.Client, *killSwitch) {
-	t.Helper()
-	az := azurite.Require(t)
-	ks := &killSwitch{next: &http.Transport{}}
-	t.Cleanup(ks.next.CloseIdleConnections)
-	cred, err := container.NewSharedKeyCredential(azurite.Account, azurite.Key)
-	require.NoError(t, err)
-	cc, err := container.NewClientWithSharedKeyCredential(az.URL+"/"+containerName, cred,
-		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: ks}})
-	require.NoError(t, err)
-	return cc, ks
-}
-
 // waitLeading polls (real time) until e leads.
 func waitLeading(t *testing.T, e *azlease.Elector, limit time.Duration) time.Duration {
 	t.Helper()
@@ -258,13 +234,13 @@ var azuriteElectorOpts = azlease.ElectorOptions{PollInterval: time.Second}
 
 func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
 	t.Parallel()
-	name := unique("handoff")
+	w := newWire(t, "handoff")
 	ctx := context.Background()
 	oa, ob := azuriteElectorOpts, azuriteElectorOpts
 	oa.Identity, ob.Identity = "worker-a", "worker-b"
-	a, err := azlease.NewElector(azuriteClient(t, name), "leader", &oa)
+	a, err := azlease.NewElector(w.client(), "leader", &oa)
 	require.NoError(t, err)
-	b, err := azlease.NewElector(azuriteClient(t, name), "leader", &ob)
+	b, err := azlease.NewElector(w.client(), "leader", &ob)
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx, nil))
 	waitLeading(t, a, 10*time.Second)
@@ -286,18 +262,18 @@ func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
 	handoff := time.Since(stopped)
 	assert.Less(t, handoff, 2*time.Second, "within PollInterval × (1 + Jitter) plus a few round trips")
 	assert.Equal(t, info.Epoch+1, b.Term().Epoch())
-	t.Logf("graceful handoff on Azurite: %v", handoff)
+	t.Logf("graceful handoff on %s: %v", w.b.Name, handoff)
 	require.NoError(t, b.Stop(ctx))
 }
 
 func TestAzuriteElectorCrashFailover(t *testing.T) {
 	t.Parallel()
-	name := unique("failover")
+	w := newWire(t, "failover")
 	ctx := context.Background()
-	cca, kill := azuriteKillable(t, name)
+	cca, kill := w.killable()
 	a, err := azlease.NewElector(cca, "leader", &azuriteElectorOpts)
 	require.NoError(t, err)
-	b, err := azlease.NewElector(azuriteClient(t, name), "leader", &azuriteElectorOpts)
+	b, err := azlease.NewElector(w.client(), "leader", &azuriteElectorOpts)
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx, nil))
 	waitLeading(t, a, 10*time.Second)
@@ -315,18 +291,18 @@ func TestAzuriteElectorCrashFailover(t *testing.T) {
 	assert.False(t, a.IsLeader())
 	assert.Less(t, failover, 15*time.Second+1200*time.Millisecond+time.Second, "within LeaseDuration + PollInterval × (1 + Jitter) + slack")
 	assert.True(t, time.Now().After(aTerm.ValidUntil()), "the old leader had stopped trusting its lease")
-	t.Logf("crash failover on Azurite: %v", failover)
+	t.Logf("crash failover on %s: %v", w.b.Name, failover)
 	require.NoError(t, b.Stop(ctx))
 	require.NoError(t, a.Stop(ctx))
 }
 
 func TestAzuriteMutex(t *testing.T) {
 	t.Parallel()
-	name := unique("mutex")
+	w := newWire(t, "mutex")
 	ctx := context.Background()
-	a, err := azlease.NewMutex(azuriteClient(t, name), "critical", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
+	a, err := azlease.NewMutex(w.client(), "critical", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
-	b, err := azlease.NewMutex(azuriteClient(t, name), "critical", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
+	b, err := azlease.NewMutex(w.client(), "critical", &azlease.MutexOptions{PollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 
 	la, ok, err := a.TryLock(ctx)
@@ -359,10 +335,10 @@ func TestAzuriteMutex(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int64(20), counter)
 
-	job, lock, err := azlease.Claim(ctx, azuriteClient(t, name), []string{"jobs/1", "jobs/2"}, nil)
+	job, lock, err := azlease.Claim(ctx, w.client(), []string{"jobs/1", "jobs/2"}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "jobs/1", job)
-	job2, lock2, err := azlease.Claim(ctx, azuriteClient(t, name), []string{"jobs/1", "jobs/2"}, nil)
+	job2, lock2, err := azlease.Claim(ctx, w.client(), []string{"jobs/1", "jobs/2"}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "jobs/2", job2)
 	require.NoError(t, lock.Unlock(ctx))
@@ -371,13 +347,13 @@ func TestAzuriteMutex(t *testing.T) {
 
 func TestAzuriteDoOnce(t *testing.T) {
 	t.Parallel()
-	name := unique("doonce")
+	w := newWire(t, "doonce")
 	ctx := context.Background()
 	var runs, inside atomic.Int32
 	var wg sync.WaitGroup
 	results := make([]azlease.OnceResult, 9)
 	for i := range results {
-		cc := azuriteClient(t, name) // a client (a "process") each
+		cc := w.client() // a client (a "process") each
 		wg.Go(func() {
 			res, err := azlease.DoOnce(ctx, cc, "release-1.2.3/seed",
 
@@ -407,12 +383,12 @@ func TestAzuriteDoOnce(t *testing.T) {
 	// Failure propagation with MaxAttempts 1, then reset.
 	opts := &azlease.DoOnceOptions{MaxAttempts: 1, PollInterval: 200 * time.Millisecond}
 	boom := errors.New("boom")
-	_, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", opts, func(context.Context, azlease.Token) error { return boom })
+	_, err := azlease.DoOnce(ctx, w.client(), "fails", opts, func(context.Context, azlease.Token) error { return boom })
 	require.ErrorIs(t, err, boom)
-	_, err = azlease.DoOnce(ctx, azuriteClient(t, name), "fails", opts, func(context.Context, azlease.Token) error { return nil })
+	_, err = azlease.DoOnce(ctx, w.client(), "fails", opts, func(context.Context, azlease.Token) error { return nil })
 	require.ErrorIs(t, err, azlease.ErrOnceFailed)
-	require.NoError(t, azlease.ResetOnce(ctx, azuriteClient(t, name), "fails", opts))
-	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "fails", opts, func(context.Context, azlease.Token) error { return nil })
+	require.NoError(t, azlease.ResetOnce(ctx, w.client(), "fails", opts))
+	res, err := azlease.DoOnce(ctx, w.client(), "fails", opts, func(context.Context, azlease.Token) error { return nil })
 	require.NoError(t, err)
 	assert.True(t, res.Ran)
 }
@@ -421,9 +397,9 @@ func TestAzuriteDoOnce(t *testing.T) {
 // takes over when the lease expires on Azurite's clock.
 func TestAzuriteDoOnceRunnerCrash(t *testing.T) {
 	t.Parallel()
-	name := unique("doonce-crash")
+	w := newWire(t, "doonce-crash")
 	ctx := context.Background()
-	cc, kill := azuriteKillable(t, name)
+	cc, kill := w.killable()
 	started := make(chan struct{})
 	runnerDone := make(chan error, 1)
 	go func() {
@@ -440,7 +416,7 @@ func TestAzuriteDoOnceRunnerCrash(t *testing.T) {
 	}()
 	<-started
 	begin := time.Now()
-	res, err := azlease.DoOnce(ctx, azuriteClient(t, name), "init", &azlease.DoOnceOptions{PollInterval: 500 * time.Millisecond}, func(context.Context, azlease.Token) error { return nil })
+	res, err := azlease.DoOnce(ctx, w.client(), "init", &azlease.DoOnceOptions{PollInterval: 500 * time.Millisecond}, func(context.Context, azlease.Token) error { return nil })
 
 	require.NoError(t, err)
 	assert.True(t, res.Ran)

@@ -443,8 +443,10 @@ func (b *backend) run(t *testing.T, st step) string {
 }
 
 // runCase runs c on the container cc; missing is a client for a container
-// that does not exist on the same service.
-func runCase(t *testing.T, cc, missing *container.Client, c conformanceCase, isAzurite bool) {
+// that does not exist on the same service. With rec (the live run), a step
+// where Azurite differs is recorded instead of asserted: what Azure answers
+// there is what the live run finds out.
+func runCase(t *testing.T, cc, missing *container.Client, c conformanceCase, isAzurite bool, rec *liveRecord) {
 	ctx := raw(context.Background())
 	b := &backend{cc: cc, missing: missing, blobName: "case-" + c.name}
 	if !c.noBlob {
@@ -454,6 +456,13 @@ func runCase(t *testing.T, cc, missing *container.Client, c conformanceCase, isA
 	for i, st := range c.steps {
 		got := b.run(t, st)
 		if st.want == "" {
+			continue
+		}
+		if rec != nil && st.azurite != "" {
+			rec.answer(c.name, i, st, got)
+			if got != st.want {
+				t.Logf("step %d %q: answered %s, documented %s (recorded, not failed)", i, st.op, got, st.want)
+			}
 			continue
 		}
 		want := st.want
@@ -477,7 +486,7 @@ func TestConformanceEmulator(t *testing.T) {
 				require.NoError(t, err)
 				_, err = cc.Create(raw(context.Background()), nil)
 				require.NoError(t, err)
-				runCase(t, cc, missing, c, false)
+				runCase(t, cc, missing, c, false, nil)
 			})
 		})
 	}
@@ -504,7 +513,7 @@ func TestConformanceAzurite(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				runCase(t, cc, missing, c, true)
+				runCase(t, cc, missing, c, true, nil)
 			})
 		}
 	})
