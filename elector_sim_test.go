@@ -56,11 +56,14 @@ type scenario struct {
 	events    []event
 	length    time.Duration
 	chaos     bool // partitions, outages, pauses and stops; otherwise transient faults only
+	// badStart and badLen place the seed's bad period, if badLen > 0: from
+	// badStart on, acquire answers are lost and releases are applied late.
+	badStart, badLen time.Duration
 }
 
 type event struct {
 	at   time.Duration
-	kind string // stop, crash, outage, pause
+	kind string // stop, crash, outage, pause, break
 	node int
 	dur  time.Duration
 }
@@ -90,20 +93,41 @@ func newScenario(seed uint64, chaos bool) scenario {
 		d := time.Duration(1+rng.IntN(40)) * time.Second
 		sc.events = append(sc.events, event{at: at, kind: kind, node: rng.IntN(sc.nodes), dur: d})
 	}
+	if rng.IntN(2) == 0 {
+		// An operator breaks the lease, whoever holds it, once to three
+		// times, with a break period from one lease duration to 60 s.
+		for range 1 + rng.IntN(3) {
+			at := time.Duration(30+rng.IntN(int(sc.length/time.Second)-90)) * time.Second
+			d := sc.opts.LeaseDuration + time.Duration(rng.IntN(int((60*time.Second-sc.opts.LeaseDuration)/time.Second)+1))*time.Second
+			sc.events = append(sc.events, event{at: at, kind: "break", dur: d})
+		}
+		sort.SliceStable(sc.events, func(i, j int) bool { return sc.events[i].at < sc.events[j].at })
+	}
+	if rng.IntN(3) == 0 {
+		sc.badStart = time.Duration(30+rng.IntN(int(sc.length/time.Second)-240)) * time.Second
+		sc.badLen = time.Duration(30+rng.IntN(90)) * time.Second
+	}
 	return sc
 }
 
 func (sc scenario) String() string {
-	return fmt.Sprintf("seed %d: %d nodes, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, takeover delay %v, %d events",
-		sc.seed, sc.nodes, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.TakeoverDelay, len(sc.events))
+	bad := "none"
+	if sc.badLen > 0 {
+		bad = fmt.Sprintf("%v+%v", sc.badStart, sc.badLen)
+	}
+	return fmt.Sprintf("seed %d: %d nodes, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, takeover delay %v, %d events, bad period %s",
+		sc.seed, sc.nodes, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.TakeoverDelay, len(sc.events), bad)
 }
 
 // transientFault draws the fault for one request; rng is the scenario's.
-func transientFault(rng *rand.Rand, rate float64) azleasetest.Fault {
+// With lateMax > 0, a request may also be picked for ApplyLate: it gets no
+// answer (its sender times out) and the server applies it up to lateMax
+// after the sender gave up.
+func transientFault(rng *rand.Rand, rate float64, lateMax time.Duration) azleasetest.Fault {
 	if rng.Float64() >= rate {
 		return azleasetest.Fault{}
 	}
-	return []azleasetest.Fault{
+	fs := []azleasetest.Fault{
 		{Action: azleasetest.Fail},
 		{Action: azleasetest.Fail, Status: 500, Code: "InternalError"},
 		{Action: azleasetest.Drop},
@@ -111,7 +135,90 @@ func transientFault(rng *rand.Rand, rate float64) azleasetest.Fault {
 		{Delay: time.Duration(rng.IntN(3000)) * time.Millisecond},
 		{DelayResponse: time.Duration(rng.IntN(3000)) * time.Millisecond},
 		{Action: azleasetest.ApplyThenHang},
-	}[rng.IntN(7)]
+	}
+	if lateMax > 0 {
+		fs = append(fs, azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Duration(rng.Int64N(int64(lateMax) + 1))})
+	}
+	return fs[rng.IntN(len(fs))]
+}
+
+// faultMix draws the per-request faults of one scenario, counts the requests
+// it delays past their sender's patience (ApplyLate) by operation, and, with
+// AZLEASE_DEBUG_SIM set, keeps a log of every fault it injected.
+type faultMix struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	rate     float64
+	lateMax  time.Duration // 2 lease durations
+	noRepeat bool          // never fault a client's operation twice in a row
+	faulted  map[string]bool
+	bad      func(azleasetest.Request) (azleasetest.Fault, bool) // the seed's bad period, if any
+	late     map[azleasetest.Op]int
+	requests int
+	log      []string
+}
+
+func newFaultMix(seed uint64, rate float64, lease time.Duration, noRepeat bool) *faultMix {
+	return &faultMix{
+		rng:      rand.New(rand.NewPCG(seed, 0xfa017)),
+		rate:     rate,
+		lateMax:  2 * lease,
+		noRepeat: noRepeat,
+		faulted:  map[string]bool{},
+		late:     map[azleasetest.Op]int{},
+	}
+}
+
+// draw chooses the fault for r.
+func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.requests++
+	var f azleasetest.Fault
+	bad := false
+	if m.bad != nil {
+		f, bad = m.bad(r)
+	}
+	if !bad {
+		key := r.Client + "/" + string(r.Op)
+		if m.noRepeat && m.faulted[key] {
+			// A transient fault never strikes the same operation of the
+			// same client twice in a row: a retry gets through, so no
+			// demotion is justified.
+			m.faulted[key] = false
+			return azleasetest.Fault{}
+		}
+		f = transientFault(m.rng, m.rate, m.lateMax)
+		m.faulted[key] = f != (azleasetest.Fault{})
+	}
+	if f.Action == azleasetest.ApplyLate {
+		m.late[r.Op]++
+	}
+	if debugSim && f != (azleasetest.Fault{}) {
+		m.log = append(m.log, fmt.Sprintf("%v %s %s: %+v (bad period %v)", time.Now().Format("15:04:05.000"), r.Client, r.Op, f, bad))
+	}
+	return f
+}
+
+// badPeriod returns the faults of a bad period from start to end: most
+// acquire answers are lost (the acquire may have landed) and every release
+// is applied late, after its sender gave up. This is what once made a late
+// give-back release free a newer term's lease. It runs under m.mu.
+func badPeriod(m *faultMix, start, end time.Time) func(azleasetest.Request) (azleasetest.Fault, bool) {
+	return func(r azleasetest.Request) (azleasetest.Fault, bool) {
+		if now := time.Now(); now.Before(start) || !now.Before(end) {
+			return azleasetest.Fault{}, false
+		}
+		switch r.Op {
+		case azleasetest.OpAcquireLease:
+			if m.rng.IntN(10) < 7 {
+				return []azleasetest.Fault{{Action: azleasetest.ApplyThenDrop}, {Action: azleasetest.ApplyThenHang}}[m.rng.IntN(2)], true
+			}
+		case azleasetest.OpReleaseLease:
+			return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Duration(m.rng.Int64N(int64(m.lateMax) + 1))}, true
+		}
+		return azleasetest.Fault{}, false
+	}
 }
 
 var debugSim = os.Getenv("AZLEASE_DEBUG_SIM") != ""
@@ -127,6 +234,9 @@ type simStats struct {
 	failovers       []time.Duration
 	requests        int
 	causes          map[string]int
+	late            map[azleasetest.Op]int // requests applied after their sender gave up
+	work            workStats              // the leaders' fenced reads and writes
+	breaks          int                    // operator breaks sent
 }
 
 // runScenario plays sc with azlease Electors (naive=false) or with seed
@@ -134,23 +244,24 @@ type simStats struct {
 func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	opts := sc.opts
 	c := newCluster(t, opts)
+	c.work = &workCounter{}
 	c.emu.SetClockRate(sc.clockRate)
-	rng := rand.New(rand.NewPCG(sc.seed, 0xfa017))
-	var rmu sync.Mutex
-	var requests atomic.Int64
+	mix := newFaultMix(sc.seed, sc.faultRate, opts.LeaseDuration, !sc.chaos)
+	t0 := time.Now()
+	if sc.badLen > 0 {
+		mix.bad = badPeriod(mix, t0.Add(sc.badStart), t0.Add(sc.badStart+sc.badLen))
+	}
 	var outage atomic.Bool
 	c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
 		if r.Client == "observer" {
 			return azleasetest.Fault{}
 		}
-		requests.Add(1)
 		if outage.Load() {
 			return azleasetest.Fault{Action: azleasetest.Fail}
 		}
-		rmu.Lock()
-		defer rmu.Unlock()
-		return transientFault(rng, sc.faultRate)
+		return mix.draw(r)
 	})
+	var operator *azlease.Lease
 
 	names := make([]string, sc.nodes)
 	paused := make([]atomic.Int64, sc.nodes) // nanoseconds the node's renewer will oversleep
@@ -185,7 +296,6 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	wg.Go(func() { sampled = c.sample(97*time.Millisecond, stopSampling) })
 
 	var st simStats
-	t0 := time.Now()
 	var pending sync.WaitGroup
 	for _, ev := range sc.events {
 		time.Sleep(time.Until(t0.Add(ev.at)))
@@ -230,6 +340,18 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 			outage.Store(false)
 		case "pause":
 			paused[ev.node].Store(int64(ev.dur))
+		case "break":
+			if operator == nil {
+				var err error
+				operator, err = azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: opts.LeaseDuration})
+				require.NoError(t, err)
+			}
+			st.breaks++
+			pending.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_, _ = operator.Break(ctx, ev.dur) // its outcome may be unknown; the checker sees what the server did
+			})
 		}
 	}
 	time.Sleep(time.Until(t0.Add(sc.length)))
@@ -239,9 +361,15 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	c.stopAll()
 
 	st.sampledOverlaps = sampled
-	st.requests = int(requests.Load())
+	mix.mu.Lock()
+	st.requests = mix.requests
+	st.late = mix.late
+	faultLog := mix.log
+	mix.mu.Unlock()
+	st.work = c.work.snapshot()
 	st.outside, st.overlaps = c.violations()
-	if debugSim && st.outside+st.overlaps > 0 {
+	if debugSim && st.outside+st.overlaps+st.work.stale > 0 {
+		t.Logf("%v: faults injected:\n%s", sc, strings.Join(faultLog, "\n"))
 		c.checkSafety()
 	}
 	st.causes = map[string]int{}
@@ -308,8 +436,8 @@ func TestElectorSafetySimulation(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st = runScenario(t, sc, false)
 			})
-			if st.outside+st.overlaps+st.sampledOverlaps > 0 {
-				t.Errorf("%v: %d intervals outside their lease, %d overlapping pairs, %d sampled overlaps", sc, st.outside, st.overlaps, st.sampledOverlaps)
+			if st.outside+st.overlaps+st.sampledOverlaps+st.work.stale > 0 {
+				t.Errorf("%v: %d intervals outside their lease, %d overlapping pairs, %d sampled overlaps, %d stale reads", sc, st.outside, st.overlaps, st.sampledOverlaps, st.work.stale)
 			}
 		})
 		if !ok {
@@ -317,8 +445,8 @@ func TestElectorSafetySimulation(t *testing.T) {
 		}
 		total.add(st)
 	}
-	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d sampled overlaps; %d requests",
-		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.sampledOverlaps, total.requests)
+	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d sampled overlaps, %d stale reads; %d requests, applied late %v; %d operator breaks; leaders' fenced work: %v",
+		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.work)
 }
 
 // TestElectorNoFalseDemotion: with transient faults only (a fifth of all
@@ -331,7 +459,7 @@ func TestElectorNoFalseDemotion(t *testing.T) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := runScenario(t, sc, false)
-				require.Zero(t, st.outside+st.overlaps+st.sampledOverlaps)
+				require.Zero(t, st.outside+st.overlaps+st.sampledOverlaps+st.work.stale)
 				require.Zero(t, st.demotions, "%v: demoted under transient faults: %v", sc, st.causes)
 			})
 		})
@@ -350,6 +478,14 @@ func (s *simStats) add(o simStats) {
 	for k, v := range o.causes {
 		s.causes[k] += v
 	}
+	if s.late == nil {
+		s.late = map[azleasetest.Op]int{}
+	}
+	for k, v := range o.late {
+		s.late[k] += v
+	}
+	s.work.add(o.work)
+	s.breaks += o.breaks
 }
 
 // naive is seed 000's master/slave loop, written as that note writes it:
