@@ -101,13 +101,18 @@ func newScenario(seed uint64, chaos bool) scenario {
 			d := sc.opts.LeaseDuration + time.Duration(rng.IntN(int((60*time.Second-sc.opts.LeaseDuration)/time.Second)+1))*time.Second
 			sc.events = append(sc.events, event{at: at, kind: "break", dur: d})
 		}
-		sort.SliceStable(sc.events, func(i, j int) bool { return sc.events[i].at < sc.events[j].at })
+		sortEvents(sc.events)
 	}
 	if rng.IntN(3) == 0 {
 		sc.badStart = time.Duration(30+rng.IntN(int(sc.length/time.Second)-240)) * time.Second
 		sc.badLen = time.Duration(30+rng.IntN(90)) * time.Second
 	}
 	return sc
+}
+
+// sortEvents orders events by time, keeping the order of simultaneous ones.
+func sortEvents(evs []event) {
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 }
 
 func (sc scenario) String() string {
