@@ -44,7 +44,7 @@ test: deps lint
 demo:
 	$(GO) run ./examples/demo
 
-# Simulation figures (azlease beside seed 000's loop), go test -bench, then
+# Simulation figures (azlease beside a naive acquire-renew loop), go test -bench, then
 # the wire measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench

@@ -244,8 +244,8 @@ type simStats struct {
 	breaks          int                    // operator breaks sent
 }
 
-// runScenario plays sc with azlease Electors (naive=false) or with seed
-// 000's loop (naive=true). It must run inside a synctest bubble.
+// runScenario plays sc with azlease Electors (naive=false) or with the
+// naive acquire-renew loop (naive=true). It must run inside a synctest bubble.
 func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	opts := sc.opts
 	c := newCluster(t, opts)
@@ -493,11 +493,12 @@ func (s *simStats) add(o simStats) {
 	s.breaks += o.breaks
 }
 
-// naive is seed 000's master/slave loop, written as that note writes it:
-// acquire, or renew the lease it has, every LeaseDuration − 2 s; it is master
-// while its last call succeeded and demotes on the first error. Its calls use
-// the SDK's default retries and no deadline of their own, and it believes
-// from the moment a response arrives until a renewal fails.
+// naive is a naive acquire-renew loop, the baseline the simulation compares
+// azlease against: acquire, or renew the lease it has, every LeaseDuration −
+// 2 s; it is master while its last call succeeded and demotes on the first
+// error. Its calls use the SDK's default retries and no deadline of their
+// own, and it believes from the moment a response arrives until a renewal
+// fails.
 type naive struct {
 	c      *cluster
 	name   string
@@ -514,7 +515,7 @@ type naive struct {
 
 var errNaiveDemoted = errors.New("naive: renew failed")
 
-// startNaive starts seed 000's loop as node name; pause, when set, makes it
+// startNaive starts the naive acquire-renew loop as node name; pause, when set, makes it
 // oversleep once as the electors' renewers do in the simulation.
 func (c *cluster) startNaive(name string, leaseDuration time.Duration, pause *atomic.Int64) {
 	if pause == nil {
@@ -526,7 +527,7 @@ func (c *cluster) startNaive(name string, leaseDuration time.Duration, pause *at
 	c.mu.Unlock()
 }
 
-// startAny starts node name as an azlease Elector or as seed 000's loop.
+// startAny starts node name as an azlease Elector or as the naive loop.
 func (c *cluster) startAny(name string, naive bool) {
 	if naive {
 		c.startNaive(name, azlease.DefaultDuration, nil)
@@ -601,7 +602,7 @@ func (n *naive) run(ctx context.Context, secs int32) {
 	}
 }
 
-// TestNaiveLoopComparison runs seed 000's loop through the same kind of
+// TestNaiveLoopComparison runs a naive acquire-renew loop through the same kind of
 // scenarios. It asserts nothing about the naive loop's safety, which is the
 // point: it reports how often it overlapped and falsely demoted. With
 // AZLEASE_SIM_REPORT=path it also writes the side-by-side figures there.
@@ -643,7 +644,7 @@ func TestNaiveLoopComparison(t *testing.T) {
 		for _, x := range []struct {
 			name string
 			s    simStats
-		}{{"azlease", r.az}, {"naive (seed 000)", r.nv}} {
+		}{{"azlease", r.az}, {"naive acquire-renew loop", r.nv}} {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d |\n", mode, x.name, x.s.terms, x.s.outside, x.s.overlaps, x.s.sampledOverlaps, x.s.demotions, x.s.requests)
 		}
 	}
@@ -675,7 +676,8 @@ func percentiles(ds []time.Duration) string {
 // TestSimulatedTimings measures, in fake time with default settings and no
 // faults, the graceful handoff and crash failover times (200 runs each, with
 // the stop at a random phase of the renew and poll cycles) and the requests
-// per hour of a leader and a follower, for azlease and for seed 000's loop.
+// per hour of a leader and a follower, for azlease and for the naive
+// acquire-renew loop.
 // With AZLEASE_SIM_REPORT set, it appends them to that file.
 func TestSimulatedTimings(t *testing.T) {
 	runs := 200
@@ -757,10 +759,10 @@ func TestSimulatedTimings(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nDefault settings (15 s lease renewed every 5 s, followers polling every 5 s ± 20 %%), no faults, %d runs each,\n", runs)
-	fmt.Fprintf(&b, "the stop or crash at a random phase of the renew and poll cycles; seed 000's loop acts every 13 s and never releases.\n\n")
+	fmt.Fprintf(&b, "the stop or crash at a random phase of the renew and poll cycles; the naive acquire-renew loop acts every 13 s and never releases.\n\n")
 	fmt.Fprintf(&b, "| loop | graceful handoff | crash failover | leader requests/hour | follower requests/hour |\n|---|---|---|---:|---:|\n")
 	fmt.Fprintf(&b, "| azlease | %s | %s | %d | %d |\n", percentiles(az.handoff), percentiles(az.failover), az.leaderPerHour, az.followerPerHour)
-	fmt.Fprintf(&b, "| naive (seed 000) | %s | %s | %d | %d |\n", percentiles(nv.handoff), percentiles(nv.failover), nv.leaderPerHour, nv.followerPerHour)
+	fmt.Fprintf(&b, "| naive acquire-renew loop | %s | %s | %d | %d |\n", percentiles(nv.handoff), percentiles(nv.failover), nv.leaderPerHour, nv.followerPerHour)
 	old, _ := os.ReadFile(report)
 	require.NoError(t, os.WriteFile(report, append(old, b.String()...), 0o644))
 }
