@@ -31,6 +31,9 @@ type mutexScenario struct {
 	length    time.Duration
 	badStart  time.Duration
 	badLen    time.Duration
+	// handoff adds two holders that use Lease directly and pass the lease
+	// to each other with HandOff (Change Lease) instead of releasing it.
+	handoff bool
 }
 
 func newMutexScenario(seed uint64) mutexScenario {
@@ -60,6 +63,7 @@ func newMutexScenario(seed uint64) mutexScenario {
 		sc.badStart = time.Duration(30+rng.IntN(int(sc.length/time.Second)-240)) * time.Second
 		sc.badLen = time.Duration(30+rng.IntN(90)) * time.Second
 	}
+	sc.handoff = rng.IntN(2) == 0
 	return sc
 }
 
@@ -68,8 +72,8 @@ func (sc mutexScenario) String() string {
 	if sc.badLen > 0 {
 		bad = fmt.Sprintf("%v+%v", sc.badStart, sc.badLen)
 	}
-	return fmt.Sprintf("seed %d: %d clients, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, %d events, bad period %s",
-		sc.seed, sc.clients, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, len(sc.events), bad)
+	return fmt.Sprintf("seed %d: %d clients, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, %d events, bad period %s, hand-off pair %v",
+		sc.seed, sc.clients, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, len(sc.events), bad, sc.handoff)
 }
 
 // mutexStats is what one run of a mutex scenario measured.
@@ -84,6 +88,8 @@ type mutexStats struct {
 	work      workStats
 	breaks    int
 	unlockErr int // Unlocks that returned an error
+	handoffs  int // HandOffs that succeeded
+	handFails int // HandOffs that failed (may or may not have happened)
 }
 
 func (s *mutexStats) add(o mutexStats) {
@@ -102,6 +108,8 @@ func (s *mutexStats) add(o mutexStats) {
 	s.work.add(o.work)
 	s.breaks += o.breaks
 	s.unlockErr += o.unlockErr
+	s.handoffs += o.handoffs
+	s.handFails += o.handFails
 }
 
 // runMutexScenario plays sc. It must run inside a synctest bubble.
@@ -172,6 +180,10 @@ func runMutexScenario(t *testing.T, sc mutexScenario) mutexStats {
 				time.Sleep(time.Duration(rng.IntN(5000)) * time.Millisecond)
 			}
 		})
+	}
+
+	if sc.handoff {
+		clients.Go(func() { handOffPair(t, c, sc, t0, &st, &smu) })
 	}
 
 	var operator *azlease.Lease
@@ -261,6 +273,56 @@ func TestMutexSafetySimulation(t *testing.T) {
 		}
 		total.add(st)
 	}
-	t.Logf("%d seeds: %d locks (%d lost while held, %d Lock calls gave up, %d Unlocks failed), %d locks outside their lease, %d overlapping pairs; %d requests, applied late %v; %d operator breaks; work: %v",
-		n, total.locks, total.lost, total.gaveUp, total.unlockErr, total.outside, total.overlaps, total.requests, total.late, total.breaks, total.work)
+	t.Logf("%d seeds: %d locks (%d lost while held, %d Lock calls gave up, %d Unlocks failed), %d hand-offs (%d failed), %d held intervals outside their lease, %d overlapping pairs; %d requests, applied late %v; %d operator breaks; work: %v",
+		n, total.locks, total.lost, total.gaveUp, total.unlockErr, total.handoffs, total.handFails, total.outside, total.overlaps, total.requests, total.late, total.breaks, total.work)
+}
+
+// handOffPair runs two holders, h0 and h1, that use Lease directly: each in
+// turn acquires the lease (competing with the Mutex clients), holds it for
+// up to half its validity, and hands it to the other's next lease ID, which
+// the other then acquires. Each holding is recorded for the checker, from
+// Acquire's return to the earlier of the hand-off and its validity deadline.
+func handOffPair(t *testing.T, c *cluster, sc mutexScenario, t0 time.Time, st *mutexStats, smu *sync.Mutex) {
+	var ls [2]*azlease.Lease
+	for i := range ls {
+		var err error
+		ls[i], err = azlease.NewLease(c.emu.client(fmt.Sprintf("h%d", i)), c.blob, &azlease.LeaseOptions{LeaseDuration: sc.opts.LeaseDuration, Identity: fmt.Sprintf("h%d", i)})
+		require.NoError(t, err)
+	}
+	rng := rand.New(rand.NewPCG(sc.seed, 0x4a4d))
+	for cur := 0; time.Since(t0) < sc.length; {
+		l := ls[cur]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		tok, err := l.Acquire(ctx)
+		cancel()
+		if err != nil {
+			time.Sleep(time.Duration(500+rng.IntN(4500)) * time.Millisecond)
+			cur = rng.IntN(2)
+			continue
+		}
+		b := believed{node: fmt.Sprintf("h%d", cur), epoch: tok.Epoch, leaseID: tok.LeaseID, start: time.Now()}
+		time.Sleep(time.Duration(rng.Int64N(int64(sc.opts.LeaseDuration / 2))))
+		b.end = time.Now()
+		if vu := l.ValidUntil(); vu.Before(b.end) {
+			b.end = vu
+		}
+		c.record(b)
+		next := ls[1-cur].NextLeaseID()
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		err = l.HandOff(ctx, next)
+		cancel()
+		smu.Lock()
+		if err == nil {
+			st.handoffs++
+		} else {
+			st.handFails++
+		}
+		smu.Unlock()
+		cur = 1 - cur
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range ls {
+		_ = l.Release(ctx)
+	}
 }
