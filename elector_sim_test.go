@@ -459,16 +459,24 @@ func TestElectorSafetySimulation(t *testing.T) {
 // leader: nothing in those scenarios justifies it.
 func TestElectorNoFalseDemotion(t *testing.T) {
 	n := max(simSeeds()/10, 5)
+	var total simStats
+	total.causes = map[string]int{}
 	for seed := range uint64(n) {
 		sc := newScenario(seed, false)
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := runScenario(t, sc, false)
+				total.add(st)
 				require.Zero(t, st.outside+st.overlaps+st.sampledOverlaps+st.work.stale)
 				require.Zero(t, st.demotions, "%v: demoted under transient faults: %v", sc, st.causes)
 			})
 		})
+		if !ok {
+			t.Logf("reproduce with: go test -run 'TestElectorNoFalseDemotion/^%d$' (%v)", seed, sc)
+		}
 	}
+	t.Logf("%d seeds: %d terms, %d demotions, %d believed intervals outside their lease, %d overlapping pairs, %d sampled overlaps; %d requests, applied late %v; leaders' fenced work: %v",
+		n, total.terms, total.demotions, total.outside, total.overlaps, total.sampledOverlaps, total.requests, total.late, total.work)
 }
 
 func (s *simStats) add(o simStats) {
