@@ -266,7 +266,6 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 		}
 		return mix.draw(r)
 	})
-	var operator *azlease.Lease
 
 	names := make([]string, sc.nodes)
 	paused := make([]atomic.Int64, sc.nodes) // nanoseconds the node's renewer will oversleep
@@ -346,11 +345,11 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 		case "pause":
 			paused[ev.node].Store(int64(ev.dur))
 		case "break":
-			if operator == nil {
-				var err error
-				operator, err = azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: opts.LeaseDuration})
-				require.NoError(t, err)
-			}
+			// A Lease of its own for each break: two breaks on one Lease
+			// would queue on its lock, which synctest does not see as
+			// durably blocked, and fake time would stop.
+			operator, err := azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: opts.LeaseDuration})
+			require.NoError(t, err)
 			st.breaks++
 			pending.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

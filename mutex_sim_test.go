@@ -186,7 +186,6 @@ func runMutexScenario(t *testing.T, sc mutexScenario) mutexStats {
 		clients.Go(func() { handOffPair(t, c, sc, t0, &st, &smu) })
 	}
 
-	var operator *azlease.Lease
 	var pending sync.WaitGroup
 	for _, ev := range sc.events {
 		time.Sleep(time.Until(t0.Add(ev.at)))
@@ -207,11 +206,11 @@ func runMutexScenario(t *testing.T, sc mutexScenario) mutexStats {
 			time.Sleep(min(ev.dur, 10*time.Second))
 			outage.Store(false)
 		case "break":
-			if operator == nil {
-				var err error
-				operator, err = azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: sc.opts.LeaseDuration})
-				require.NoError(t, err)
-			}
+			// A Lease of its own for each break: two breaks on one Lease
+			// would queue on its lock, which synctest does not see as
+			// durably blocked, and fake time would stop.
+			operator, err := azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: sc.opts.LeaseDuration})
+			require.NoError(t, err)
 			st.breaks++
 			pending.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
