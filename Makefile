@@ -7,6 +7,8 @@ GO        ?= go
 NPM       ?= npm
 # Tests that wait in real time (Azurite) run in parallel.
 PARALLEL  ?= 16
+# Random scenarios of the Elector safety simulation; its transient-faults
+# mode and the Mutex simulation run a tenth as many.
 SEEDS     ?= 300
 
 # Examples kept in modules of their own (their dependencies stay out of
