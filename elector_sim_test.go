@@ -425,10 +425,14 @@ func nextLeaderAfter(c *cluster, since time.Time, old string, limit time.Duratio
 // time and checks, for each, that no believed leadership interval lies
 // outside the lease Azure granted it and that no two overlap. Each seed
 // draws its own fault rate (0–30 % of requests: 503, 500, lost connections,
-// lost responses, slow requests and responses, hangs), server clock speed
-// (up to 4 % fast or 1 % slow, inside the default safety margin), and a
-// schedule of graceful stops, crashes (partitions that hang or drop),
-// whole-service outages and renewer pauses.
+// lost responses, slow requests and responses, hangs, and requests applied
+// 0–2 lease durations after their sender gave up), server clock speed (up to
+// 4 % fast or 1 % slow, inside the default safety margin), and a schedule of
+// graceful stops, crashes (partitions that hang or drop), whole-service
+// outages and renewer pauses; half the seeds add an operator breaking the
+// lease, a third a bad period of lost acquire answers and late releases.
+// Leaders write, set metadata and read through their term meanwhile, and no
+// read may return a newer term's content.
 func TestElectorSafetySimulation(t *testing.T) {
 	n := simSeeds()
 	var total simStats
@@ -637,11 +641,14 @@ func TestNaiveLoopComparison(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Simulated in fake time (testing/synctest) against the emulator, %d seeds per mode, 10 minutes each.\n", n)
-	fmt.Fprintf(&b, "\"chaos\": per-request faults at 0–30 %%, server clock ×0.99–1.04, and per seed a schedule of graceful stops, crashes\n")
-	fmt.Fprintf(&b, "(partitions that hang or drop requests), whole-service outages (1–10 s) and renewer pauses (1–40 s).\n")
-	fmt.Fprintf(&b, "\"transient\": 20 %% of requests fail (503, 500, lost connection, lost response, slow, hung) and nothing else,\n")
-	fmt.Fprintf(&b, "so every demotion there is a false one. In \"chaos\", azlease demotes at its validity deadline when a partition, an outage\n")
-	fmt.Fprintf(&b, "or a pause kept every renewal from landing in time; it cannot know more, and demotes before Azure's lease ends.\n")
+	fmt.Fprintf(&b, "\"chaos\": per-request faults at 0–30 %% (including requests applied 0–2 lease durations after their sender gave up),\n")
+	fmt.Fprintf(&b, "server clock ×0.99–1.04, and per seed a schedule of graceful stops, crashes (partitions that hang or drop requests),\n")
+	fmt.Fprintf(&b, "whole-service outages (1–10 s) and renewer pauses (1–40 s); in half the seeds an operator breaks the lease, in a third\n")
+	fmt.Fprintf(&b, "a bad period loses acquire answers and applies releases late.\n")
+	fmt.Fprintf(&b, "\"transient\": 20 %% of requests fail (503, 500, lost connection, lost response, slow, hung, applied late), never twice\n")
+	fmt.Fprintf(&b, "in a row for one client's operation, and nothing else, so every demotion there is a false one. In \"chaos\", azlease\n")
+	fmt.Fprintf(&b, "demotes when the lease is broken, or at its validity deadline when a partition, an outage or a pause kept every renewal\n")
+	fmt.Fprintf(&b, "from landing in time; it cannot know more, and demotes before Azure's lease ends.\n")
 	fmt.Fprintf(&b, "Believed intervals and overlaps are checked against the emulator's true lease grants; two-leader instants are sampled\n")
 	fmt.Fprintf(&b, "every 97 ms of fake time.\n\n")
 	fmt.Fprintf(&b, "| mode | loop | terms | intervals outside their lease | overlapping pairs | sampled instants with two leaders | demotions | requests |\n")
