@@ -10,6 +10,8 @@ GO        ?= go
 NPM       ?= npm
 # Tests that wait in real time (Azurite) run in parallel.
 PARALLEL  ?= 16
+# Random scenarios of the Elector safety simulation; its transient-faults
+# mode and the Mutex simulation run a tenth as many.
 SEEDS     ?= 300
 
 # Examples kept in modules of their own (their dependencies stay out of
@@ -48,7 +50,7 @@ test: deps lint
 demo:
 	$(GO) run ./examples/demo
 
-# Simulation figures (azlease beside seed 000's loop), go test -bench, then
+# Simulation figures (azlease beside a naive acquire-renew loop), go test -bench, then
 # the wire measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench

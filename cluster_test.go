@@ -3,7 +3,9 @@ package azlease_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +47,9 @@ type cluster struct {
 	extra azleasetest.FaultFunc         // faults for everyone else
 	nodes map[string]contender
 	terms []believed
+	// work, when set before the nodes start, makes each leader write, set
+	// metadata and read through its term while it leads, and counts it.
+	work *workCounter
 }
 
 func newCluster(t *testing.T, opts azlease.ElectorOptions) *cluster {
@@ -91,6 +96,9 @@ func (c *cluster) heal(name string) {
 func (c *cluster) task(name string) azlease.Task {
 	return func(ctx context.Context, term *azlease.Term) error {
 		b := believed{node: name, epoch: term.Epoch(), leaseID: term.Token().LeaseID, start: time.Now()}
+		if c.work != nil {
+			c.work.run(ctx, term, name)
+		}
 		<-ctx.Done()
 		b.end = time.Now()
 		if vu := term.ValidUntil(); vu.Before(b.end) {
@@ -256,4 +264,106 @@ func describeGrants(gs []azleasetest.Grant) string {
 		s += fmt.Sprintf("  %s [%v, %v]\n", g.LeaseID, g.Start, g.End)
 	}
 	return s
+}
+
+// workStats counts the fenced reads and writes leaders made through their
+// terms (Term.Write, Term.SetMetadata, Term.Read).
+type workStats struct {
+	writes, metadata, reads int // that succeeded
+	failed                  int // that failed: the term ended meanwhile
+	// stale counts reads that returned a newer term's content, or content
+	// older than this term's own last successful write.
+	stale int
+}
+
+func (w workStats) String() string {
+	return fmt.Sprintf("%d writes, %d metadata writes, %d reads, %d failed, %d stale reads", w.writes, w.metadata, w.reads, w.failed, w.stale)
+}
+
+func (w *workStats) add(o workStats) {
+	w.writes += o.writes
+	w.metadata += o.metadata
+	w.reads += o.reads
+	w.failed += o.failed
+	w.stale += o.stale
+}
+
+// workCounter is workStats shared by a cluster's leaders.
+type workCounter struct {
+	mu sync.Mutex
+	s  workStats
+}
+
+func (w *workCounter) snapshot() workStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.s
+}
+
+// run does a leader's work until ctx ends: every 0.5–3 s it checks ctx
+// right before acting, then writes "epoch seq" as the blob's content, sets
+// metadata, or reads the content back and checks that it is this term's
+// latest write (or, before its first, no newer term's).
+func (w *workCounter) run(ctx context.Context, term *azlease.Term, name string) {
+	rng := rand.New(rand.NewPCG(term.Epoch(), 7))
+	epoch := term.Epoch()
+	lastSeq := -1 // this term's last successful write
+	for seq := 0; ; seq++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(500+rng.IntN(2500)) * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var err error
+		stale := false
+		switch seq % 3 {
+		case 0:
+			if err = term.Write(ctx, []byte(fmt.Sprintf("%d %d", epoch, seq))); err == nil {
+				lastSeq = seq
+			}
+		case 1:
+			err = term.SetMetadata(ctx, map[string]string{"writer": name, "seq": strconv.Itoa(seq)})
+		case 2:
+			var content []byte
+			if content, err = term.Read(ctx); err == nil {
+				stale = !freshContent(content, epoch, lastSeq)
+			}
+		}
+		w.mu.Lock()
+		switch {
+		case err != nil:
+			w.s.failed++
+		case seq%3 == 0:
+			w.s.writes++
+		case seq%3 == 1:
+			w.s.metadata++
+		default:
+			w.s.reads++
+		}
+		if stale {
+			w.s.stale++
+		}
+		w.mu.Unlock()
+	}
+}
+
+// freshContent reports whether content read by the term epoch is what it
+// may see: its own write seq lastSeq or later, or, before its first
+// successful write, nothing written by a newer term.
+func freshContent(content []byte, epoch uint64, lastSeq int) bool {
+	var e uint64
+	var seq int
+	if len(content) == 0 {
+		return lastSeq < 0
+	}
+	if _, err := fmt.Sscanf(string(content), "%d %d", &e, &seq); err != nil {
+		return false
+	}
+	if lastSeq < 0 {
+		return e <= epoch // a write that failed may have landed
+	}
+	return e == epoch && seq >= lastSeq
 }

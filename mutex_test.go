@@ -82,7 +82,7 @@ func TestMutexExclusion(t *testing.T) {
 		c.setFaults(func(azleasetest.Request) azleasetest.Fault {
 			rmu.Lock()
 			defer rmu.Unlock()
-			return transientFault(rng, 0.2)
+			return transientFault(rng, 0.2, 0)
 		})
 		var counter, inside, increments, losses, holder atomic.Int64
 		var wg sync.WaitGroup

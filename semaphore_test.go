@@ -93,7 +93,7 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 		c.setFaults(func(azleasetest.Request) azleasetest.Fault {
 			rmu.Lock()
 			defer rmu.Unlock()
-			return transientFault(rng, 0.1)
+			return transientFault(rng, 0.1, 0)
 		})
 		type held struct {
 			slot, leaseID string

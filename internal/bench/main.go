@@ -200,7 +200,7 @@ func run(out, sim, gobench string, n int, quick bool) error {
 		return err
 	}
 
-	for _, inc := range []struct{ title, path string }{{"Simulation: azlease and seed 000's loop side by side", sim}, {"go test -bench", gobench}} {
+	for _, inc := range []struct{ title, path string }{{"Simulation: azlease and a naive acquire-renew loop side by side", sim}, {"go test -bench", gobench}} {
 		if inc.path == "" {
 			continue
 		}
