@@ -706,12 +706,13 @@ func (e *Elector) progress() {
 
 // yieldWait is how long an instance that let go (its task returned, or it
 // stepped down on a stall) waits before contending again: the longest poll
-// interval a follower can draw, plus one attempt, so that every follower
-// polls at least once meanwhile and a healthy one takes over. A plain poll
-// interval with jitter was not enough: a yielding instance that drew a
-// shorter wait than the follower re-acquired first now and then.
+// interval a follower can draw, plus a fifth of the poll interval for its
+// request to arrive, so that every follower polls at least once meanwhile
+// and a healthy one takes over. A plain poll interval with jitter was not
+// enough: a yielding instance that drew a shorter wait than the follower
+// re-acquired first now and then.
 func (e *Elector) yieldWait() time.Duration {
-	return timing.MaxJittered(e.cfg.poll, e.cfg.jitter) + e.cfg.lease.attemptTimeout
+	return timing.MaxJittered(e.cfg.poll, e.cfg.jitter) + e.cfg.poll/5
 }
 
 func (e *Elector) pollWait() time.Duration {

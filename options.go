@@ -291,7 +291,7 @@ type AfterTask int
 
 const (
 	// ReleaseAndContend releases the lease, waits the longest poll interval
-	// (PollInterval plus its jitter, plus one attempt) so that another
+	// (PollInterval plus its jitter, plus a fifth of it) so that another
 	// instance can take over, and contends again. The default.
 	ReleaseAndContend AfterTask = iota
 	// StopElecting releases the lease and stops the Elector; Run returns
@@ -373,8 +373,8 @@ type ElectorOptions struct {
 	// Check: the term ends (cause [ErrStalled]), the lease is released once
 	// the task returns (or left to expire if it does not return within
 	// DrainTimeout), and this instance contends again only after the longest
-	// poll interval (PollInterval plus its jitter, plus one attempt), so every
-	// healthy follower polls meanwhile and one of them takes over. It needs a HeartbeatTimeout.
+	// poll interval (PollInterval plus its jitter, plus a fifth of it), so
+	// every healthy follower polls meanwhile and one of them takes over. It needs a HeartbeatTimeout.
 	// Zero (false) means a stalled leader keeps its lease.
 	StepDownOnStall bool
 

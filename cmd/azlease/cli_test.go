@@ -278,7 +278,7 @@ func TestLeadExitAndRestart(t *testing.T) {
 
 		log := w.path("log")
 		p := w.az("lead", "--restart", "--poll-interval=300ms", "svc", "--", "sh", "-c",
-			fmt.Sprintf(`echo "run $AZLEASE_EPOCH" >> %s; sleep 0.3`, log))
+			fmt.Sprintf(`echo "run $AZLEASE_EPOCH" >> %s; sleep 1`, log)) // long enough that SIGTERM meets a running command
 		waitLines(t, log, "run ", 3, 20*time.Second)
 		p.signal(syscall.SIGTERM)
 		p.expect(128+int(syscall.SIGTERM), 20*time.Second)
