@@ -34,7 +34,8 @@ type clientConfig struct {
 	renew    time.Duration
 	settle   time.Duration // after the last lease is taken, before the window
 	window   time.Duration
-	parallel int // leases taken at once during setup
+	parallel int           // leases taken at once during setup
+	spread   time.Duration // setup takes leases evenly over this long (0: at once)
 }
 
 // clientResult is one cell's figures.
@@ -74,7 +75,7 @@ func runClient(cfg clientConfig) error {
 		return err
 	}
 	start := time.Now()
-	if err := takeAll(ctx, h, cfg.n, cfg.parallel); err != nil {
+	if err := takeAll(ctx, h, cfg.n, cfg.parallel, cfg.spread); err != nil {
 		return err
 	}
 	setup := time.Since(start)
@@ -103,12 +104,16 @@ func runClient(cfg clientConfig) error {
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
-// takeAll takes n leases, parallel at a time, as fast as the server allows:
-// a process starting up takes its leases together.
-func takeAll(ctx context.Context, h holder, n, parallel int) error {
+// takeAll takes n leases, parallel at a time, lease i no earlier than
+// i × spread / n after the start: the leases' renewals then fall evenly over
+// the renew interval, as they do in a process that has held its leases for
+// a while. spread 0 takes them as fast as the server allows (a process that
+// starts and takes every lease at once, whose renewals then come in bursts).
+func takeAll(ctx context.Context, h holder, n, parallel int, spread time.Duration) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, parallel)
+	start := time.Now()
 	for w := range parallel {
 		wg.Go(func() {
 			for {
@@ -116,6 +121,7 @@ func takeAll(ctx context.Context, h holder, n, parallel int) error {
 				if i >= n || errs[w] != nil {
 					return
 				}
+				time.Sleep(time.Until(start.Add(time.Duration(int64(spread) * int64(i) / int64(n)))))
 				if err := h.take(ctx, i); err != nil {
 					errs[w] = fmt.Errorf("lease %d: %w", i, err)
 				}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -35,6 +36,8 @@ func main() {
 	leaseDur := flag.Duration("lease", 15*time.Second, "lease duration")
 	settle := flag.Duration("settle", 0, "wait after the leases are taken, before the window (0: one renew interval)")
 	parallel := flag.Int("parallel", 32, "leases taken at once during setup")
+	burst := flag.Bool("burst", false, "take every lease at once instead of spreading them over one renew interval (renewals then come in bursts)")
+	only := flag.String("variants", strings.Join(variants, ","), "comma-separated variants to run: azlease, raw, http")
 	variant := flag.String("variant", "", "client: azlease, raw or http")
 	url := flag.String("url", "", "client: Blob service URL")
 	stats := flag.String("stats", "", "client: the server's stats URL")
@@ -55,10 +58,10 @@ func main() {
 		count, err = strconv.Atoi(*ns)
 		if err == nil {
 			err = runClient(clientConfig{variant: *variant, n: count, url: *url, stats: *stats, lease: *leaseDur,
-				renew: *renew, settle: *settle, window: *dur, parallel: *parallel})
+				renew: *renew, settle: *settle, window: *dur, parallel: *parallel, spread: spread(*burst, *renew)})
 		}
 	case "":
-		err = benchmark(*out, *rawOut, *ns, *reps, *tlsMode, *quick, *dur, *renew, *leaseDur, *settle, *parallel)
+		err = benchmark(*out, *rawOut, *ns, *only, *reps, *tlsMode, *quick, *burst, *dur, *renew, *leaseDur, *settle, *parallel)
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -66,4 +69,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "manybench %s: %v\n", *mode, err)
 		os.Exit(1)
 	}
+}
+
+func spread(burst bool, renew time.Duration) time.Duration {
+	if burst {
+		return 0
+	}
+	return renew
 }

@@ -17,8 +17,14 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 	fmt.Fprintf(b, "## Holding many leases\n\n")
 	fmt.Fprintf(b, "N leases held at once on one container client, %v leases renewed every %v, against the emulator served on\n", cfg.lease, cfg.renew)
 	fmt.Fprintf(b, "loopback by a separate process (plain HTTP, or TLS with a self-signed ECDSA certificate, HTTP/1.1 as Blob Storage\n")
-	fmt.Fprintf(b, "speaks), so only the client's CPU is counted. The N leases are taken %d at a time, then after %v of settling\n", cfg.parallel, cfg.settle)
-	fmt.Fprintf(b, "the client measures a %v window; %d repetition(s), cells run one at a time, variants interleaved.\n\n", cfg.window, cfg.reps)
+	fmt.Fprintf(b, "speaks), so only the client's CPU is counted. ")
+	if cfg.burst {
+		fmt.Fprintf(b, "The N leases are taken all at once (%d at a time), so their renewals come in bursts;\n", cfg.parallel)
+	} else {
+		fmt.Fprintf(b, "The N leases are taken evenly over one renew interval (up to %d at a time), so their\n", cfg.parallel)
+		fmt.Fprintf(b, "renewals are spread as in a process that has held them for a while;\n")
+	}
+	fmt.Fprintf(b, "after %v of settling the client measures a %v window. %d repetition(s); cells run one at a time, variants interleaved.\n\n", cfg.settle, cfg.window, cfg.reps)
 	fmt.Fprintf(b, "- **azlease**: N `Mutex` locks (`TryLock`), default client options.\n")
 	fmt.Fprintf(b, "- **raw azblob**: N `lease.BlobClient`s, each renewed by a goroutine of its own on a ticker, default client options.\n")
 	fmt.Fprintf(b, "- **bare net/http**: the same loop, renewing with a hand-signed (Shared Key) request on `http.DefaultTransport`: the floor.\n\n")
@@ -34,7 +40,7 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 	names := map[string]string{variantAzlease: "azlease Mutex", variantRaw: "raw azblob", variantHTTP: "bare net/http"}
 	for _, n := range cfg.ns {
 		for _, useTLS := range cfg.tls {
-			for _, v := range variants {
+			for _, v := range cfg.variants {
 				var ok []cell
 				var failed []string
 				for _, c := range cells {

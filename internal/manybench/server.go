@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -136,6 +137,9 @@ func serve(useTLS bool, certFile string, late time.Duration) error {
 	srv := &http.Server{
 		Handler:           w,
 		ReadHeaderTimeout: 10 * time.Second,
+		// Handshakes cut short by a client giving up are part of what is
+		// measured (as new connections), not news.
+		ErrorLog: log.New(io.Discard, "", 0),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateNew {
 				w.newConns.Add(1)
