@@ -51,8 +51,10 @@ type clientResult struct {
 	Goroutines int     `json:"goroutines"`
 	NewConns   int64   `json:"new_conns"`
 	Late       int64   `json:"late"`
+	Lapsed     int64   `json:"lapsed"`     // renewals after the lease had expired, over the window
 	MaxGap     float64 `json:"max_gap_ms"` // over the whole run, setup included
 	Lost       int     `json:"lost"`
+	Load1      float64 `json:"load1"` // the machine's 1-minute load average at the end of the window
 }
 
 func runClient(cfg clientConfig) error {
@@ -98,7 +100,7 @@ func runClient(cfg clientConfig) error {
 		Variant: cfg.variant, N: cfg.n, Window: t1.Sub(t0).Seconds(), Setup: setup.Seconds(),
 		CPU: (c1 - c0).Seconds(), Renewals: s1.Renewals - s0.Renewals, RSS: rss, PeakRSS: peak,
 		Goroutines: runtime.NumGoroutine(), NewConns: s1.NewConns - s0.NewConns,
-		Late: s1.Late - s0.Late, MaxGap: s1.MaxGap, Lost: h.lost(),
+		Late: s1.Late - s0.Late, Lapsed: s1.Lapsed - s0.Lapsed, MaxGap: s1.MaxGap, Lost: h.lost(), Load1: loadAverage(),
 	}
 	h.stop()
 	return json.NewEncoder(os.Stdout).Encode(res)

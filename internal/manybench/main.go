@@ -52,7 +52,7 @@ func main() {
 	var err error
 	switch *mode {
 	case "server":
-		err = serve(*tlsMode == "tls", *certFile, *late)
+		err = serve(*tlsMode == "tls", *certFile, *late, *leaseDur)
 	case "client":
 		var count int
 		count, err = strconv.Atoi(*ns)

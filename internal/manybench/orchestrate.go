@@ -91,7 +91,7 @@ func runCell(self, certFile string, cfg runConfig, n int, useTLS bool, variant s
 	defer cancel()
 
 	late := cfg.renew + time.Second
-	srv := exec.CommandContext(ctx, self, "-mode", "server", "-tls", strings.ToLower(transportName(useTLS)), "-cert", certFile, "-late", late.String())
+	srv := exec.CommandContext(ctx, self, "-mode", "server", "-tls", strings.ToLower(transportName(useTLS)), "-cert", certFile, "-late", late.String(), "-lease", cfg.lease.String())
 	srv.Stderr = os.Stderr
 	stdin, err := srv.StdinPipe()
 	if err != nil {

@@ -32,11 +32,15 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 	fmt.Fprintf(b, "server granted in it: median over repetitions, range in parentheses. RSS is VmRSS at the end of the window\n")
 	fmt.Fprintf(b, "(median); goroutines are counted then too. New connections are those the server accepted during the window,\n")
 	fmt.Fprintf(b, "per minute. A renewal is late when it reaches the server more than the renew interval + 1 s after the lease's\n")
-	fmt.Fprintf(b, "previous grant or renewal (all repetitions summed, with the longest gap seen); a lock is lost when its term\n")
-	fmt.Fprintf(b, "ended (azlease) or a renewal failed (the loops).\n\n")
+	fmt.Fprintf(b, "previous grant or renewal (all repetitions summed, with the longest gap seen); a renewal after expiry reaches\n")
+	fmt.Fprintf(b, "the server a lease duration or more after the previous one: the lease was free in between, and the server\n")
+	fmt.Fprintf(b, "granted it again only because nobody else asked (the loops do not notice). A lock is lost when its term ended\n")
+	fmt.Fprintf(b, "(azlease) or a renewal failed (the loops); summed over repetitions. Load is the machine's 1-minute load average\n")
+	fmt.Fprintf(b, "at the end of each window (lowest–highest): the machine may be shared, and a 10,000-lease cell over TLS can tip\n")
+	fmt.Fprintf(b, "from keeping up to falling behind with it.\n\n")
 	b.WriteString(machine)
-	fmt.Fprintf(b, "\n| N held | transport | variant | client CPU per renewal | RSS | goroutines | renewals/s | new connections per minute | renewals later than 1 s (longest gap) | locks lost |\n")
-	fmt.Fprintf(b, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "\n| N held | transport | variant | client CPU per renewal | RSS | goroutines | renewals/s | new connections per minute | renewals later than 1 s (longest gap) | renewals after expiry | locks lost | load |\n")
+	fmt.Fprintf(b, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	names := map[string]string{variantAzlease: "azlease Mutex", variantRaw: "raw azblob", variantHTTP: "bare net/http"}
 	for _, n := range cfg.ns {
 		for _, useTLS := range cfg.tls {
@@ -55,7 +59,7 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 				}
 				fmt.Fprintf(b, "| %s | %s | %s | ", thousands(float64(n)), transportName(useTLS), names[v])
 				if len(ok) == 0 {
-					fmt.Fprintf(b, "failed: %s | | | | | | |\n", oneLine(strings.Join(failed, "; ")))
+					fmt.Fprintf(b, "failed: %s | | | | | | | | |\n", oneLine(strings.Join(failed, "; ")))
 					continue
 				}
 				col := func(f func(c cell) float64) []float64 {
@@ -70,17 +74,24 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 				gor := col(func(c cell) float64 { return float64(c.Goroutines) })
 				rate := col(func(c cell) float64 { return float64(c.Renewals) / c.Window })
 				conns := col(func(c cell) float64 { return float64(c.NewConns) / c.Window * 60 })
-				var late int64
+				var late, lapsed int64
 				var gap float64
 				lost := 0
 				for _, c := range ok {
 					late += c.Late
+					lapsed += c.Lapsed
 					gap = math.Max(gap, c.MaxGap)
 					lost += c.Lost
 				}
-				fmt.Fprintf(b, "%s µs | %s MB | %s | %s | %s | %d (%.1f s) | %d |",
+				load := col(func(c cell) float64 { return c.Load1 })
+				lo, hi := slicesMinMax(load)
+				loads := fmt.Sprintf("%.1f–%.1f", lo, hi)
+				if lo == hi {
+					loads = fmt.Sprintf("%.1f", lo)
+				}
+				fmt.Fprintf(b, "%s µs | %s MB | %s | %s | %s | %s (%.1f s) | %s | %s | %s |",
 					withRange(cpu), withRange(rss), thousands(median(gor)), thousands(median(rate)),
-					withRange(conns), late, gap/1000, lost)
+					withRange(conns), thousands(float64(late)), gap/1000, thousands(float64(lapsed)), thousands(float64(lost)), loads)
 				if len(failed) > 0 {
 					fmt.Fprintf(b, " %d repetition(s) failed: %s", len(failed), oneLine(strings.Join(failed, "; ")))
 				}

@@ -37,6 +37,11 @@ type serverStats struct {
 	// Late counts renewals that arrived more than the late threshold
 	// (renew interval + 1 s) after the lease's previous grant or renewal.
 	Late int64 `json:"late"`
+	// Lapsed counts renewals that arrived after the lease had expired (a
+	// lease duration or more after its previous grant or renewal): Azure
+	// grants those too if nobody took the lease meanwhile, but the lease was
+	// free in between, so the holder had lost it.
+	Lapsed int64 `json:"lapsed"`
 	// MaxGap is the longest time between a lease's grant or renewal and its
 	// next renewal request, in milliseconds.
 	MaxGap float64 `json:"max_gap_ms"`
@@ -46,10 +51,12 @@ type serverStats struct {
 type watch struct {
 	next     http.Handler
 	late     time.Duration
+	expiry   time.Duration // the lease duration
 	newConns atomic.Int64
 	requests atomic.Int64
 	renewals atomic.Int64
 	lateN    atomic.Int64
+	lapsed   atomic.Int64
 
 	mu     sync.Mutex
 	last   map[string]time.Time // by blob path: arrival of its last successful grant or renewal
@@ -72,6 +79,9 @@ func (w *watch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			}
 			if gap > w.late {
 				w.lateN.Add(1)
+			}
+			if gap >= w.expiry {
+				w.lapsed.Add(1)
 			}
 		}
 		w.mu.Unlock()
@@ -96,7 +106,7 @@ func (w *watch) stats() serverStats {
 	w.mu.Unlock()
 	return serverStats{
 		NewConns: w.newConns.Load(), Requests: w.requests.Load(), Renewals: w.renewals.Load(),
-		Late: w.lateN.Load(), MaxGap: float64(gap) / float64(time.Millisecond),
+		Late: w.lateN.Load(), Lapsed: w.lapsed.Load(), MaxGap: float64(gap) / float64(time.Millisecond),
 	}
 }
 
@@ -124,10 +134,10 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // ending, or dying), printing a serverInfo line first. With useTLS it serves
 // HTTPS with a fresh self-signed certificate, written as PEM to certFile,
 // and HTTP/1.1 only, as Blob Storage does.
-func serve(useTLS bool, certFile string, late time.Duration) error {
+func serve(useTLS bool, certFile string, late, expiry time.Duration) error {
 	emu := azleasetest.New(nil)
 	defer emu.Close()
-	w := &watch{next: emu, late: late, last: make(map[string]time.Time)}
+	w := &watch{next: emu, late: late, expiry: expiry, last: make(map[string]time.Time)}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
