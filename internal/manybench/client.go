@@ -124,8 +124,19 @@ func takeAll(ctx context.Context, h holder, n, parallel int, spread time.Duratio
 					return
 				}
 				time.Sleep(time.Until(start.Add(time.Duration(int64(spread) * int64(i) / int64(n)))))
-				if err := h.take(ctx, i); err != nil {
-					errs[w] = fmt.Errorf("lease %d: %w", i, err)
+				// A program taking its leases retries a failure or two (the
+				// machine busy renewing the leases it took first).
+				var err error
+				for try := range setupTries {
+					if try > 0 {
+						time.Sleep(time.Second)
+					}
+					if err = h.take(ctx, i); err == nil {
+						break
+					}
+				}
+				if err != nil {
+					errs[w] = fmt.Errorf("lease %d, %d tries: %w", i, setupTries, err)
 				}
 			}
 		})
@@ -133,6 +144,9 @@ func takeAll(ctx context.Context, h holder, n, parallel int, spread time.Duratio
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// setupTries is how many times setup tries to take each lease.
+const setupTries = 3
 
 func readStats(hc *http.Client, url string) (serverStats, error) {
 	var s serverStats

@@ -85,8 +85,9 @@ func transportName(useTLS bool) string {
 // window, and stops the server.
 func runCell(self, certFile string, cfg runConfig, n int, useTLS bool, variant string) (clientResult, error) {
 	var res clientResult
-	// Setup takes well under a millisecond per lease on loopback; allow far more.
-	limit := cfg.settle + cfg.window + time.Minute + time.Duration(n)*10*time.Millisecond
+	// Setup takes well under a millisecond per lease on loopback when the
+	// client keeps up; allow far more for when it does not.
+	limit := cfg.settle + cfg.window + 2*time.Minute + time.Duration(n)*30*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 
@@ -121,18 +122,40 @@ func runCell(self, certFile string, cfg runConfig, n int, useTLS bool, variant s
 		"-url", info.URL, "-stats", info.Stats, "-lease", cfg.lease.String(), "-renew", cfg.renew.String(),
 		"-settle", cfg.settle.String(), "-dur", cfg.window.String(), "-parallel", strconv.Itoa(cfg.parallel),
 		"-burst="+strconv.FormatBool(cfg.burst))
-	cl.Stderr = os.Stderr
+	var stderr tail
+	cl.Stderr = io.MultiWriter(os.Stderr, &stderr)
 	cl.Env = os.Environ()
 	if useTLS {
 		cl.Env = append(cl.Env, "SSL_CERT_FILE="+certFile) // the client's only trusted root
 	}
 	got, err := cl.Output()
 	if err != nil {
-		return res, fmt.Errorf("client: %w", err)
+		return res, fmt.Errorf("client: %w: %s", err, stderr.last())
 	}
 	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
 		return res, fmt.Errorf("client said %q: %w", got, err)
 	}
 	return res, nil
+}
+
+// tail keeps the end of what a process wrote, for its error.
+type tail struct{ b []byte }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 4096 {
+		t.b = append([]byte(nil), t.b[len(t.b)-4096:]...)
+	}
+	return len(p), nil
+}
+
+// last is the last non-empty line, at most 160 bytes of it.
+func (t *tail) last() string {
+	lines := strings.Split(strings.TrimSpace(string(t.b)), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 160 {
+		l = l[:160] + "…"
+	}
+	return l
 }
