@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
@@ -77,12 +77,14 @@ func (h *mutexHolder) take(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	lk, ok, err := m.TryLock(ctx)
+	// Lock, not TryLock: it retries transient failures, proposing the same
+	// lease ID again, so an acquire that succeeded after its attempt timed
+	// out is not mistaken for someone else's lease.
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	lk, err := m.Lock(lctx)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return errors.New("held elsewhere")
 	}
 	h.locks[i] = lk
 	return nil
@@ -120,7 +122,8 @@ type loopHolder struct {
 
 func (h *loopHolder) take(ctx context.Context, i int) error {
 	bc := h.cc.NewBlockBlobClient(blobName(i))
-	if _, err := bc.UploadBuffer(ctx, nil, nil); err != nil {
+	// LeaseIdMissing: an earlier try acquired the lease and timed out.
+	if _, err := bc.UploadBuffer(ctx, nil, nil); err != nil && !bloberror.HasCode(err, bloberror.LeaseIDMissing) {
 		return err
 	}
 	id := newLeaseID(i)
@@ -156,10 +159,13 @@ func (h *loopHolder) stop() {
 	h.wg.Wait()
 }
 
-// newLeaseID is a GUID unique to lease i in this process.
+// newLeaseID is a GUID unique to lease i in this process, the same at
+// every try, so a retried acquire that had succeeded succeeds again.
 func newLeaseID(i int) string {
-	return fmt.Sprintf("%08x-0000-4000-8000-%012x", i, time.Now().UnixNano()&0xffffffffffff)
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x", i, processStamp)
 }
+
+var processStamp = time.Now().UnixNano() & 0xffffffffffff
 
 // renewBare renews a lease with one signed PUT, reading the whole answer so
 // the connection can be reused.

@@ -25,7 +25,7 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 		fmt.Fprintf(b, "renewals are spread as in a process that has held them for a while;\n")
 	}
 	fmt.Fprintf(b, "after %v of settling the client measures a %v window. %d repetition(s); cells run one at a time, variants interleaved.\n\n", cfg.settle, cfg.window, cfg.reps)
-	fmt.Fprintf(b, "- **azlease**: N `Mutex` locks (`TryLock`), default client options.\n")
+	fmt.Fprintf(b, "- **azlease**: N `Mutex` locks (`Lock`), default client options.\n")
 	fmt.Fprintf(b, "- **raw azblob**: N `lease.BlobClient`s, each renewed by a goroutine of its own on a ticker, default client options.\n")
 	fmt.Fprintf(b, "- **bare net/http**: the same loop, renewing with a hand-signed (Shared Key) request on `http.DefaultTransport`: the floor.\n\n")
 	fmt.Fprintf(b, "CPU per renewal is the client's user + system CPU time over the window (getrusage) divided by the renewals the\n")
