@@ -83,7 +83,7 @@ func runClient(cfg clientConfig) error {
 	setup := time.Since(start)
 	time.Sleep(cfg.settle)
 
-	statsClient := &http.Client{Timeout: 10 * time.Second}
+	statsClient := &http.Client{Timeout: time.Minute} // an overloaded server answers late
 	s0, err := readStats(statsClient, cfg.stats)
 	if err != nil {
 		return err
