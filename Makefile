@@ -50,14 +50,20 @@ test: deps lint
 demo:
 	$(GO) run ./examples/demo
 
+# Holding many leases (internal/manybench): N = 1,000 and 10,000, HTTP and
+# TLS, azlease beside raw azblob and bare net/http, 3 repetitions of a 20 s
+# window (about 20 minutes on 2 cores; its default window is 60 s).
+MANYBENCH_FLAGS ?= -n 1000,10000 -tls both -reps 3 -dur 20s
+
 # Simulation figures (azlease beside a naive acquire-renew loop), go test -bench, then
 # the wire measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench
-	@rm -f bench/.sim.md
+	@rm -f bench/.sim.md bench/.many.md
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
-	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -gobench bench/.gobench.txt
+	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -gobench bench/.gobench.txt -many bench/.many.md
 
 # The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
 # DoOnce) and the conformance table against a real storage account, each test

@@ -37,10 +37,11 @@ func main() {
 	out := flag.String("out", "bench/results.md", "results file")
 	sim := flag.String("sim", "", "simulation report to include")
 	gobench := flag.String("gobench", "", "`go test -bench` output to include")
+	many := flag.String("many", "", "table of internal/manybench (holding many leases) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *gobench, *n, *quick); err != nil {
+	if err := run(*out, *sim, *gobench, *many, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -69,7 +70,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, gobench string, n int, quick bool) error {
+func run(out, sim, gobench, many string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -198,6 +199,16 @@ func run(out, sim, gobench string, n int, quick bool) error {
 	fmt.Fprintf(os.Stderr, "holding %d mutexes for %v…\n", held, hold)
 	if err := manyHeld(ctx, &b, azb, held, hold); err != nil {
 		return err
+	}
+
+	if many != "" {
+		// Written by internal/manybench with its own "Holding many leases" heading.
+		body, err := os.ReadFile(many)
+		if err != nil {
+			return err
+		}
+		b.WriteString("\n")
+		b.Write(body)
 	}
 
 	for _, inc := range []struct{ title, path string }{{"Simulation: azlease and a naive acquire-renew loop side by side", sim}, {"go test -bench", gobench}} {

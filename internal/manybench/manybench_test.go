@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestQuick runs the benchmark's smoke configuration (-quick: 50 leases, a
+// 2 s window, each variant over HTTP and TLS) through the real processes,
+// and checks only that every cell produced figures and lost nothing: the
+// figures themselves are the benchmark's business, not a test's.
+func TestQuick(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "manybench")
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the benchmark with")
+	}
+	if out, err := exec.Command(gocmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	md, raw := filepath.Join(dir, "many.md"), filepath.Join(dir, "raw.json")
+	cmd := exec.Command(bin, "-quick", "-out", md, "-raw", raw)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("manybench -quick: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []cell
+	if err := json.Unmarshal(data, &cells); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * len(variants); len(cells) != want {
+		t.Fatalf("%d cells, want %d (each variant over HTTP and TLS)", len(cells), want)
+	}
+	for _, c := range cells {
+		name := transportName(c.TLS) + " " + c.Variant
+		switch {
+		case c.Err != "":
+			t.Errorf("%s: %s", name, c.Err)
+		case c.Renewals <= 0 || c.RSS <= 0 || c.Goroutines <= 0 || c.Window <= 0 || c.CPU < 0:
+			t.Errorf("%s: missing figures: %+v", name, c.clientResult)
+		case c.Lost != 0:
+			t.Errorf("%s: %d of %d leases lost", name, c.Lost, c.N)
+		}
+	}
+	if table, err := os.ReadFile(md); err != nil || len(table) == 0 {
+		t.Errorf("no table written: %v", err)
+	}
+}
