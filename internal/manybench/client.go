@@ -8,13 +8,16 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
+	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
 )
 
@@ -63,9 +66,26 @@ func runClient(cfg clientConfig) error {
 	if err != nil {
 		return err
 	}
-	// Default client options: azcore's own transport, which trusts the
-	// server's certificate through SSL_CERT_FILE.
-	cc, err := container.NewClientWithSharedKeyCredential(cfg.url+"/many", cred, nil)
+	// Each variant builds its client as its users would. azlease: its own
+	// constructor, as its README shows (it installs a transport that keeps
+	// 64 idle connections per host). raw: azblob's defaults (azcore's
+	// transport, 10 idle connections per host). raw64: azblob with a
+	// transport that keeps 64, the fair baseline for azlease's. Every one
+	// trusts the server's certificate through SSL_CERT_FILE.
+	var cc *container.Client
+	switch cfg.variant {
+	case variantAzlease:
+		cs := fmt.Sprintf("DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;BlobEndpoint=%s",
+			strings.SplitN(cfg.url, ":", 2)[0], azleasetest.Account, azleasetest.AccountKey, cfg.url)
+		cc, err = azlease.ContainerClientFromConnectionString(cs, "many", nil)
+	case variantRaw64:
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		cc, err = container.NewClientWithSharedKeyCredential(cfg.url+"/many", cred,
+			&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &http.Client{Transport: tr}}})
+	default:
+		cc, err = container.NewClientWithSharedKeyCredential(cfg.url+"/many", cred, nil)
+	}
 	if err != nil {
 		return err
 	}

@@ -32,10 +32,11 @@ type holder interface {
 const (
 	variantAzlease = "azlease"
 	variantRaw     = "raw"
+	variantRaw64   = "raw64"
 	variantHTTP    = "http"
 )
 
-var variants = []string{variantAzlease, variantRaw, variantHTTP}
+var variants = []string{variantAzlease, variantRaw, variantRaw64, variantHTTP}
 
 func blobName(i int) string { return fmt.Sprintf("lease-%06d", i) }
 
@@ -44,7 +45,7 @@ func newHolder(variant string, cc *container.Client, n int, leaseDuration, renew
 	case variantAzlease:
 		return &mutexHolder{cc: cc, locks: make([]*azlease.Lock, n),
 			opts: &azlease.MutexOptions{LeaseDuration: leaseDuration, RenewInterval: renew, MetricsWithoutLockName: true}}, nil
-	case variantRaw:
+	case variantRaw, variantRaw64:
 		return &loopHolder{cc: cc, duration: leaseDuration, renew: renew, stopCh: make(chan struct{}),
 			renewOne: func(ctx context.Context, lc *lease.BlobClient, _, _ string) error {
 				_, err := lc.RenewLease(ctx, nil)
