@@ -97,20 +97,7 @@ func newScenario(seed uint64, chaos bool) scenario {
 		d := time.Duration(1+rng.IntN(40)) * time.Second
 		sc.events = append(sc.events, event{at: at, kind: kind, node: rng.IntN(sc.nodes), dur: d})
 	}
-	if rng.IntN(2) == 0 {
-		// An operator breaks the lease, whoever holds it, once to three
-		// times, with a break period from one lease duration to 60 s.
-		for range 1 + rng.IntN(3) {
-			at := time.Duration(30+rng.IntN(int(sc.length/time.Second)-90)) * time.Second
-			d := sc.opts.LeaseDuration + time.Duration(rng.IntN(int((60*time.Second-sc.opts.LeaseDuration)/time.Second)+1))*time.Second
-			sc.events = append(sc.events, event{at: at, kind: "break", dur: d})
-		}
-		sortEvents(sc.events)
-	}
-	if rng.IntN(3) == 0 {
-		sc.badStart = time.Duration(30+rng.IntN(int(sc.length/time.Second)-240)) * time.Second
-		sc.badLen = time.Duration(30+rng.IntN(90)) * time.Second
-	}
+	sc.events, sc.badStart, sc.badLen = addOperatorTrouble(rng, sc.events, sc.length, sc.opts.LeaseDuration)
 	return sc
 }
 
@@ -126,6 +113,26 @@ func (sc scenario) String() string {
 	}
 	return fmt.Sprintf("seed %d: %d nodes, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, takeover delay %v, %d events, bad period %s",
 		sc.seed, sc.nodes, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.TakeoverDelay, len(sc.events), bad)
+}
+
+// addOperatorTrouble adds, in half the scenarios, an operator breaking the
+// lease (whoever holds it) once to three times, with a break period from one
+// lease duration to 60 s, and picks, in a third, a bad period (its start and
+// length; zero for none) of lost acquire answers and late releases.
+func addOperatorTrouble(rng *rand.Rand, events []event, length, lease time.Duration) (_ []event, badStart, badLen time.Duration) {
+	if rng.IntN(2) == 0 {
+		for range 1 + rng.IntN(3) {
+			at := time.Duration(30+rng.IntN(int(length/time.Second)-90)) * time.Second
+			d := lease + time.Duration(rng.IntN(int((60*time.Second-lease)/time.Second)+1))*time.Second
+			events = append(events, event{at: at, kind: "break", dur: d})
+		}
+		sortEvents(events)
+	}
+	if rng.IntN(3) == 0 {
+		badStart = time.Duration(30+rng.IntN(int(length/time.Second)-240)) * time.Second
+		badLen = time.Duration(30+rng.IntN(90)) * time.Second
+	}
+	return events, badStart, badLen
 }
 
 // transientFault draws the fault for one request; rng is the scenario's.

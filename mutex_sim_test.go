@@ -51,18 +51,7 @@ func newMutexScenario(seed uint64) mutexScenario {
 		kind := []string{"crash", "crash", "outage"}[rng.IntN(3)]
 		sc.events = append(sc.events, event{at: at, kind: kind, node: rng.IntN(sc.clients), dur: time.Duration(1+rng.IntN(40)) * time.Second})
 	}
-	if rng.IntN(2) == 0 {
-		for range 1 + rng.IntN(3) {
-			at := time.Duration(30+rng.IntN(int(sc.length/time.Second)-90)) * time.Second
-			d := sc.opts.LeaseDuration + time.Duration(rng.IntN(int((60*time.Second-sc.opts.LeaseDuration)/time.Second)+1))*time.Second
-			sc.events = append(sc.events, event{at: at, kind: "break", dur: d})
-		}
-		sortEvents(sc.events)
-	}
-	if rng.IntN(3) == 0 {
-		sc.badStart = time.Duration(30+rng.IntN(int(sc.length/time.Second)-240)) * time.Second
-		sc.badLen = time.Duration(30+rng.IntN(90)) * time.Second
-	}
+	sc.events, sc.badStart, sc.badLen = addOperatorTrouble(rng, sc.events, sc.length, sc.opts.LeaseDuration)
 	sc.handoff = rng.IntN(2) == 0
 	return sc
 }
