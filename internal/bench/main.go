@@ -31,6 +31,7 @@ import (
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/internal/azurite"
+	"github.com/azlease/azlease/internal/hostinfo"
 )
 
 func main() {
@@ -238,15 +239,7 @@ type roundTripper struct{ policy.Transporter }
 func (r roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return r.Do(req) }
 
 func machine(b *strings.Builder) {
-	cpu := "unknown CPU"
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "model name") {
-				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
-				break
-			}
-		}
-	}
+	cpu := hostinfo.CPUModel()
 	mem := ""
 	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
 		line := strings.SplitN(string(data), "\n", 2)[0]

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/azlease/azlease/internal/hostinfo"
 )
 
 // report writes the table: one row per N, transport and variant, medians
@@ -105,15 +107,7 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 // machineInfo describes where the run happened: CPU model, cores, Go,
 // kernel, date, and the load before the run (the machine may be shared).
 func machineInfo(start time.Time) string {
-	cpu := "unknown CPU"
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "model name") {
-				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
-				break
-			}
-		}
-	}
+	cpu := hostinfo.CPUModel()
 	kernel := "unknown kernel"
 	if out, err := exec.Command("uname", "-sr").Output(); err == nil {
 		kernel = strings.TrimSpace(string(out))
