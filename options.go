@@ -374,8 +374,9 @@ type ElectorOptions struct {
 	// the task returns (or left to expire if it does not return within
 	// DrainTimeout), and this instance contends again only after the longest
 	// poll interval (PollInterval plus its jitter, plus a fifth of it), so
-	// every healthy follower polls meanwhile and one of them takes over. It needs a HeartbeatTimeout.
-	// Zero (false) means a stalled leader keeps its lease.
+	// every healthy follower polls meanwhile and one of them takes over. It
+	// needs a HeartbeatTimeout. Zero (false) means a stalled leader keeps its
+	// lease.
 	StepDownOnStall bool
 
 	// History is how many past terms the lock blob keeps; see
