@@ -367,3 +367,18 @@ func freshContent(content []byte, epoch uint64, lastSeq int) bool {
 	}
 	return e == epoch && seq >= lastSeq
 }
+
+// operatorBreak breaks the cluster's lease with the given break period, as an
+// operator would, in a goroutine that pending waits for. It uses a Lease of
+// its own for each break: two breaks on one Lease would queue on its lock,
+// which synctest does not see as durably blocked, and fake time would stop.
+// The outcome may be unknown; the checker sees what the server did.
+func (c *cluster) operatorBreak(leaseDuration, period time.Duration, pending *sync.WaitGroup) {
+	operator, err := azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: leaseDuration})
+	require.NoError(c.t, err)
+	pending.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = operator.Break(ctx, period)
+	})
+}

@@ -358,17 +358,8 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 		case "pause":
 			paused[ev.node].Store(int64(ev.dur))
 		case "break":
-			// A Lease of its own for each break: two breaks on one Lease
-			// would queue on its lock, which synctest does not see as
-			// durably blocked, and fake time would stop.
-			operator, err := azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: opts.LeaseDuration})
-			require.NoError(t, err)
 			st.breaks++
-			pending.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_, _ = operator.Break(ctx, ev.dur) // its outcome may be unknown; the checker sees what the server did
-			})
+			c.operatorBreak(opts.LeaseDuration, ev.dur, &pending)
 		}
 	}
 	time.Sleep(time.Until(t0.Add(sc.length)))

@@ -195,17 +195,8 @@ func runMutexScenario(t *testing.T, sc mutexScenario) mutexStats {
 			time.Sleep(min(ev.dur, 10*time.Second))
 			outage.Store(false)
 		case "break":
-			// A Lease of its own for each break: two breaks on one Lease
-			// would queue on its lock, which synctest does not see as
-			// durably blocked, and fake time would stop.
-			operator, err := azlease.NewLease(c.emu.client("operator"), c.blob, &azlease.LeaseOptions{LeaseDuration: sc.opts.LeaseDuration})
-			require.NoError(t, err)
 			st.breaks++
-			pending.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_, _ = operator.Break(ctx, ev.dur)
-			})
+			c.operatorBreak(sc.opts.LeaseDuration, ev.dur, &pending)
 		}
 	}
 	pending.Wait()
