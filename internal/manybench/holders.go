@@ -63,7 +63,7 @@ func newHolder(variant string, cc *container.Client, n int, leaseDuration, renew
 		}
 		return h, nil
 	}
-	return nil, fmt.Errorf("unknown variant %q (want azlease, raw or http)", variant)
+	return nil, fmt.Errorf("unknown variant %q (want azlease, raw, raw64 or http)", variant)
 }
 
 // mutexHolder holds azlease Mutex locks.
@@ -144,7 +144,12 @@ func (h *loopHolder) take(ctx context.Context, i int) error {
 				return
 			case <-t.C:
 			}
-			if err := h.renewOne(ctx, lc, bc.URL(), id); err != nil {
+			// A deadline per renewal, as a careful program has: a renewal
+			// that hangs must not keep stop (and the client) waiting.
+			rctx, cancel := context.WithTimeout(ctx, h.renew)
+			err := h.renewOne(rctx, lc, bc.URL(), id)
+			cancel()
+			if err != nil {
 				h.lostN.Add(1)
 				return
 			}
