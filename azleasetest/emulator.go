@@ -426,9 +426,14 @@ func (s *Server) createContainer(req *request, now time.Time) *result {
 	if _, ok := s.containers[req.Container]; ok {
 		return s.fail(http.StatusConflict, "ContainerAlreadyExists", "")
 	}
-	c := &containerState{blobs: make(map[string]*blobState), etag: s.newETag(), lastModified: now}
+	c := s.newContainer(now)
 	s.containers[req.Container] = c
 	return &result{status: http.StatusCreated, header: stamp(c.etag, c.lastModified), applied: true}
+}
+
+// newContainer is an empty container created at now (server time).
+func (s *Server) newContainer(now time.Time) *containerState {
+	return &containerState{blobs: make(map[string]*blobState), etag: s.newETag(), lastModified: now}
 }
 
 func (s *Server) getContainer(req *request) *result {

@@ -66,9 +66,5 @@ func (s *Server) ensureContainer(name string) {
 	if _, ok := s.containers[name]; ok {
 		return
 	}
-	s.containers[name] = &containerState{
-		blobs:        make(map[string]*blobState),
-		etag:         s.newETag(),
-		lastModified: s.clock.at(time.Now()),
-	}
+	s.containers[name] = s.newContainer(s.clock.at(time.Now()))
 }
