@@ -50,24 +50,38 @@ func benchmark(out, rawOut, ns, only string, reps int, tlsMode string, quick, bu
 	}
 	start := time.Now()
 	machine := machineInfo(start)
-	cells, runErr := orchestrate(cfg, os.Stderr)
-	var b strings.Builder
-	report(&b, cfg, cells, machine)
-	fmt.Fprintf(&b, "\nThe whole run took %v.\n", time.Since(start).Round(time.Second))
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
-		return err
+	// The table and the raw figures are rewritten after every cell: a run
+	// stopped part way (a cell that outgrows the machine, an impatient
+	// operator) keeps what it measured, marked as incomplete.
+	var writeErr error
+	write := func(cells []cell, total int) {
+		var b strings.Builder
+		report(&b, cfg, cells, machine)
+		if len(cells) < total {
+			fmt.Fprintf(&b, "\nIncomplete: %d of %d cells measured after %v.\n", len(cells), total, time.Since(start).Round(time.Second))
+		} else {
+			fmt.Fprintf(&b, "\nThe whole run took %v.\n", time.Since(start).Round(time.Second))
+		}
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			writeErr = err
+			return
+		}
+		if rawOut != "" {
+			data, err := json.MarshalIndent(cells, "", "  ")
+			if err == nil {
+				err = os.WriteFile(rawOut, data, 0o644)
+			}
+			if err != nil {
+				writeErr = err
+			}
+		}
 	}
-	if rawOut != "" {
-		data, err := json.MarshalIndent(cells, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(rawOut, data, 0o644); err != nil {
-			return err
-		}
+	_, runErr := orchestrate(cfg, os.Stderr, write)
+	if writeErr != nil {
+		return writeErr
 	}
 	if runErr != nil {
 		fmt.Fprintf(os.Stderr, "manybench: some cells failed:\n%v\n", runErr)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,9 +109,14 @@ func runClient(cfg clientConfig) error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startProfile(cfg.variant)
+	if err != nil {
+		return err
+	}
 	c0, t0 := cpuTime(), time.Now()
 	time.Sleep(cfg.window)
 	c1, t1 := cpuTime(), time.Now()
+	stopProfile()
 	s1, err := readStats(statsClient, cfg.stats)
 	if err != nil {
 		return err
@@ -163,6 +169,29 @@ func takeAll(ctx context.Context, h holder, n, parallel int, spread time.Duratio
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// startProfile writes a CPU profile of the window to
+// $MANYBENCH_CPUPROFILE-<variant>.pprof when that variable is set, to see
+// where a variant's CPU goes (go tool pprof); it returns the function that
+// stops it.
+func startProfile(variant string) (stop func(), err error) {
+	prefix := os.Getenv("MANYBENCH_CPUPROFILE")
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(prefix + "-" + variant + ".pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // setupTries is how many times setup tries to take each lease.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -55,5 +56,21 @@ func TestQuick(t *testing.T) {
 	}
 	if table, err := os.ReadFile(md); err != nil || len(table) == 0 {
 		t.Errorf("no table written: %v", err)
+	}
+}
+
+// TestReportPartial checks the table written after each cell: cells not yet
+// run show as not measured, not as failed.
+func TestReportPartial(t *testing.T) {
+	cfg := runConfig{ns: []int{10}, tls: []bool{false}, reps: 1, variants: []string{variantAzlease, variantRaw}}
+	done := cell{clientResult: clientResult{Variant: variantAzlease, N: 10, Window: 1, CPU: 0.01, Renewals: 100, RSS: 1 << 20, Goroutines: 3}}
+	var b strings.Builder
+	report(&b, cfg, []cell{done}, "Machine: test.\n")
+	got := b.String()
+	if !strings.Contains(got, "| 10 | HTTP | azlease Mutex | 100 µs |") {
+		t.Errorf("the measured cell is missing:\n%s", got)
+	}
+	if !strings.Contains(got, "| 10 | HTTP | raw azblob | not measured |") || strings.Contains(got, "failed:") {
+		t.Errorf("the cell not yet run should show as not measured:\n%s", got)
 	}
 }

@@ -41,7 +41,9 @@ type cell struct {
 	Err string `json:"error,omitempty"`
 }
 
-func orchestrate(cfg runConfig, progress io.Writer) ([]cell, error) {
+// orchestrate runs every cell, calling done with the cells so far after
+// each one, so that a run stopped part way still leaves its figures.
+func orchestrate(cfg runConfig, progress io.Writer, done func(cells []cell, total int)) ([]cell, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -67,6 +69,7 @@ func orchestrate(cfg runConfig, progress io.Writer) ([]cell, error) {
 						errs = append(errs, fmt.Errorf("N=%d %s %s rep %d: %w", n, transportName(useTLS), v, rep+1, err))
 					}
 					cells = append(cells, c)
+					done(cells, total)
 				}
 			}
 		}

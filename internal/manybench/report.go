@@ -61,6 +61,10 @@ func report(b *strings.Builder, cfg runConfig, cells []cell, machine string) {
 					ok = append(ok, c)
 				}
 				fmt.Fprintf(b, "| %s | %s | %s | ", thousands(float64(n)), transportName(useTLS), names[v])
+				if len(ok) == 0 && len(failed) == 0 {
+					fmt.Fprintf(b, "not measured | | | | | | | | |\n")
+					continue
+				}
 				if len(ok) == 0 {
 					fmt.Fprintf(b, "failed: %s | | | | | | | | |\n", oneLine(strings.Join(failed, "; ")))
 					continue
