@@ -13,9 +13,10 @@ import (
 // which owns two timers and no goroutine: one ends the term at its validity
 // deadline, the other fires when the next renewal is due. A due renewal is
 // handed to the renewLimiter of the lease's container client, which runs it
-// on a short-lived worker goroutine. So a process holding many leases has
-// goroutines in proportion to the renewals in flight, none while idle, and
-// its renewals share a bounded number of connections.
+// on the goroutine of the timer that fired (which becomes a worker, so a
+// renewal starts no goroutine of its own). So a process holding many leases
+// has goroutines in proportion to the renewals in flight, none while idle,
+// and its renewals share a bounded number of connections.
 
 // renewConcurrency is how many renewals of one container client run at
 // once before more wait in a queue: below the idle-connection limit of the
@@ -34,17 +35,17 @@ const renewOverflowAfter = time.Second
 
 // renewLimiter runs the renewals of the leases on one container client, at
 // most renewConcurrency at once (softly, see renewOverflowAfter). It owns no
-// goroutine while idle: a worker starts when a renewal is submitted and
-// fewer than renewConcurrency run, takes queued renewals after its own, and
-// exits when the queue is empty. A waiting renewal is a queue entry (its
+// goroutine while idle: the goroutine of a keeper's renewal timer becomes a
+// worker when fewer than renewConcurrency run, takes queued renewals after
+// its own, and returns when the queue is empty. A waiting renewal is a queue entry (its
 // keeper), not a goroutine. Each keeper waits for its own renewal in stop,
 // and a worker calls nothing after the last renewal it ran is reported
 // finished, so every worker is joined by the keeper whose renewal it ran
 // last.
 //
 // Limiters hold no timer and no channel, so one can serve any goroutine;
-// its workers start from the goroutine that submits (a keeper's timer), so
-// under testing/synctest they belong to the bubble of the leases they renew.
+// its workers are the goroutines of keepers' timers, so under
+// testing/synctest they belong to the bubble of the leases they renew.
 // A container client used in two synctest bubbles at once would mix them:
 // each bubble needs its own client (as it needs its own transport).
 type renewLimiter struct {
@@ -56,16 +57,17 @@ type renewLimiter struct {
 	started, dequeued, overflowed int
 }
 
-// submit runs k's renewal on a new worker if fewer than renewConcurrency run
-// and none wait, or queues it; it reports whether the renewal started. The
-// caller holds k.mu; submit never waits for a renewal.
+// submit takes a worker's place for k's renewal if fewer than
+// renewConcurrency run and none wait, or queues it; it reports whether it
+// took a place, and then the caller must become that worker: call
+// lim.work(k), after releasing k.mu. The caller holds k.mu; submit never
+// waits for a renewal.
 func (lim *renewLimiter) submit(k *keeper) bool {
 	lim.mu.Lock()
 	if lim.running < renewConcurrency && lim.head == nil {
 		lim.running++
 		lim.started++
 		lim.mu.Unlock()
-		go lim.work(k)
 		return true
 	}
 	k.inQueue = true
@@ -80,8 +82,10 @@ func (lim *renewLimiter) submit(k *keeper) bool {
 	return false
 }
 
-// overflow starts k's renewal at once, beyond renewConcurrency, if it is
-// still queued: it has waited renewOverflowAfter. It reports whether it did.
+// overflow takes a worker's place for k's renewal at once, beyond
+// renewConcurrency, if it is still queued: it has waited
+// renewOverflowAfter. It reports whether it did; the caller then becomes
+// that worker, as after submit.
 func (lim *renewLimiter) overflow(k *keeper) bool {
 	lim.mu.Lock()
 	if !k.inQueue {
@@ -92,7 +96,6 @@ func (lim *renewLimiter) overflow(k *keeper) bool {
 	lim.running++
 	lim.overflowed++
 	lim.mu.Unlock()
-	go lim.work(k)
 	return true
 }
 

@@ -434,13 +434,23 @@ func (k *keeper) scheduleLocked() error {
 }
 
 // renewalFired hands the due renewal to the limiter, or, if it has waited
-// in the limiter's queue for renewOverflowAfter, starts it anyway.
+// in the limiter's queue for renewOverflowAfter, starts it anyway. When the
+// renewal starts, this timer's goroutine becomes its worker.
 func (k *keeper) renewalFired() {
-	defer k.pending.Done()
+	work := k.fire()
+	k.pending.Done() // the timer; the renewal has a count of its own
+	if work {
+		k.lim.work(k)
+	}
+}
+
+// fire is renewalFired's decision, under k.mu: it reports whether the
+// caller is to run the renewal as a worker of the limiter.
+func (k *keeper) fire() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.stopped {
-		return
+		return false
 	}
 	// A firing that lost the race for k.mu to a Reset (the renewal it was
 	// for ran meanwhile, and the timer is armed for the next one) finds
@@ -451,15 +461,17 @@ func (k *keeper) renewalFired() {
 		k.pending.Add(1) // the renewal, until its worker is done with it
 		if k.lim.submit(k) {
 			k.phase = phaseRunning
-			return
+			return true
 		}
 		k.phase, k.queuedAt = phaseQueued, now
 		k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
 	case k.phase == phaseQueued && now.Sub(k.queuedAt) >= renewOverflowAfter:
 		if k.lim.overflow(k) {
 			k.phase = phaseRunning
+			return true
 		}
 	}
+	return false
 }
 
 // run is the renewal, on a worker of the limiter. It renews once and either
