@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -135,7 +136,8 @@ func addOperatorTrouble(rng *rand.Rand, events []event, length, lease time.Durat
 	return events, badStart, badLen
 }
 
-// transientFault draws the fault for one request; rng is the scenario's.
+// transientFault draws the fault for one request from rng, the random
+// source of the request's client and operation (faultMix.source).
 // With lateMax > 0, a request may also be picked for ApplyLate: it gets no
 // answer (its sender times out) and the server applies it up to lateMax
 // after the sender gave up.
@@ -161,14 +163,22 @@ func transientFault(rng *rand.Rand, rate float64, lateMax time.Duration) azlease
 // faultMix draws the per-request faults of one scenario, counts the requests
 // it delays past their sender's patience (ApplyLate) by operation, and, with
 // AZLEASE_DEBUG_SIM set, keeps a log of every fault it injected.
+//
+// Each client's operation has a random source of its own, derived from the
+// seed and the client's name and operation, so the fault drawn for a node's
+// k-th renewal (say) is the same however the other nodes' requests, and this
+// node's other operations, interleave with it. A single shared source would
+// hand out its values in the order requests arrive, which goroutine
+// scheduling can change from run to run.
 type faultMix struct {
 	mu       sync.Mutex
-	rng      *rand.Rand
+	seed     uint64
+	sources  map[string]*rand.Rand // by client and operation; see source
 	rate     float64
 	lateMax  time.Duration // 2 lease durations
 	noRepeat bool          // never fault a client's operation twice in a row
 	faulted  map[string]bool
-	bad      func(azleasetest.Request) (azleasetest.Fault, bool) // the seed's bad period, if any
+	bad      func(azleasetest.Request, *rand.Rand) (azleasetest.Fault, bool) // the seed's bad period, if any
 	late     map[azleasetest.Op]int
 	requests int
 	log      []string
@@ -176,7 +186,8 @@ type faultMix struct {
 
 func newFaultMix(seed uint64, rate float64, lease time.Duration, noRepeat bool) *faultMix {
 	return &faultMix{
-		rng:      rand.New(rand.NewPCG(seed, 0xfa017)),
+		seed:     seed,
+		sources:  map[string]*rand.Rand{},
 		rate:     rate,
 		lateMax:  2 * lease,
 		noRepeat: noRepeat,
@@ -185,15 +196,30 @@ func newFaultMix(seed uint64, rate float64, lease time.Duration, noRepeat bool) 
 	}
 }
 
+// source returns the random source of r's client and operation, made on
+// first use from the seed and a hash of both names. It runs under m.mu.
+func (m *faultMix) source(r azleasetest.Request) *rand.Rand {
+	key := r.Client + "/" + string(r.Op)
+	rng, ok := m.sources[key]
+	if !ok {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		rng = rand.New(rand.NewPCG(m.seed, h.Sum64()^0xfa017))
+		m.sources[key] = rng
+	}
+	return rng
+}
+
 // draw chooses the fault for r.
 func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests++
+	rng := m.source(r)
 	var f azleasetest.Fault
 	bad := false
 	if m.bad != nil {
-		f, bad = m.bad(r)
+		f, bad = m.bad(r, rng)
 	}
 	if !bad {
 		key := r.Client + "/" + string(r.Op)
@@ -204,7 +230,7 @@ func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 			m.faulted[key] = false
 			return azleasetest.Fault{}
 		}
-		f = transientFault(m.rng, m.rate, m.lateMax)
+		f = transientFault(rng, m.rate, m.lateMax)
 		m.faulted[key] = f != (azleasetest.Fault{})
 	}
 	if f.Action == azleasetest.ApplyLate {
@@ -219,19 +245,20 @@ func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 // badPeriod returns the faults of a bad period from start to end: most
 // acquire answers are lost (the acquire may have landed) and every release
 // is applied late, after its sender gave up. This is what once made a late
-// give-back release free a newer term's lease. It runs under m.mu.
-func badPeriod(m *faultMix, start, end time.Time) func(azleasetest.Request) (azleasetest.Fault, bool) {
-	return func(r azleasetest.Request) (azleasetest.Fault, bool) {
+// give-back release free a newer term's lease. It runs under m.mu, and draws
+// from rng, the source of the request's client and operation.
+func badPeriod(m *faultMix, start, end time.Time) func(azleasetest.Request, *rand.Rand) (azleasetest.Fault, bool) {
+	return func(r azleasetest.Request, rng *rand.Rand) (azleasetest.Fault, bool) {
 		if now := time.Now(); now.Before(start) || !now.Before(end) {
 			return azleasetest.Fault{}, false
 		}
 		switch r.Op {
 		case azleasetest.OpAcquireLease:
-			if m.rng.IntN(10) < 7 {
-				return []azleasetest.Fault{{Action: azleasetest.ApplyThenDrop}, {Action: azleasetest.ApplyThenHang}}[m.rng.IntN(2)], true
+			if rng.IntN(10) < 7 {
+				return []azleasetest.Fault{{Action: azleasetest.ApplyThenDrop}, {Action: azleasetest.ApplyThenHang}}[rng.IntN(2)], true
 			}
 		case azleasetest.OpReleaseLease:
-			return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Duration(m.rng.Int64N(int64(m.lateMax) + 1))}, true
+			return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Duration(rng.Int64N(int64(m.lateMax) + 1))}, true
 		}
 		return azleasetest.Fault{}, false
 	}
