@@ -271,6 +271,7 @@ type simStats struct {
 	terms           int
 	outside         int // believed intervals outside their lease
 	overlaps        int // pairs of overlapping believed intervals
+	epochs          int // terms whose epoch did not grow over an earlier term's
 	sampledOverlaps int // instants at which two nodes answered IsLeader true
 	demotions       int // terms that ended other than by a stop
 	handoffs        []time.Duration
@@ -404,10 +405,11 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	if c.work != nil {
 		st.work = c.work.snapshot()
 	}
-	st.outside, st.overlaps = c.violations()
-	if debugSim && st.outside+st.overlaps+st.work.stale > 0 {
+	var checkErr error
+	st.outside, st.overlaps, st.epochs, checkErr = c.violations()
+	if debugSim && (checkErr != nil || st.work.stale > 0) {
 		t.Logf("%v: faults injected:\n%s", sc, strings.Join(faultLog, "\n"))
-		c.checkSafety()
+		t.Logf("%v: %v", sc, checkErr)
 	}
 	st.causes = map[string]int{}
 	c.mu.Lock()
@@ -478,8 +480,8 @@ func TestElectorSafetySimulation(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st = runScenario(t, sc, false)
 			})
-			if st.outside+st.overlaps+st.sampledOverlaps+st.work.stale > 0 {
-				t.Errorf("%v: %d intervals outside their lease, %d overlapping pairs, %d sampled overlaps, %d stale reads", sc, st.outside, st.overlaps, st.sampledOverlaps, st.work.stale)
+			if st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale > 0 {
+				t.Errorf("%v: %d intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads", sc, st.outside, st.overlaps, st.epochs, st.sampledOverlaps, st.work.stale)
 			}
 		})
 		if !ok {
@@ -487,8 +489,8 @@ func TestElectorSafetySimulation(t *testing.T) {
 		}
 		total.add(st)
 	}
-	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d sampled overlaps, %d stale reads; %d requests, applied late %v; %d operator breaks; leaders' fenced work: %v",
-		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.work)
+	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads; %d requests, applied late %v; %d operator breaks; leaders' fenced work: %v",
+		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.work)
 }
 
 // TestElectorNoFalseDemotion: with transient faults only (a fifth of all
@@ -505,7 +507,7 @@ func TestElectorNoFalseDemotion(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := runScenario(t, sc, false)
 				total.add(st)
-				require.Zero(t, st.outside+st.overlaps+st.sampledOverlaps+st.work.stale)
+				require.Zero(t, st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale)
 				require.Zero(t, st.demotions, "%v: demoted under transient faults: %v", sc, st.causes)
 			})
 		})
@@ -513,14 +515,15 @@ func TestElectorNoFalseDemotion(t *testing.T) {
 			t.Logf("reproduce with: go test -run 'TestElectorNoFalseDemotion/^%d$' (%v)", seed, sc)
 		}
 	}
-	t.Logf("%d seeds: %d terms, %d demotions, %d believed intervals outside their lease, %d overlapping pairs, %d sampled overlaps; %d requests, applied late %v; leaders' fenced work: %v",
-		n, total.terms, total.demotions, total.outside, total.overlaps, total.sampledOverlaps, total.requests, total.late, total.work)
+	t.Logf("%d seeds: %d terms, %d demotions, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps; %d requests, applied late %v; leaders' fenced work: %v",
+		n, total.terms, total.demotions, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.requests, total.late, total.work)
 }
 
 func (s *simStats) add(o simStats) {
 	s.terms += o.terms
 	s.outside += o.outside
 	s.overlaps += o.overlaps
+	s.epochs += o.epochs
 	s.sampledOverlaps += o.sampledOverlaps
 	s.demotions += o.demotions
 	s.handoffs = append(s.handoffs, o.handoffs...)
@@ -667,7 +670,7 @@ func TestNaiveLoopComparison(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { r.nv.add(runScenario(t, sc, true)) })
 			})
 		}
-		require.Zero(t, r.az.outside+r.az.overlaps+r.az.sampledOverlaps, "azlease must be safe in every scenario")
+		require.Zero(t, r.az.outside+r.az.overlaps+r.az.epochs+r.az.sampledOverlaps, "azlease must be safe in every scenario")
 		t.Logf("%s, %d seeds: azlease %d terms, %d unsafe intervals, %d overlaps, %d demotions; naive %d terms, %d unsafe intervals, %d overlaps, %d demotions",
 			mode, n, r.az.terms, r.az.outside, r.az.overlaps, r.az.demotions, r.nv.terms, r.nv.outside, r.nv.overlaps, r.nv.demotions)
 	}
