@@ -485,7 +485,7 @@ func TestElectorSafetySimulation(t *testing.T) {
 			}
 		})
 		if !ok {
-			t.Logf("reproduce with: go test -run 'TestElectorSafetySimulation/^%d$' (%v)", seed, sc)
+			t.Logf("reproduce with: go test -run 'TestElectorSafetySimulation/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, seed+1, sc)
 		}
 		total.add(st)
 	}
@@ -512,7 +512,7 @@ func TestElectorNoFalseDemotion(t *testing.T) {
 			})
 		})
 		if !ok {
-			t.Logf("reproduce with: go test -run 'TestElectorNoFalseDemotion/^%d$' (%v)", seed, sc)
+			t.Logf("reproduce with: go test -run 'TestElectorNoFalseDemotion/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, 10*(seed+1), sc)
 		}
 	}
 	t.Logf("%d seeds: %d terms, %d demotions, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps; %d requests, applied late %v; leaders' fenced work: %v",

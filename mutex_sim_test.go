@@ -235,8 +235,9 @@ func mutexSeeds() int {
 // writes, reads), Unlock and pause, while requests fail, are slow, lose their
 // answers or are applied late, clients are cut off from storage, storage
 // has outages and an operator breaks the lease. The checker asserts that no
-// two held locks overlap and that none lies outside the emulator's true
-// grants for its lease ID.
+// two held locks overlap, that none lies outside the emulator's true grants
+// for its lease ID, that epochs grow from lock to lock, and that no read is
+// stale.
 func TestMutexSafetySimulation(t *testing.T) {
 	n := mutexSeeds()
 	var total mutexStats
@@ -252,7 +253,7 @@ func TestMutexSafetySimulation(t *testing.T) {
 			}
 		})
 		if !ok {
-			t.Logf("reproduce with: go test -run 'TestMutexSafetySimulation/^%d$' (%v)", seed, sc)
+			t.Logf("reproduce with: go test -run 'TestMutexSafetySimulation/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, seed+1, sc)
 		}
 		total.add(st)
 	}
