@@ -2,6 +2,7 @@ package azlease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -205,57 +206,60 @@ func (c *cluster) sample(interval time.Duration, stop <-chan struct{}) (overlaps
 	}
 }
 
-// checkSafety asserts the two safety properties over everything recorded:
-// every believed interval lies inside a lease the server granted to that
-// term's lease ID, and no two believed intervals overlap.
+// checkSafety asserts the safety properties over everything recorded, with
+// azleasetest.CheckIntervals: every believed interval lies inside a lease the
+// server granted to that term's lease ID, no two believed intervals overlap,
+// and epochs grow from term to term.
 func (c *cluster) checkSafety() []believed {
 	c.t.Helper()
 	grants := c.emu.Grants(testContainer, c.blob)
 	c.mu.Lock()
 	terms := append([]believed(nil), c.terms...)
 	c.mu.Unlock()
-	for _, b := range terms {
-		require.Falsef(c.t, b.end.Before(b.start), "term %d of %s ends before it starts", b.epoch, b.node)
-		require.Truef(c.t, containedInGrant(b, grants), "term %d of %s [%v, %v] is outside every grant of its lease ID:\n%s",
-			b.epoch, b.node, b.start, b.end, describeGrants(grants))
-	}
+	require.NoError(c.t, azleasetest.CheckIntervals(grants, intervalsOf(terms)))
 	sort.Slice(terms, func(i, j int) bool { return terms[i].start.Before(terms[j].start) })
 	for i := 1; i < len(terms); i++ {
-		require.Falsef(c.t, terms[i].start.Before(terms[i-1].end), "terms overlap: %s epoch %d [%v, %v] and %s epoch %d [%v, %v]",
-			terms[i-1].node, terms[i-1].epoch, terms[i-1].start, terms[i-1].end, terms[i].node, terms[i].epoch, terms[i].start, terms[i].end)
 		require.Greater(c.t, terms[i].epoch, terms[i-1].epoch, "epochs grow from term to term")
 	}
 	return terms
 }
 
-// violations counts, without failing, the believed intervals outside every
-// grant of their lease ID and the overlapping pairs.
-func (c *cluster) violations() (outside, overlaps int) {
+// violations counts, without failing, what azleasetest.CheckIntervals finds
+// in everything recorded: the believed intervals outside every grant of their
+// lease ID (or ending before they start), the overlapping pairs, and the
+// terms whose epoch did not grow over an earlier one's. err, when not nil,
+// lists them and the grants.
+func (c *cluster) violations() (outside, overlaps, epochs int, err error) {
 	grants := c.emu.Grants(testContainer, c.blob)
 	c.mu.Lock()
 	terms := append([]believed(nil), c.terms...)
 	c.mu.Unlock()
-	for _, b := range terms {
-		if !containedInGrant(b, grants) {
-			outside++
-		}
+	err = azleasetest.CheckIntervals(grants, intervalsOf(terms))
+	if err == nil {
+		return 0, 0, 0, nil
 	}
-	sort.Slice(terms, func(i, j int) bool { return terms[i].start.Before(terms[j].start) })
-	for i := range terms {
-		for j := i + 1; j < len(terms) && terms[j].start.Before(terms[i].end); j++ {
-			overlaps++
-		}
+	var ee *azleasetest.ExclusionError
+	if !errors.As(err, &ee) {
+		c.t.Errorf("the interval checker failed: %v", err)
+		return 0, 0, 0, err
 	}
-	return outside, overlaps
+	outside = ee.Count(azleasetest.OutsideGrant) + ee.Count(azleasetest.EndsBeforeStart)
+	return outside, ee.Count(azleasetest.Overlap), ee.Count(azleasetest.EpochBackwards), err
 }
 
-func containedInGrant(b believed, grants []azleasetest.Grant) bool {
-	for _, g := range grants {
-		if g.LeaseID == b.leaseID && !b.start.Before(g.Start) && (g.End.IsZero() || !b.end.After(g.End)) {
-			return true
-		}
+// intervalsOf turns believed terms into intervals for
+// azleasetest.CheckIntervals. Each interval gets a holder name of its own
+// (the node's name and the term's place in the record): the checker lets one
+// holder's intervals overlap, as work done concurrently under one lease, but
+// here no two terms may overlap, not even two of one node's, and a later
+// term's epoch must be larger. Every term has a lease ID, so each must lie
+// inside a grant of that lease ID, whoever the server says held it.
+func intervalsOf(terms []believed) []azleasetest.Interval {
+	ivs := make([]azleasetest.Interval, len(terms))
+	for i, b := range terms {
+		ivs[i] = azleasetest.Interval{Holder: fmt.Sprintf("%s#%d", b.node, i), LeaseID: b.leaseID, Epoch: b.epoch, Start: b.start, End: b.end}
 	}
-	return false
+	return ivs
 }
 
 func describeGrants(gs []azleasetest.Grant) string {
