@@ -130,9 +130,11 @@ func instrumentsFor(mp metric.MeterProvider) *instruments {
 	return in
 }
 
-// telemetry records one lock blob's metrics. Its attribute sets are built
-// once, so recording allocates nothing per request beyond what the provider
-// does.
+// telemetry records one lock blob's metrics. While no MeterProvider is
+// installed (or a view drops an instrument), each recording asks the
+// instrument whether it is enabled and stops there: it builds no attribute
+// set and allocates nothing. With a provider, each recording builds its
+// attribute set (a few attributes) and hands it over.
 type telemetry struct {
 	in   *instruments
 	lock attribute.KeyValue
@@ -156,11 +158,18 @@ func (tm *telemetry) request(ctx context.Context, op string, d time.Duration, er
 	if tm == nil {
 		return
 	}
-	tm.in.requestDuration.Record(context.WithoutCancel(ctx), d.Seconds(), tm.attrs(attrOperation.String(op), attrOutcome.String(outcomeOf(ctx, err))))
+	rctx := context.WithoutCancel(ctx)
+	if !tm.in.requestDuration.Enabled(rctx) {
+		return
+	}
+	tm.in.requestDuration.Record(rctx, d.Seconds(), tm.attrs(attrOperation.String(op), attrOutcome.String(outcomeOf(ctx, err))))
 }
 
 func (tm *telemetry) termStarted() {
 	if tm == nil {
+		return
+	}
+	if !tm.in.termStarts.Enabled(context.Background()) {
 		return
 	}
 	tm.in.termStarts.Add(context.Background(), 1, tm.attrs(attrRole.String(tm.role)))
@@ -170,11 +179,17 @@ func (tm *telemetry) termEnded(cause error) {
 	if tm == nil {
 		return
 	}
+	if !tm.in.termEnds.Enabled(context.Background()) {
+		return
+	}
 	tm.in.termEnds.Add(context.Background(), 1, tm.attrs(attrRole.String(tm.role), attrEndCause.String(endCause(cause))))
 }
 
 func (tm *telemetry) renewed(slack time.Duration) {
 	if tm == nil {
+		return
+	}
+	if !tm.in.renewalSlack.Enabled(context.Background()) {
 		return
 	}
 	tm.in.renewalSlack.Record(context.Background(), max(slack, 0).Seconds(), tm.attrs())
@@ -184,11 +199,17 @@ func (tm *telemetry) waited(d time.Duration, outcome string) {
 	if tm == nil {
 		return
 	}
+	if !tm.in.mutexWait.Enabled(context.Background()) {
+		return
+	}
 	tm.in.mutexWait.Record(context.Background(), d.Seconds(), tm.attrs(attrOutcome.String(outcome)))
 }
 
 func (tm *telemetry) onceCall(outcome string) {
 	if tm == nil {
+		return
+	}
+	if !tm.in.onceCalls.Enabled(context.Background()) {
 		return
 	}
 	tm.in.onceCalls.Add(context.Background(), 1, tm.attrs(attrOnceOutcome.String(outcome)))
