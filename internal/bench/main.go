@@ -128,7 +128,7 @@ func run(out, sim, gobench, many string, n int, quick bool) error {
 	fmt.Fprintf(&b, "## Round trips\n\n%d sequential operations each after 20 warm-up ones, one client, keep-alive connections.\n", reps)
 	fmt.Fprintf(&b, "`Acquire+Release` is azlease's: acquire, read the record, write the next epoch under the lease, release (4 requests);\n")
 	fmt.Fprintf(&b, "`raw acquire+release` is the two bare azblob calls, for comparison. `Renew` is one request; `Lock+Unlock` is a Mutex\n")
-	fmt.Fprintf(&b, "(like Acquire+Release, plus starting and stopping the renewal goroutines).\n\n")
+	fmt.Fprintf(&b, "(like Acquire+Release, plus arming and stopping the lease's renewal and deadline timers).\n\n")
 	fmt.Fprintf(&b, "| backend | operation | median | p90 | p99 | n |\n|---|---|---:|---:|---:|---:|\n")
 	for _, be := range backends {
 		fmt.Fprintf(os.Stderr, "round trips on %s…\n", be.name)
@@ -510,12 +510,14 @@ func manyHeld(ctx context.Context, b *strings.Builder, be backend, n int, hold t
 	reqs := float64(r1-r0) * perHour
 	cpu := time.Duration(float64(c1-c0) * perHour)
 	fmt.Fprintf(b, "%d mutexes held at once over one container client (shared connections) on Azurite for %v, default settings\n", n, hold.Round(time.Second))
-	fmt.Fprintf(b, "(renew every 5 s). Figures are this process's (azlease, azblob, net/http); Azurite's own CPU is not included.\n\n")
+	fmt.Fprintf(b, "(renew every 5 s, each renewal up to 10 %% early so that they do not fall in step). Figures are this process's\n")
+	fmt.Fprintf(b, "(azlease, azblob, net/http); Azurite's own CPU is not included.\n\n")
 	fmt.Fprintf(b, "| measure | per hour, %d held | per held mutex per hour |\n|---|---:|---:|\n", n)
 	fmt.Fprintf(b, "| requests | %.0f | %.0f |\n", reqs, reqs/float64(n))
 	fmt.Fprintf(b, "| client CPU | %v | %v |\n", cpu.Round(time.Millisecond), (cpu / time.Duration(n)).Round(time.Microsecond))
-	fmt.Fprintf(b, "\nGoroutines while held: %d more than before (2 per held lock: a watchdog and a renewer, both asleep on timers\n", g1-g0)
-	fmt.Fprintf(b, "between renewals). Heap and stacks: %.1f MiB more (%.1f KiB per held lock). Locks lost: %d.\n",
+	fmt.Fprintf(b, "\nGoroutines while held: %d more than before (none per held lock: each lock has two timers, and a renewal runs\n", g1-g0)
+	fmt.Fprintf(b, "on the goroutine of the timer that fired; the count is the renewals in flight at that instant and the\n")
+	fmt.Fprintf(b, "connections' own goroutines). Heap and stacks: %.1f MiB more (%.1f KiB per held lock). Locks lost: %d.\n",
 		float64(int64(ms1.HeapInuse+ms1.StackInuse)-int64(ms0.HeapInuse+ms0.StackInuse))/(1<<20),
 		float64(int64(ms1.HeapInuse+ms1.StackInuse)-int64(ms0.HeapInuse+ms0.StackInuse))/1024/float64(n), lost)
 	if lost > 0 {
