@@ -25,13 +25,26 @@ import (
 // renewOverflowAfter.
 const renewConcurrency = 32
 
-// renewOverflowAfter is the longest a due renewal waits in the queue: after
-// it, the renewal starts anyway, beyond renewConcurrency. Renewals that hang
-// (storage unreachable from one host, say) thereby never delay the others
-// by more than this, far less than the time between a renewal and its
-// validity deadline (two attempt timeouts at least). The queue only ever
-// holds renewals; each term's deadline timer fires regardless of it.
+// renewOverflowAfter is how long a due renewal waits in the queue before it
+// starts anyway, beyond renewConcurrency (up to renewMaxInFlight). Renewals
+// that hang (requests lost on the way, say) thereby delay the others by
+// about this long, far less than the time between a renewal and its validity
+// deadline (two attempt timeouts at least). The queue only ever holds
+// renewals; each term's deadline timer fires regardless of it.
 const renewOverflowAfter = time.Second
+
+// renewMaxInFlight is the hard cap on one container client's renewals in
+// flight, overflow included: the idle connections azlease's transport keeps
+// (maxIdleConnsPerHost), so that even renewals that overflow reuse
+// connections. Without it, a process that falls behind (a storage account
+// answering slowly, a machine out of CPU) would start every waiting renewal
+// after a second, each on a new connection (a TLS handshake each), and fall
+// further behind: at 50,000 held leases on 2 cores, that turned a machine
+// that kept up into one that lost nearly every lease. At the cap, a waiting
+// renewal starts when one in flight ends; only more than renewMaxInFlight
+// renewals hanging at once delay the others longer, each by up to one
+// attempt timeout.
+const renewMaxInFlight = maxIdleConnsPerHost
 
 // renewLimiter runs the renewals of the leases on one container client, at
 // most renewConcurrency at once (softly, see renewOverflowAfter). It owns no
@@ -53,8 +66,8 @@ type renewLimiter struct {
 	head, tail *keeper // the queue, oldest first, linked through keeper.qprev/qnext
 	running    int     // workers, each running one renewal
 	// Counters for tests: renewals started at once, from the queue, and by
-	// overflow.
-	started, dequeued, overflowed int
+	// overflow; the most workers that ran at once.
+	started, dequeued, overflowed, peak int
 }
 
 // submit takes a worker's place for k's renewal if fewer than
@@ -66,11 +79,12 @@ func (lim *renewLimiter) submit(k *keeper) bool {
 	lim.mu.Lock()
 	if lim.running < renewConcurrency && lim.head == nil {
 		lim.running++
+		lim.peak = max(lim.peak, lim.running)
 		lim.started++
 		lim.mu.Unlock()
 		return true
 	}
-	k.inQueue = true
+	k.inQueue, k.enqueued = true, time.Now()
 	k.qprev, k.qnext = lim.tail, nil
 	if lim.tail != nil {
 		lim.tail.qnext = k
@@ -83,20 +97,24 @@ func (lim *renewLimiter) submit(k *keeper) bool {
 }
 
 // overflow takes a worker's place for k's renewal at once, beyond
-// renewConcurrency, if it is still queued: it has waited
-// renewOverflowAfter. It reports whether it did; the caller then becomes
-// that worker, as after submit.
-func (lim *renewLimiter) overflow(k *keeper) bool {
+// renewConcurrency but below renewMaxInFlight, if it is still queued: it has
+// waited renewOverflowAfter. started reports whether it did (the caller then
+// becomes that worker, as after submit); queued, whether k is still waiting
+// in the queue (the cap was reached), to look again later.
+func (lim *renewLimiter) overflow(k *keeper) (started, queued bool) {
 	lim.mu.Lock()
+	defer lim.mu.Unlock()
 	if !k.inQueue {
-		lim.mu.Unlock()
-		return false
+		return false, false
+	}
+	if lim.running >= renewMaxInFlight {
+		return false, true
 	}
 	lim.unlink(k)
 	lim.running++
+	lim.peak = max(lim.peak, lim.running)
 	lim.overflowed++
-	lim.mu.Unlock()
-	return true
+	return true, false
 }
 
 // remove takes k out of the queue; it reports false if k was not queued (a
@@ -127,15 +145,18 @@ func (lim *renewLimiter) unlink(k *keeper) {
 }
 
 // work runs k's renewal, then queued ones while the queue is not empty and
-// no more than renewConcurrency workers run, then exits. The renewal's end
+// no more than renewConcurrency workers run (or the oldest has waited
+// renewOverflowAfter), then exits. The renewal's end
 // is reported to its keeper (pending.Done) only once the worker has decided
 // what to do next, so the last report is the worker's last action.
 func (lim *renewLimiter) work(k *keeper) {
 	for {
 		k.run()
 		lim.mu.Lock()
+		// A worker beyond renewConcurrency (started by overflow) goes on
+		// only with a renewal that has waited renewOverflowAfter itself.
 		next := lim.head
-		if next != nil && lim.running <= renewConcurrency {
+		if next != nil && (lim.running <= renewConcurrency || time.Since(next.enqueued) >= renewOverflowAfter) {
 			lim.unlink(next)
 			lim.dequeued++
 		} else {

@@ -215,6 +215,47 @@ func TestSchedulerHungRenewalsDelayNoOther(t *testing.T) {
 	})
 }
 
+// TestSchedulerOverflowIsCapped: a storage account that answers every
+// request after a second, and 250 locks taken at once, so their renewals
+// come due faster than renewConcurrency workers can serve them (about 50 a
+// second against 32). Renewals that wait start anyway, but never more than
+// renewMaxInFlight at once (the connections the transport keeps), and every
+// lock stays held.
+func TestSchedulerOverflowIsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, cc := schedEmu(t)
+		ctx := context.Background()
+		const n = 250
+		locks := make([]*Lock, n)
+		for i := range locks {
+			m, err := NewMutex(cc, fmt.Sprintf("slow-%03d", i), nil)
+			require.NoError(t, err)
+			lock, ok, err := m.TryLock(ctx)
+			require.NoError(t, err)
+			require.True(t, ok)
+			locks[i] = lock
+		}
+		s.SetFaults(func(azleasetest.Request) azleasetest.Fault {
+			return azleasetest.Fault{Delay: time.Second}
+		})
+		time.Sleep(60 * time.Second)
+		for i, lock := range locks {
+			require.True(t, lock.Valid(), "lock %d", i)
+		}
+		lim := limiterFor(cc)
+		lim.mu.Lock()
+		peak, overflowed := lim.peak, lim.overflowed
+		lim.mu.Unlock()
+		assert.Positive(t, overflowed, "renewals that waited started beyond renewConcurrency")
+		assert.Equal(t, renewMaxInFlight, peak, "renewals in flight at once: up to the cap, never more")
+		t.Logf("peak renewals in flight %d (cap %d), %d started by overflow", peak, renewMaxInFlight, overflowed)
+		s.SetFaults(nil)
+		for _, lock := range locks {
+			require.NoError(t, lock.Unlock(ctx))
+		}
+	})
+}
+
 // TestSchedulerStopWaitsForTheRenewal: stop returns only after the keeper's
 // renewal in flight has finished, and nothing of the keeper runs afterwards.
 // A renewal still queued when stop is called never runs.

@@ -267,7 +267,7 @@ func (t *Term) end(cause error) { t.cancel(cause) }
 //     Lease.Renew). The renewal ends the term at once on a definitive loss,
 //     and otherwise arms the timer for the next one. While the renewal
 //     waits in the limiter's queue, the same timer lets it start anyway
-//     after renewOverflowAfter.
+//     after renewOverflowAfter, up to renewMaxInFlight renewals at once.
 //
 // Renewals go on after the term's context is cancelled by its owner: an
 // owner that stops drains its work under a lease it still holds, and
@@ -305,9 +305,11 @@ type keeper struct {
 	renewal  *time.Timer // fires at due (phase waiting), or after renewOverflowAfter (phase queued)
 	deadline *time.Timer // ends the term at its validity deadline
 
-	// The limiter's queue links, guarded by lim.mu.
+	// The limiter's queue links and when the renewal joined the queue,
+	// guarded by lim.mu.
 	qprev, qnext *keeper
 	inQueue      bool
+	enqueued     time.Time
 }
 
 // renewPhase is where a keeper's next renewal is.
@@ -466,9 +468,13 @@ func (k *keeper) fire() bool {
 		k.phase, k.queuedAt = phaseQueued, now
 		k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
 	case k.phase == phaseQueued && now.Sub(k.queuedAt) >= renewOverflowAfter:
-		if k.lim.overflow(k) {
+		started, queued := k.lim.overflow(k)
+		if started {
 			k.phase = phaseRunning
 			return true
+		}
+		if queued { // at renewMaxInFlight: look again after another wait
+			k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
 		}
 	}
 	return false
