@@ -16,8 +16,8 @@ import (
 // failed) shows as failed in the table and is reported on standard error,
 // but does not fail the run: the other cells still count. Leases lost are
 // figures like the others.
-func benchmark(out, rawOut, ns, only string, reps int, tlsMode string, quick, burst bool, window, renew, lease, settle time.Duration, parallel int) error {
-	cfg := runConfig{reps: reps, window: window, renew: renew, settle: settle, lease: lease, parallel: parallel, burst: burst}
+func benchmark(out, rawOut, ns, only string, reps int, tlsMode string, quick, burst bool, window, renew, lease, settle time.Duration, parallel int, heading string) error {
+	cfg := runConfig{reps: reps, window: window, renew: renew, settle: settle, lease: lease, parallel: parallel, burst: burst, heading: heading}
 	if quick {
 		ns, tlsMode = "50", "both"
 		cfg.reps, cfg.window, cfg.renew, cfg.settle = 1, 2*time.Second, time.Second, time.Second

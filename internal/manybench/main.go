@@ -29,6 +29,7 @@ func main() {
 	ns := flag.String("n", "1000,10000", "comma-separated numbers of leases held (client: one number)")
 	reps := flag.Int("reps", 3, "repetitions of each cell")
 	tlsMode := flag.String("tls", "both", "transport: http, tls or both (server: http or tls)")
+	heading := flag.String("heading", "", "a heading for a further, briefly introduced table of the same benchmark (default: the full \"Holding many leases\" section)")
 	quick := flag.Bool("quick", false, "a smoke run: N=50, 2 s window, renew every 1 s, 1 repetition, both transports")
 	// Client (and orchestrator, passed on).
 	dur := flag.Duration("dur", 60*time.Second, "steady-state window per cell")
@@ -61,7 +62,7 @@ func main() {
 				renew: *renew, settle: *settle, window: *dur, parallel: *parallel, spread: spread(*burst, *renew)})
 		}
 	case "":
-		err = benchmark(*out, *rawOut, *ns, *only, *reps, *tlsMode, *quick, *burst, *dur, *renew, *leaseDur, *settle, *parallel)
+		err = benchmark(*out, *rawOut, *ns, *only, *reps, *tlsMode, *quick, *burst, *dur, *renew, *leaseDur, *settle, *parallel, *heading)
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}

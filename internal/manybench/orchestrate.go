@@ -31,6 +31,7 @@ type runConfig struct {
 	parallel int
 	burst    bool     // take every lease at once (default: spread over a renew interval)
 	variants []string // which to run, in this order
+	heading  string   // when set, the table's heading, and the report is brief (a further table of the same benchmark)
 }
 
 // cell is one measurement.
