@@ -107,11 +107,15 @@
 //
 // A process may hold thousands of leases at once (a Mutex per partition,
 // tenant or job shard). A held lease costs two timers, not a goroutine:
-// when a renewal is due, it runs on a goroutine shared by the renewals of
-// the same container client, and no more than 32 of them run at once; one
-// that has waited a second for its turn starts anyway, so renewals that hang
-// never hold the others back, and every term ends at its deadline whatever
-// its renewal is doing. Use one container client for all of them.
+// when a renewal is due, it runs on the goroutine of the timer that fired,
+// and no more than 32 renewals of the same container client run at once.
+// One that has waited a second for its turn starts anyway, so a few
+// renewals that hang do not hold the others back, up to 64 in flight (the
+// connections the client keeps): a process that falls behind does not open
+// ever more connections and fall further behind. Every term ends at its
+// deadline whatever its renewal is doing. Renewals come up to 10 % before
+// the renew interval, at random, so that leases taken together do not renew
+// together. Use one container client for all of them.
 //
 // The clients made by [ContainerClientFromConnectionString],
 // [ContainerClientWithCredential] and [ContainerClientFromSASURL] without a
