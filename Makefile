@@ -55,7 +55,7 @@ demo:
 # window (about 25 minutes on 2 cores; its default window is 60 s).
 MANYBENCH_FLAGS ?= -n 1000,10000 -tls both -reps 3 -dur 20s
 # Then 50,000 leases over TLS (as Azure speaks), azlease beside the two raw
-# azblob loops, one repetition (about 5 minutes).
+# azblob loops, one repetition (about 3 minutes).
 MANYBENCH50K_FLAGS ?= -n 50000 -tls tls -reps 1 -dur 20s -variants azlease,raw,raw64
 
 # Simulation figures (azlease beside a naive acquire-renew loop), go test -bench, then
