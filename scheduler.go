@@ -50,8 +50,8 @@ const renewMaxInFlight = maxIdleConnsPerHost
 // most renewConcurrency at once (softly, see renewOverflowAfter). It owns no
 // goroutine while idle: the goroutine of a keeper's renewal timer becomes a
 // worker when fewer than renewConcurrency run, takes queued renewals after
-// its own, and returns when the queue is empty. A waiting renewal is a queue entry (its
-// keeper), not a goroutine. Each keeper waits for its own renewal in stop,
+// its own, and returns when the queue is empty. A waiting renewal is a
+// queue entry (its keeper), not a goroutine. Each keeper waits for its own renewal in stop,
 // and a worker calls nothing after the last renewal it ran is reported
 // finished, so every worker is joined by the keeper whose renewal it ran
 // last.
@@ -71,11 +71,11 @@ type renewLimiter struct {
 }
 
 // submit takes a worker's place for k's renewal if fewer than
-// renewConcurrency run and none wait, or queues it; it reports whether it
-// took a place, and then the caller must become that worker: call
-// lim.work(k), after releasing k.mu. The caller holds k.mu; submit never
-// waits for a renewal.
-func (lim *renewLimiter) submit(k *keeper) bool {
+// renewConcurrency run and none wait, or queues it (as of now); it reports
+// whether it took a place, and then the caller must become that worker:
+// call lim.work(k), after releasing k.mu. The caller holds k.mu; submit
+// never waits for a renewal.
+func (lim *renewLimiter) submit(k *keeper, now time.Time) bool {
 	lim.mu.Lock()
 	if lim.running < renewConcurrency && lim.head == nil {
 		lim.running++
@@ -84,7 +84,7 @@ func (lim *renewLimiter) submit(k *keeper) bool {
 		lim.mu.Unlock()
 		return true
 	}
-	k.inQueue, k.enqueued = true, time.Now()
+	k.inQueue, k.enqueued = true, now
 	k.qprev, k.qnext = lim.tail, nil
 	if lim.tail != nil {
 		lim.tail.qnext = k
@@ -97,24 +97,28 @@ func (lim *renewLimiter) submit(k *keeper) bool {
 }
 
 // overflow takes a worker's place for k's renewal at once, beyond
-// renewConcurrency but below renewMaxInFlight, if it is still queued: it has
-// waited renewOverflowAfter. started reports whether it did (the caller then
-// becomes that worker, as after submit); queued, whether k is still waiting
-// in the queue (the cap was reached), to look again later.
-func (lim *renewLimiter) overflow(k *keeper) (started, queued bool) {
+// renewConcurrency but below renewMaxInFlight, if it is still queued and has
+// waited renewOverflowAfter by now. started reports whether it did (the
+// caller then becomes that worker, as after submit). Otherwise wait, when
+// not zero, is how long until the caller should ask again: the rest of the
+// wait, or another renewOverflowAfter at the cap. A renewal no longer queued
+// (a worker took it) gives zero.
+func (lim *renewLimiter) overflow(k *keeper, now time.Time) (started bool, wait time.Duration) {
 	lim.mu.Lock()
 	defer lim.mu.Unlock()
-	if !k.inQueue {
-		return false, false
-	}
-	if lim.running >= renewMaxInFlight {
-		return false, true
+	switch {
+	case !k.inQueue:
+		return false, 0
+	case now.Sub(k.enqueued) < renewOverflowAfter:
+		return false, renewOverflowAfter - now.Sub(k.enqueued)
+	case lim.running >= renewMaxInFlight:
+		return false, renewOverflowAfter
 	}
 	lim.unlink(k)
 	lim.running++
 	lim.peak = max(lim.peak, lim.running)
 	lim.overflowed++
-	return true, false
+	return true, 0
 }
 
 // remove takes k out of the queue; it reports false if k was not queued (a

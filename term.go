@@ -301,7 +301,6 @@ type keeper struct {
 	renewed  bool        // a renewal succeeded: later ones use the shorter jitter
 	due      time.Time   // when the next renewal is due
 	limit    time.Time   // the validity deadline when it was scheduled
-	queuedAt time.Time   // when the renewal entered the limiter's queue
 	renewal  *time.Timer // fires at due (phase waiting), or after renewOverflowAfter (phase queued)
 	deadline *time.Timer // ends the term at its validity deadline
 
@@ -461,20 +460,20 @@ func (k *keeper) fire() bool {
 	switch {
 	case k.phase == phaseWaiting && timing.Sleep(now, k.due, k.limit) == 0:
 		k.pending.Add(1) // the renewal, until its worker is done with it
-		if k.lim.submit(k) {
+		if k.lim.submit(k, now) {
 			k.phase = phaseRunning
 			return true
 		}
-		k.phase, k.queuedAt = phaseQueued, now
+		k.phase = phaseQueued
 		k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
-	case k.phase == phaseQueued && now.Sub(k.queuedAt) >= renewOverflowAfter:
-		started, queued := k.lim.overflow(k)
+	case k.phase == phaseQueued:
+		started, wait := k.lim.overflow(k, now)
 		if started {
 			k.phase = phaseRunning
 			return true
 		}
-		if queued { // at renewMaxInFlight: look again after another wait
-			k.arm(&k.renewal, renewOverflowAfter, k.renewalFired)
+		if wait > 0 { // still queued: look again then
+			k.arm(&k.renewal, wait, k.renewalFired)
 		}
 	}
 	return false
