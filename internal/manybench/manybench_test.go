@@ -22,7 +22,7 @@ func TestQuick(t *testing.T) {
 	bin := filepath.Join(dir, "manybench")
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go command to build the benchmark with")
+		t.Fatalf("no go command on PATH to build the benchmark with: %v", err)
 	}
 	if out, err := exec.Command(gocmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
