@@ -79,7 +79,7 @@ func benchmark(out, rawOut, ns, only string, reps int, tlsMode string, quick, bu
 			}
 		}
 	}
-	_, runErr := orchestrate(cfg, os.Stderr, write)
+	runErr := orchestrate(cfg, os.Stderr, write)
 	if writeErr != nil {
 		return writeErr
 	}

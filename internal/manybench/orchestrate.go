@@ -43,15 +43,16 @@ type cell struct {
 }
 
 // orchestrate runs every cell, calling done with the cells so far after
-// each one, so that a run stopped part way still leaves its figures.
-func orchestrate(cfg runConfig, progress io.Writer, done func(cells []cell, total int)) ([]cell, error) {
+// each one (the figures are only handed out that way), so that a run
+// stopped part way still leaves its figures.
+func orchestrate(cfg runConfig, progress io.Writer, done func(cells []cell, total int)) error {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dir, err := os.MkdirTemp("", "manybench-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	var cells []cell
@@ -75,7 +76,7 @@ func orchestrate(cfg runConfig, progress io.Writer, done func(cells []cell, tota
 			}
 		}
 	}
-	return cells, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func transportName(useTLS bool) string {
