@@ -92,7 +92,30 @@ func (c *termContext) Err() error {
 
 func (c *termContext) Value(key any) any {
 	c.t.expireIfPast()
+	if key == (termKey{}) {
+		return c.t
+	}
 	return c.Context.Value(key)
+}
+
+// termKey is the context key under which a term's context answers with its
+// Term.
+type termKey struct{}
+
+// TermFromContext returns the Term whose context ctx is or derives from: the
+// context an [Elector] hands its task, a [Lock]'s context, or the context
+// [DoOnce] hands fn. With nested terms (a Mutex locked inside a leader
+// task), it is the innermost. ok is false when ctx belongs to no term.
+//
+// It is how code that only has the context learns the term's validity
+// deadline ([Term.ValidUntil]) or its token; the Term also reports its end
+// by itself ([Term.Valid]), which a derived context does not.
+func TermFromContext(ctx context.Context) (term *Term, ok bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	t, ok := ctx.Value(termKey{}).(*Term)
+	return t, ok && t != nil
 }
 
 func (c *termContext) String() string { return "azlease.Term.Context" }

@@ -22,12 +22,22 @@ type childResult struct {
 	code    int
 	started bool
 	expired bool
+	nostart os.Signal
+	stderr  string
 	err     *exitError
 }
 
-func startChild(argv, env []string, killAfter time.Duration, deadline time.Time) (*child, error) {
+type childOptions struct {
+	stop     stopTiming
+	tail     int
+	testHook string
+}
+
+func startChild(argv, env []string, opts childOptions, deadline time.Time) (*child, error) {
 	return nil, errNoChildren
 }
+
+func (c *child) killGroup() {}
 
 func (c *child) setDeadline(time.Time) {}
 func (c *child) signal(os.Signal)      {}

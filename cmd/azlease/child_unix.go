@@ -30,15 +30,25 @@ import (
 // end, how CMD ended.
 //
 // The guardian is a separate process so that the lease's deadline is
-// enforced even when azlease itself cannot act:
-//   - if the deadline passes with no newer one (azlease paused by SIGSTOP, a
-//     frozen VM slice, or hung), the guardian sends SIGTERM to CMD's group,
-//     then SIGKILL after --kill-after;
+// enforced even when azlease itself cannot act (stoptiming.go has the
+// arithmetic):
+//   - unless a renewal moves the deadline D on (azlease paused by SIGSTOP, a
+//     frozen VM slice, or hung, or renewals failing), the guardian sends
+//     SIGTERM to CMD's group at D − --kill-after − 1 s and SIGKILL at
+//     D − 1 s, before the lease can pass to another holder;
+//   - a stop azlease asks for (the lease lost) or a signal it forwards
+//     (SIGINT, SIGTERM, SIGHUP) is followed by SIGKILL after --kill-after,
+//     and never later than D − 1 s;
 //   - if azlease dies (SIGKILL, the OOM killer), the control pipe reaches
 //     end-of-file and, on Linux, the parent-death signal arrives: the
 //     guardian sends SIGKILL to CMD's group at once;
 //   - if the guardian dies, azlease kills CMD's group itself, and CMD (on
-//     Linux) gets SIGKILL as its own parent-death signal.
+//     Linux) gets SIGKILL as its own parent-death signal; if the guardian is
+//     stopped, azlease (when it runs) kills CMD's group at D − 1 s itself.
+//
+// A signal azlease forwards before CMD started stops the guardian from
+// starting it ("nostart"); one that reaches it while CMD starts is
+// delivered to CMD right after the start.
 //
 // Signalling the whole group reaches a shell script's own children too, as
 // long as they stay in the group (processes that call setsid or setpgid
@@ -60,6 +70,10 @@ type child struct {
 	wmu sync.Mutex // serialises writes to ctl
 	ctl *os.File
 
+	mu     sync.Mutex
+	pid    int  // CMD's process group, once started
+	closed bool // the guardian reported how CMD ended (the group may be reused)
+
 	done chan struct{} // closed when the guardian has exited and res is set
 	res  childResult
 }
@@ -68,13 +82,23 @@ type child struct {
 type childResult struct {
 	code    int        // CMD's exit status, or 128+N if signal N killed it
 	started bool       // CMD ran
-	expired bool       // the guardian stopped CMD because the deadline passed
+	expired bool       // the guardian stopped CMD because the deadline's stop point passed
+	nostart os.Signal  // a signal forwarded before CMD started: it was not started
+	stderr  string     // the tail of CMD's stderr, when asked for
 	err     *exitError // CMD could not be run (126, 127), or the guardian failed (70)
 }
 
+// childOptions configure a guardian.
+type childOptions struct {
+	stop     stopTiming
+	tail     int    // bytes of CMD's stderr to report; 0 leaves stderr alone
+	testHook string // AZLEASE_TEST_HOOK, for the guardian's own hook
+}
+
 // startChild starts argv under a guardian with the extra environment env.
-// deadline is the lease's validity deadline: CMD does not start after it.
-func startChild(argv, env []string, killAfter time.Duration, deadline time.Time) (*child, error) {
+// deadline is the lease's validity deadline: CMD does not start after its
+// stop point.
+func startChild(argv, env []string, opts childOptions, deadline time.Time) (*child, error) {
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -89,7 +113,12 @@ func startChild(argv, env []string, killAfter time.Duration, deadline time.Time)
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{guardianArg, "--kill-after", killAfter.String(), "--"}, argv...)
+	args := []string{guardianArg, "--kill-after", opts.stop.killAfter.String(), "--margin", opts.stop.margin.String(),
+		"--tail", strconv.Itoa(opts.tail)}
+	if opts.testHook != "" {
+		args = append(args, "--hook", opts.testHook)
+	}
+	args = append(append(args, "--"), argv...)
 	g := exec.Command(exe, args...)
 	g.Args[0] = "azlease-guardian"
 	g.Env = append(os.Environ(), env...)
@@ -127,9 +156,22 @@ func (c *child) watch(rep *os.File) {
 		switch word {
 		case "started":
 			pid, _ = strconv.Atoi(rest)
+			c.mu.Lock()
+			c.pid = pid
+			c.mu.Unlock()
 			c.res.started = true
 		case "expired":
 			c.res.expired = true
+		case "stderr":
+			c.res.stderr, _ = strconv.Unquote(rest)
+		case "nostart":
+			n, _ := strconv.Atoi(rest)
+			c.res.nostart = syscall.Signal(n)
+			final = true
+		case "gone":
+			c.mu.Lock()
+			c.closed = true
+			c.mu.Unlock()
 		case "exit":
 			c.res.code, _ = strconv.Atoi(rest)
 			final = true
@@ -193,8 +235,20 @@ func (c *child) signal(s os.Signal) {
 }
 
 // stop stops CMD because the lease is gone: SIGTERM to its group now,
-// SIGKILL after --kill-after.
+// SIGKILL after --kill-after (never after the deadline's kill point).
 func (c *child) stop() { c.send("stop") }
+
+// killGroup sends SIGKILL to CMD's process group from azlease itself: the
+// backstop for a guardian that cannot act (stopped) at the kill point. It
+// does nothing once the guardian has reported CMD's end, after which the
+// group's number may belong to someone else.
+func (c *child) killGroup() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pid > 0 && !c.closed {
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	}
+}
 
 // wait returns how CMD ended, once the guardian has exited.
 func (c *child) wait() childResult {

@@ -45,8 +45,16 @@ func TestUsageErrors(t *testing.T) {
 		{"bad log level", noConn, []string{"status", "--log-level", "loud", "x"}, exitUsage, "--log-level"},
 		{"no connection settings", noConn, []string{"lock", "x", "--", "true"}, exitUsage, "AZURE_STORAGE_CONNECTION_STRING"},
 		{"two sources", noConn, []string{"status", "--connection-string", "UseDevelopmentStorage=true", "--sas-url", "https://a.blob.core.windows.net/c?sig=x", "x"}, exitUsage, "only one of"},
-		{"lease too short", &world{t: t, conn: conn, container: "usage", dir: t.TempDir()}, []string{"lock", "--lease-duration", "5s", "x", "--", "true"}, exitUsage, "LeaseDuration"},
-		{"bad lock name", &world{t: t, conn: conn, container: "usage", dir: t.TempDir()}, []string{"lock", "x/", "--", "true"}, exitUsage, "name"},
+		{"lease too short", &world{t: t, conn: conn, container: "usage", dir: t.TempDir()}, []string{"lock", "--lease-duration", "5s", "x", "--", "true"}, exitUsage, "invalid --lease-duration 5s"},
+		{"bad lock name", &world{t: t, conn: conn, container: "usage", dir: t.TempDir()}, []string{"lock", "x/", "--", "true"}, exitUsage, "invalid NAME"},
+		{"kill-after too long", noConn, []string{"lead", "--kill-after", "10s", "x", "--", "true"}, exitUsage, "invalid --kill-after 10s with --lease-duration 15s: at most 4.25s"},
+		{"kill-after fits a longer lease", noConn, []string{"lead", "--kill-after", "10s", "--lease-duration", "30s", "x", "--", "true"}, exitUsage, "AZURE_STORAGE_CONNECTION_STRING"},
+		{"poll interval zero", noConn, []string{"lock", "--poll-interval", "0s", "x", "--", "true"}, exitUsage, "invalid --poll-interval 0s"},
+		{"timeout zero", noConn, []string{"lock", "--timeout", "0s", "x", "--", "true"}, exitUsage, "invalid --timeout 0s"},
+		{"no slots", noConn, []string{"lock", "-n", "0", "x", "--", "true"}, exitUsage, "invalid -n 0"},
+		{"no attempts", noConn, []string{"once", "--max-attempts", "0", "x", "--", "true"}, exitUsage, "invalid --max-attempts 0"},
+		{"account URL typo", noConn, []string{"status", "--account-url", "htp://a.blob.core.windows.net/", "x"}, exitUsage, "invalid --account-url"},
+		{"no such host", &world{t: t, conn: "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=" + keyOf(conn) + ";BlobEndpoint=http://azlease-test.invalid/devstoreaccount1;", container: "usage", dir: t.TempDir()}, []string{"lock", "x", "--", "true"}, exitUnavailable, "no such host azlease-test.invalid"},
 		{"non-loopback emulator", noConn, []string{"emulator", "--addr", "10.1.2.3:0"}, exitUsage, "not a loopback address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

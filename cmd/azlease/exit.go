@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
@@ -63,6 +64,8 @@ func classify(what string, err error) *exitError {
 		return exitf(exitUsage, "%s: %s", what, line(err))
 	case errors.Is(err, azlease.ErrLeaseLost):
 		return exitf(exitLost, "%s: %s", what, line(err))
+	case hostNotFound(err) != "":
+		return exitf(exitUnavailable, "%s: cannot reach storage: no such host %s (check the account name or endpoint): %s", what, hostNotFound(err), line(err))
 	case errors.Is(err, azlease.ErrPermanent):
 		return exitf(exitRefused, "%s: storage refused the request: %s%s", what, line(err), hint(err))
 	case errors.Is(err, azlease.ErrLeaseHeld):
@@ -71,6 +74,15 @@ func classify(what string, err error) *exitError {
 		return exitf(exitUnavailable, "%s: storage unavailable: %s", what, line(err))
 	}
 	return exitf(exitInternal, "%s: %s", what, line(err))
+}
+
+// hostNotFound is the host name a DNS lookup did not find, or "".
+func hostNotFound(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return dns.Name
+	}
+	return ""
 }
 
 // hint says what to check for the refusals users meet most.

@@ -2,16 +2,22 @@
 
 package main
 
+// The guardian: the hidden mode azlease re-executes itself in to run CMD and
+// stop it on time, even when azlease itself cannot act (see child_unix.go
+// for the whole arrangement and stoptiming.go for when it stops CMD).
+
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,11 +39,23 @@ var guardianCaught = []os.Signal{
 // group that survive SIGKILL (stuck in the kernel) before it reports anyway.
 const leftoverGiveUp = 10 * time.Second
 
+// tailDrain bounds how long the guardian waits, once CMD's group is gone,
+// for the end of CMD's standard error (a process that left the group may
+// still hold it open).
+const tailDrain = 200 * time.Millisecond
+
+// guardianConfig is what azlease passes the guardian on its command line.
+type guardianConfig struct {
+	stop     stopTiming
+	tail     int // bytes of CMD's stderr to report at the end; 0: none (stderr is inherited)
+	testHook string
+}
+
 // guardianMain is the hidden mode azlease re-executes itself in to supervise
 // a command: see child_unix.go. It returns the guardian's exit status, which
 // azlease does not use (the report pipe says how CMD ended).
 func guardianMain(args []string) int {
-	killAfter, argv, err := guardianArgs(args)
+	cfg, argv, err := guardianArgs(args)
 	if err != nil || !isPipe(ctlFD) || !isPipe(reportFD) {
 		fmt.Fprintln(os.Stderr, "azlease: "+guardianArg+" is azlease's internal mode for supervising a command; run 'azlease --help'")
 		return exitUsage
@@ -48,7 +66,7 @@ func guardianMain(args []string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, guardianCaught...)
 	g := &guardian{
-		ppid: ppid, killAfter: killAfter,
+		ppid: ppid, cfg: cfg,
 		report: os.NewFile(reportFD, "report"),
 		lines:  make(chan string, 16),
 		sigs:   sigs,
@@ -58,15 +76,36 @@ func guardianMain(args []string) int {
 	return 0
 }
 
-func guardianArgs(args []string) (time.Duration, []string, error) {
-	if len(args) < 4 || args[0] != "--kill-after" || args[2] != "--" {
-		return 0, nil, errors.New("bad arguments")
+// guardianArgs parses "--kill-after D --margin D --tail N [--hook H] -- CMD...".
+func guardianArgs(args []string) (guardianConfig, []string, error) {
+	var cfg guardianConfig
+	for len(args) > 0 && args[0] != "--" {
+		if len(args) < 2 {
+			return cfg, nil, errors.New("bad arguments")
+		}
+		name, v := args[0], args[1]
+		args = args[2:]
+		var err error
+		switch name {
+		case "--kill-after":
+			cfg.stop.killAfter, err = time.ParseDuration(v)
+		case "--margin":
+			cfg.stop.margin, err = time.ParseDuration(v)
+		case "--tail":
+			cfg.tail, err = strconv.Atoi(v)
+		case "--hook":
+			cfg.testHook = v
+		default:
+			err = errors.New("unknown argument " + name)
+		}
+		if err != nil {
+			return cfg, nil, err
+		}
 	}
-	d, err := time.ParseDuration(args[1])
-	if err != nil || d < 0 {
-		return 0, nil, errors.New("bad --kill-after")
+	if len(args) < 2 || cfg.stop.killAfter < 0 || cfg.stop.margin < 0 || cfg.tail < 0 {
+		return cfg, nil, errors.New("bad arguments")
 	}
-	return d, args[3:], nil
+	return cfg, args[1:], nil
 }
 
 func isPipe(fd int) bool {
@@ -75,18 +114,26 @@ func isPipe(fd int) bool {
 }
 
 type guardian struct {
-	ppid      int
-	killAfter time.Duration
-	report    *os.File
-	lines     chan string // control lines; closed at end-of-file
-	sigs      chan os.Signal
+	ppid   int
+	cfg    guardianConfig
+	report *os.File
+	lines  chan string // control lines; closed at end-of-file
+	sigs   chan os.Signal
 
-	pgid        int
-	deadline    int64 // CLOCK_MONOTONIC ns
-	killTimer   <-chan time.Time
-	terminating bool
-	killed      bool
-	parentGone  bool
+	pgid     int              // CMD's process group, once started
+	deadline int64            // the lease's validity deadline, CLOCK_MONOTONIC ns
+	pending  []syscall.Signal // signals azlease forwarded before CMD started
+
+	// The stop under way, if any: SIGTERM went to the group (termSent),
+	// and SIGKILL goes at killBy (CLOCK_MONOTONIC ns; 0 while no stop is
+	// under way). killBy only ever moves earlier.
+	termSent   bool
+	killBy     int64
+	killed     bool
+	expired    bool // the guardian stopped CMD on its own, for the deadline
+	parentGone bool
+
+	tail *tailBuffer // CMD's stderr tail, when cfg.tail > 0
 }
 
 // read forwards control lines until azlease closes the pipe or dies.
@@ -109,18 +156,24 @@ func monoNow() int64 {
 }
 
 func (g *guardian) run(argv []string) {
-	// CMD starts only under a deadline that has not passed, and only if
-	// azlease has not said stop meanwhile.
+	// CMD starts only under a deadline whose stop point has not passed,
+	// and only if azlease has not said stop, nor forwarded a signal.
 	if l, ok := <-g.lines; !ok || !g.handle(l) {
 		return // azlease died (or misspoke) before it could say
 	}
 	g.catchUp()
-	if g.lines == nil || g.terminating || g.untilDeadline() <= 0 {
-		g.say("expired")
+	if g.cfg.testHook == "guardian-before-start" {
+		g.waitForSignalLine()
+	}
+	switch {
+	case g.lines == nil || g.killBy != 0 || monoNow() >= g.cfg.stop.termAt(g.deadline):
 		g.say("noexec %d the lease ended before the command could start", exitLost)
 		return
+	case len(g.pending) > 0:
+		g.say("nostart %d", int(g.pending[0]))
+		return
 	}
-	cmd, err := g.start(argv)
+	cmd, tailDone, err := g.start(argv)
 	if err != nil {
 		code := exitNoExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -131,18 +184,23 @@ func (g *guardian) run(argv []string) {
 	}
 	g.pgid = cmd.Process.Pid
 	g.say("started %d", g.pgid)
+	for _, s := range g.pending { // forwarded while CMD was starting
+		g.forward(s)
+	}
+	g.pending = nil
 	foreground := cmd.SysProcAttr.Foreground
 
 	exited := make(chan struct{})
 	go func() { waitExited(cmd); close(exited) }()
 
-	deadline := time.NewTimer(g.untilDeadline())
-	defer deadline.Stop()
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	var poll, giveUp <-chan time.Time
 	leaderExited := false
 loop:
 	for !leaderExited || groupLeftovers(g.pgid) {
-		before := g.deadline
+		g.act()
+		resetTimer(wake, g.nextWake())
 		select {
 		case l, ok := <-g.lines:
 			if !ok {
@@ -151,23 +209,10 @@ loop:
 				continue
 			}
 			g.handle(l)
-		case <-deadline.C:
+		case <-wake.C:
 			// Decide on everything azlease has sent: lines may be
 			// waiting behind the timer on a busy machine.
 			g.catchUp()
-			if left := g.untilDeadline(); left > 0 {
-				deadline.Reset(left)
-				continue
-			}
-			if !g.terminating && !g.killed {
-				g.say("expired")
-				fmt.Fprintln(os.Stderr, "azlease: the lease's validity deadline passed with no renewal from azlease; stopping the command")
-			}
-			g.terminate()
-			continue // the deadline no longer matters
-		case <-g.killTimer:
-			g.killTimer = nil
-			g.killAll()
 		case <-g.sigs:
 			if os.Getppid() != g.ppid {
 				g.parentLost()
@@ -197,17 +242,72 @@ loop:
 			fmt.Fprintln(os.Stderr, "azlease: processes of the command's group survived SIGKILL; giving up on them")
 			break loop
 		}
-		if g.deadline != before {
-			deadline.Reset(g.untilDeadline())
-		}
 	}
+	g.say("gone")  // from here on, CMD's group number may be reused
 	_ = cmd.Wait() // reaps CMD if waitExited left it a zombie
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	code := ws.ExitStatus()
 	if ws.Signaled() {
 		code = exitSignalBase + int(ws.Signal())
 	}
+	if tailDone != nil {
+		select {
+		case <-tailDone:
+		case <-time.After(tailDrain):
+		}
+		if t := g.tail.String(); t != "" {
+			g.say("stderr %s", strconv.Quote(t))
+		}
+	}
+	if g.expired {
+		g.say("expired")
+	}
 	g.say("exit %d", code)
+}
+
+// act does what is due now: SIGTERM at the deadline's stop point, and
+// SIGKILL at killBy.
+func (g *guardian) act() {
+	if g.pgid == 0 {
+		return
+	}
+	now := monoNow()
+	if !g.termSent && !g.killed && now >= g.cfg.stop.termAt(g.deadline) {
+		if g.killBy == 0 {
+			g.expired = true
+			fmt.Fprintln(os.Stderr, "azlease: no renewal from azlease in time (the lease's validity deadline is near); stopping the command")
+		}
+		g.terminate()
+	}
+	if g.killBy != 0 && !g.killed && now >= g.killBy {
+		g.killAll()
+	}
+}
+
+// nextWake is how long until act has something to do.
+func (g *guardian) nextWake() time.Duration {
+	if g.pgid == 0 || g.killed {
+		return time.Hour
+	}
+	next := g.killBy
+	if !g.termSent {
+		if at := g.cfg.stop.termAt(g.deadline); next == 0 || at < next {
+			next = at
+		}
+	}
+	if next == 0 {
+		return time.Hour
+	}
+	return max(time.Duration(next-monoNow()), 0)
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
 }
 
 // handle applies one control line from azlease and reports whether it was
@@ -223,16 +323,31 @@ func (g *guardian) handle(l string) bool {
 		g.deadline = max(g.deadline, d)
 	case "signal":
 		n, err := strconv.Atoi(v)
-		if err != nil {
+		if err != nil || n <= 0 {
 			return false
 		}
-		g.kill(syscall.Signal(n))
+		g.forward(syscall.Signal(n))
 	case "stop":
 		g.terminate()
 	default:
 		return false
 	}
 	return true
+}
+
+// forward passes a signal azlease received on to CMD's group, or keeps it
+// for CMD's start. A signal that asks to stop (SIGINT, SIGTERM, SIGHUP: what
+// azlease forwards) is escalated: SIGKILL follows after kill-after, and never
+// later than the deadline's kill point.
+func (g *guardian) forward(s syscall.Signal) {
+	if g.pgid == 0 {
+		g.pending = append(g.pending, s)
+		return
+	}
+	g.kill(s)
+	if s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP {
+		g.killNoLaterThan(g.cfg.stop.killAfterStop(monoNow(), g.deadline))
+	}
 }
 
 // catchUp applies every control line azlease has already sent: those read
@@ -267,26 +382,47 @@ func pipeHasData(fd int) bool {
 	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
-func (g *guardian) untilDeadline() time.Duration {
-	return time.Duration(g.deadline - monoNow())
-}
-
 // start runs argv as the leader of a new process group, in the terminal's
 // foreground if azlease was in it, so that an interactive command can read
-// the terminal and gets Ctrl-C itself.
-func (g *guardian) start(argv []string) (*exec.Cmd, error) {
+// the terminal and gets Ctrl-C itself. With a tail to keep, CMD's stderr is
+// a pipe the guardian copies to its own stderr; tailDone is closed at the
+// pipe's end.
+func (g *guardian) start(argv []string) (cmd *exec.Cmd, tailDone chan struct{}, err error) {
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cmd := exec.Command(path, argv[1:]...)
+	cmd = exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = commandAttr(inForeground())
-	if err := cmd.Start(); err != nil {
-		return nil, err
+	var r, w *os.File
+	if g.cfg.tail > 0 {
+		if r, w, err = os.Pipe(); err != nil {
+			return nil, nil, err
+		}
+		cmd.Stderr = w
 	}
-	return cmd, nil
+	err = cmd.Start()
+	if w != nil {
+		w.Close()
+	}
+	if err != nil {
+		if r != nil {
+			r.Close()
+		}
+		return nil, nil, err
+	}
+	if r != nil {
+		g.tail = &tailBuffer{max: g.cfg.tail}
+		tailDone = make(chan struct{})
+		go func() {
+			defer close(tailDone)
+			defer r.Close()
+			_, _ = io.Copy(io.MultiWriter(os.Stderr, g.tail), r)
+		}()
+	}
+	return cmd, tailDone, nil
 }
 
 // kill sends s to CMD's process group.
@@ -296,19 +432,32 @@ func (g *guardian) kill(s syscall.Signal) {
 	}
 }
 
-// terminate sends SIGTERM to the group, once, and sets the timer that sends
-// SIGKILL after kill-after.
+// terminate stops the group: SIGTERM now (once), SIGKILL after kill-after,
+// and never later than the deadline's kill point.
 func (g *guardian) terminate() {
-	if g.terminating || g.killed {
-		return
+	if !g.termSent && !g.killed {
+		g.termSent = true
+		g.kill(syscall.SIGTERM)
 	}
-	g.terminating = true
-	g.kill(syscall.SIGTERM)
-	g.killTimer = time.After(g.killAfter)
+	g.killNoLaterThan(g.cfg.stop.killAfterStop(monoNow(), g.deadline))
+}
+
+// killNoLaterThan brings the SIGKILL forward to t if it was due later (or
+// not due at all).
+func (g *guardian) killNoLaterThan(t int64) {
+	if g.killBy == 0 || t < g.killBy {
+		g.killBy = t
+	}
+	if g.pgid > 0 && !g.killed && monoNow() >= g.killBy {
+		g.killAll()
+	}
 }
 
 func (g *guardian) killAll() {
 	g.killed = true
+	if g.killBy == 0 {
+		g.killBy = monoNow()
+	}
 	g.kill(syscall.SIGKILL)
 }
 
@@ -317,8 +466,54 @@ func (g *guardian) killAll() {
 func (g *guardian) parentLost() {
 	if !g.parentGone {
 		g.parentGone = true
-		g.killAll()
+		g.killNoLaterThan(monoNow())
 	}
+}
+
+// waitForSignalLine is a test hook (AZLEASE_TEST_HOOK): it announces that
+// CMD is about to start and waits, at most 10 s, until azlease has
+// forwarded a signal, so that a test can deliver one at exactly this point.
+func (g *guardian) waitForSignalLine() {
+	fmt.Fprintln(os.Stderr, "azlease: test hook guardian-before-start")
+	for end := time.Now().Add(10 * time.Second); len(g.pending) == 0 && g.lines != nil && time.Now().Before(end); {
+		select {
+		case l, ok := <-g.lines:
+			if !ok {
+				g.lines = nil
+				return
+			}
+			g.handle(l)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// String is the tail, cut to start at a line where it can, without a
+// trailing newline.
+func (t *tailBuffer) String() string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return cleanTail(t.buf, len(t.buf) == t.max)
 }
 
 // inForeground reports whether standard input is a terminal whose

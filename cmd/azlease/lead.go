@@ -1,5 +1,8 @@
 package main
 
+// azlease lead: run CMD only while this instance leads, contending again
+// after every loss, whoever notices it first.
+
 import (
 	"context"
 	"errors"
@@ -7,13 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/spf13/cobra"
 
 	"github.com/azlease/azlease"
 )
 
 func newLeadCmd(g *globals) *cobra.Command {
-	var restart bool
+	var (
+		restart bool
+		hf      healthFlags
+	)
 	c := &cobra.Command{
 		Use:   "lead NAME -- CMD [ARGS...]",
 		Short: "Run a command only while this instance leads; stand by otherwise",
@@ -22,32 +29,54 @@ instance leads, CMD runs; the others stand by, polling, and one of them takes
 over within --lease-duration + --poll-interval when the leader dies, or within
 --poll-interval when it steps down.
 
-When leadership is lost (a renewal refused, the validity deadline passed, the
-lease broken), CMD's process group gets SIGTERM at once and SIGKILL after
---kill-after, and azlease contends again, running CMD anew in its next term.
+CMD is stopped before the lease can pass to another instance, whatever CMD does
+with SIGTERM and whatever happens to azlease: if no renewal has moved the
+lease's validity deadline on, CMD's process group gets SIGTERM at the deadline
+minus --kill-after minus 1 s and SIGKILL 1 s before it, from a guardian process
+that acts even while azlease is paused, and at once if azlease dies. When
+leadership is lost, or the guardian stopped CMD, azlease contends again and
+runs CMD anew in its next term.
+
 When CMD exits by itself, azlease releases the lease and exits with CMD's
-status; with --restart it contends again instead (after a poll interval, so
-that a standby may take over).
+status; with --restart it contends again instead, after a poll interval (so that
+a standby may take over), backing off up to 5 minutes while CMD keeps exiting
+within a minute of its start.
 
 CMD's environment carries AZLEASE_NAME, AZLEASE_IDENTITY and AZLEASE_EPOCH (the
-term's fencing epoch). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and
-azlease exits when it does; while standing by, they make azlease exit at once.`,
+term's fencing epoch). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, SIGKILL
+follows --kill-after later if CMD has not exited, and azlease exits when it
+does; while standing by, they make azlease exit at once.
+
+Stop timing, counted from the send of the last successful renewal (renewals
+are sent every lease-duration/3):
+
+` + stopTable(),
 		Example: `  # A singleton worker with hot standbys (run the same line on every host or pod):
   azlease lead --identity "$HOSTNAME" billing-sweeper -- ./sweeper --epoch-from-env
 
-  # A Kubernetes sidecar-style entrypoint: the replica that leads runs the
-  # scheduler; the others wait. Restart the scheduler if it exits.
-  azlease lead --restart --lease-duration 20s scheduler -- /app/scheduler`,
+  # A Kubernetes entrypoint: the replica that leads runs the scheduler; the
+  # others wait. Probes on :8080; restart the scheduler if it exits.
+  azlease lead --restart --health-addr :8080 scheduler -- /app/scheduler`,
 		Args: dashArgs("election name"),
 		RunE: func(c *cobra.Command, args []string) error {
-			return g.lead(c, args[0], args[1:], restart)
+			if err := g.checkRunFlags(); err != nil {
+				return err
+			}
+			return g.lead(c, args[0], args[1:], restart, hf)
 		},
 	}
 	c.Flags().BoolVar(&restart, "restart", false, "when CMD exits, contend again instead of exiting")
+	hf.register(c, "leads")
 	return c
 }
 
-func (g *globals) lead(c *cobra.Command, name string, argv []string, restart bool) error {
+// Why a term's task returned, as the lead loop reads it.
+var (
+	errContendAgain = errors.New("contend again") // the command was stopped for a loss
+	errLeadFinished = errors.New("the command ended")
+)
+
+func (g *globals) lead(c *cobra.Command, name string, argv []string, restart bool, hf healthFlags) error {
 	what := "lead " + name
 	ctx, r := newRouter(context.Background())
 	defer r.close()
@@ -55,70 +84,144 @@ func (g *globals) lead(c *cobra.Command, name string, argv []string, restart boo
 	if err != nil {
 		return err
 	}
-	opts := &azlease.ElectorOptions{
-		Identity: g.identity, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval, Logger: g.log,
-		AfterTask: azlease.StopElecting,
-		// The task stops CMD within --kill-after of a loss; past that the
-		// lease is left to expire rather than released under it.
-		DrainTimeout: g.killAfter + 2*time.Second,
-	}
-	if restart {
-		opts.AfterTask = azlease.ReleaseAndContend
-	}
-	e, err := azlease.NewElector(cc, name, opts)
+	hs, err := g.startHealth(hf, cc, name)
 	if err != nil {
-		return classify(what, err)
+		return err
 	}
+	defer hs.close()
 	if _, err := g.preflight(ctx, cc, what, name); err != nil {
 		if ie := r.interrupted(what); ie != nil {
 			return ie
 		}
 		return err
 	}
+	var quick restartBackoff
+	base := yieldPause(g.pollOr(5 * time.Second))
+	for {
+		res, err := g.leadTerms(ctx, r, cc, name, argv, hs)
+		switch {
+		case errors.Is(err, errContendAgain):
+			continue // a new Elector: the last one stopped when its task returned
+		case res != nil && res.err != nil:
+			return res.err
+		case res != nil && res.signalled != nil:
+			return exitf(signalStatus(res.signalled), "%s: %s before the command ran", what, signalError{res.signalled})
+		case res == nil && r.stopped() != nil:
+			return r.interrupted(what) // stopped while standing by
+		case res == nil && err != nil:
+			return classify(what, err)
+		case res == nil:
+			return exitf(exitInternal, "%s: stopped without running the command", what)
+		case r.forwardedAny() || !restart:
+			return quiet(res.code) // CMD exited, by itself or as a signal asked
+		}
+		wait := quick.next(res.ran, base)
+		level := slog.LevelInfo
+		if wait > base {
+			level = slog.LevelWarn // it keeps exiting at once: say so where operators look
+		}
+		g.log.Log(ctx, level, "azlease: the command exited; contending again after a pause (--restart)",
+			slog.String("name", name), slog.Int("status", res.code),
+			slog.Duration("ran", res.ran.Round(time.Millisecond)), slog.Duration("pause", wait))
+		if !sleepCtx(ctx, wait) {
+			return r.interrupted(what)
+		}
+	}
+}
+
+// yieldPause is how long an instance that let go waits before contending
+// again, as the library's Elector does: the longest poll interval a
+// follower can draw (20 % jitter) plus a fifth, so a standby polls first.
+func yieldPause(poll time.Duration) time.Duration { return poll*6/5 + poll/5 }
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// leadResult is one run of CMD under a term.
+type leadResult struct {
+	runResult
+	ran time.Duration // how long CMD ran
+}
+
+// leadTerms runs an Elector until its task returns, or it stops: it
+// returns the last run of CMD, if any, and the Elector's error
+// (errContendAgain when CMD was stopped for a loss and this instance is to
+// contend again). A loss the library sees first makes the Elector contend
+// again by itself, running CMD anew in its next term.
+func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client, name string, argv []string, hs *healthServer) (*leadResult, error) {
+	opts := &azlease.ElectorOptions{
+		Identity: g.identity, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval, Logger: g.log,
+		AfterTask: azlease.StopElecting,
+		// The task stops CMD within --kill-after of a loss, and never
+		// after the deadline's kill point; past that the lease is left to
+		// expire rather than released under it.
+		DrainTimeout: g.killAfter + killMargin + 2*time.Second,
+	}
+	e, err := azlease.NewElector(cc, name, opts)
+	if err != nil {
+		return nil, classify("lead "+name, err)
+	}
+	hs.setElector(e)
+	defer hs.setElector(nil)
 
 	var (
 		mu   sync.Mutex
-		last *runResult // the last run of CMD
+		last *leadResult // the run that ended the Elector's work, if any
 	)
 	task := func(_ context.Context, term *azlease.Term) error {
 		g.log.Info("azlease: leading; starting the command", slog.String("name", name), slog.Uint64("epoch", term.Epoch()))
-		res := g.runUnder(r, term, leaseEnv(name, g.identity, term.Epoch()), argv)
+		start := time.Now()
+		res := leadResult{runResult: g.runUnder(r, term, leaseEnv(name, g.identity, term.Epoch()), argv, 0)}
+		res.ran = time.Since(start)
+		if res.lost != nil && res.err == nil && res.signalled == nil && !r.forwardedAny() {
+			// Whoever noticed the loss first (the library, or the guardian
+			// while azlease was paused), this instance contends again.
+			g.log.Warn("azlease: lost leadership; the command was stopped; contending again",
+				slog.String("name", name), slog.String("cause", line(res.lost)))
+			return errContendAgain
+		}
 		mu.Lock()
 		last = &res
 		mu.Unlock()
-		switch {
-		case res.err != nil:
-			r.stopSession(res.err) // cannot run CMD: stop electing
-			return res.err
-		case res.lost != nil:
-			g.log.Warn("azlease: lost leadership; the command was stopped; contending again",
-				slog.String("name", name), slog.String("cause", line(res.lost)))
-			return nil
-		case r.stopped() != nil:
-			r.stopSession(errors.New("azlease: stopped by a signal")) // CMD exited as asked: stop electing
-			return nil
-		case restart:
-			g.log.Info("azlease: the command exited; contending again", slog.Int("status", res.code))
-		}
-		return nil
+		return errLeadFinished
 	}
 	err = e.Run(ctx, task)
 	mu.Lock()
-	res := last
-	mu.Unlock()
-	switch {
-	case res != nil && res.err != nil:
-		return res.err
-	case res == nil && r.stopped() != nil:
-		return r.interrupted(what)
-	case res == nil && err != nil:
-		return classify(what, err)
-	case res == nil:
-		return exitf(exitInternal, "%s: stopped without running the command", what)
-	case r.stopped() != nil && !r.forwardedAny():
-		return r.interrupted(what) // stopped while standing by
-	case res.lost != nil:
-		return exitf(exitLost, "%s: %s", what, line(res.lost))
+	defer mu.Unlock()
+	if errors.Is(err, errContendAgain) {
+		return last, errContendAgain
 	}
-	return quiet(res.code)
+	if errors.Is(err, errLeadFinished) {
+		err = nil
+	}
+	return last, err
+}
+
+// restartBackoff paces --restart: a command that keeps exiting within a
+// minute of its start waits twice as long each time, up to 5 minutes.
+type restartBackoff struct{ wait time.Duration }
+
+const (
+	quickExit       = time.Minute
+	maxRestartPause = 5 * time.Minute
+)
+
+// next is the pause before contending again after a run of length ran;
+// base is the pause after a run that was not quick.
+func (b *restartBackoff) next(ran, base time.Duration) time.Duration {
+	if ran >= quickExit || b.wait == 0 {
+		b.wait = base
+	} else {
+		b.wait = min(2*b.wait, maxRestartPause)
+	}
+	return b.wait
 }

@@ -22,23 +22,32 @@ func newLockCmd(g *globals) *cobra.Command {
 		timeout time.Duration
 		noWait  bool
 		slots   int
+		hf      healthFlags
 	)
 	c := &cobra.Command{
 		Use:   "lock NAME -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock (or one of N slots)",
 		Long: `Wait for the lock NAME, run CMD while holding it, release it when CMD exits, and
 exit with CMD's status. With -n N, up to N holders run at once (the lock blobs
-NAME/slot-0 … NAME/slot-N-1).
+NAME/slot-0 … NAME/slot-N-1; -n 1 is the lock NAME itself).
 
-The lease is renewed while CMD runs. If it is lost (a renewal refused, its
-validity deadline passed, broken by an operator), CMD's process group gets
-SIGTERM at once and SIGKILL after --kill-after, and azlease exits with 79. If
-azlease itself dies or is paused, its guardian process stops CMD.
+The lease is renewed while CMD runs. CMD is stopped before the lease can pass to
+another holder, whatever CMD does with SIGTERM and whatever happens to azlease:
+if no renewal has moved the lease's validity deadline on, CMD's process group
+gets SIGTERM at the deadline minus --kill-after minus 1 s and SIGKILL 1 s
+before it, from a guardian process that acts even while azlease is paused, and
+at once if azlease dies. If the lease is lost (a renewal refused, broken by an
+operator), CMD's group gets SIGTERM at once and SIGKILL --kill-after later, and
+azlease exits with 79.
 
 CMD's environment carries AZLEASE_NAME, AZLEASE_IDENTITY and AZLEASE_EPOCH (with
 -n, AZLEASE_SLOT too, and the epoch is the slot's). SIGINT, SIGTERM and SIGHUP
-are forwarded to CMD; while azlease is still waiting, they make it exit at once
-(128+N).`,
+are forwarded to CMD (SIGKILL follows --kill-after later if it has not exited);
+while azlease is still waiting, they make it exit at once (128+N), and CMD does
+not run.
+
+--timeout bounds the whole wait, first contact with storage included; --no-wait
+makes one try of at most 3 s.`,
 		Example: `  # A cron job that must not run twice at once across hosts; give up if another
   # run still holds the lock:
   azlease lock --no-wait nightly-report -- /usr/local/bin/nightly-report --since yesterday
@@ -53,51 +62,87 @@ are forwarded to CMD; while azlease is still waiting, they make it exit at once
   azlease lock ledger -- sh -c 'psql -c "UPDATE ledger SET ... WHERE epoch <= $AZLEASE_EPOCH"'`,
 		Args: dashArgs("lock name"),
 		RunE: func(c *cobra.Command, args []string) error {
-			if timeout < 0 {
+			if err := g.checkRunFlags(); err != nil {
+				return err
+			}
+			switch {
+			case timeout < 0:
 				return exitf(exitUsage, "invalid --timeout %v: must not be negative", timeout)
-			}
-			if noWait && timeout > 0 {
+			case c.Flags().Changed("timeout") && timeout == 0:
+				return exitf(exitUsage, "invalid --timeout 0s: give a positive duration, or --no-wait")
+			case noWait && timeout > 0:
 				return exitf(exitUsage, "give --no-wait or --timeout, not both")
+			case slots < 1 || slots > azlease.MaxSlots:
+				return exitf(exitUsage, "invalid -n %d: from 1 to %d", slots, azlease.MaxSlots)
 			}
-			return g.lock(c, args[0], args[1:], slots, timeout, noWait)
+			return g.lock(c, args[0], args[1:], slots, timeout, noWait, hf)
 		},
 	}
 	f := c.Flags()
-	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long and exit 75 (default: wait until acquired)")
+	f.DurationVar(&timeout, "timeout", 0, "give up after this long and exit 75 (default: wait until acquired)")
 	f.BoolVar(&noWait, "no-wait", false, "exit 75 at once if the lock is held")
 	f.IntVarP(&slots, "slots", "n", 1, "let up to N holders run at once (a semaphore of N slots)")
+	hf.register(c, "holds")
 	return c
 }
 
-func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, timeout time.Duration, noWait bool) error {
+// noWaitBudget bounds a --no-wait try: one attempt's worth.
+const noWaitBudget = attemptTimeout
+
+func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, timeout time.Duration, noWait bool, hf healthFlags) error {
 	what := "lock " + name
-	ctx, r := newRouter(context.Background())
+	sctx, r := newRouter(context.Background())
 	defer r.close()
+	// --timeout and --no-wait bound everything up to acquiring, first
+	// contact with storage included.
+	ctx := sctx
+	switch {
+	case timeout > 0:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(sctx, timeout, errTimeout)
+		defer cancel()
+	case noWait:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(sctx, noWaitBudget, errTimeout)
+		defer cancel()
+	}
 	cc, err := g.client(ctx, c)
 	if err != nil {
 		return err
 	}
+	hs, err := g.startHealth(hf, cc, name)
+	if err != nil {
+		return err
+	}
+	defer hs.close()
 	var (
-		try   func(context.Context) (*azlease.Lock, bool, error)
-		wait  func(context.Context) (*azlease.Lock, error)
-		first = name
+		try  func(context.Context) (*azlease.Lock, bool, error)
+		wait func(context.Context) (*azlease.Lock, error)
 	)
 	if slots == 1 {
 		m, err := azlease.NewMutex(cc, name, g.mutexOptions())
 		if err != nil {
-			return classify(what, err)
+			return g.optionFailure(what, err)
 		}
 		try, wait = m.TryLock, m.Lock
 	} else {
 		s, err := azlease.NewSemaphore(cc, name, slots, g.mutexOptions())
 		if err != nil {
-			return classify(what, err)
+			return g.optionFailure(what, err)
 		}
-		try, wait, first = s.TryAcquire, s.Acquire, azlease.SlotName(name, 0)
+		try, wait = s.TryAcquire, s.Acquire
+	}
+	timedOut := func() bool { return errors.Is(context.Cause(ctx), errTimeout) }
+	first := name // the lock blob, or a semaphore's first slot
+	if slots > 1 {
+		first = azlease.SlotName(name, 0)
 	}
 	if _, err := g.preflight(ctx, cc, what, first); err != nil {
-		if ie := r.interrupted(what); ie != nil {
-			return ie
+		switch {
+		case r.stopped() != nil:
+			return r.interrupted(what)
+		case timedOut():
+			return exitf(exitUnavailable, "%s: storage did not answer within %v: %s", what, g.budget(timeout, noWait), line(err))
 		}
 		return err
 	}
@@ -109,6 +154,8 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 		switch {
 		case r.stopped() != nil:
 			return r.interrupted(what)
+		case err != nil && timedOut():
+			return exitf(exitUnavailable, "%s: no answer from storage within %v (--no-wait): %s", what, noWaitBudget, line(err))
 		case err != nil:
 			return classify(what, err)
 		case !ok:
@@ -116,40 +163,31 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 		}
 		lock = l
 	default:
-		wctx := ctx
-		if timeout > 0 {
-			var cancel context.CancelFunc
-			wctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
-			defer cancel()
-		}
 		g.log.Debug("azlease: waiting for the lock", slog.String("lock", name), slog.Duration("timeout", timeout))
-		l, err := wait(wctx)
+		l, err := wait(ctx)
 		switch {
 		case r.stopped() != nil:
 			return r.interrupted(what)
-		case err != nil && errors.Is(context.Cause(wctx), errTimeout):
+		case err != nil && timedOut():
 			return exitf(exitNotAcquired, "%s: not acquired within %v (--timeout)%s", what, timeout, g.heldBy(cc, name, slots))
 		case err != nil:
 			return classify(what, err)
 		}
 		lock = l
 	}
-	// A signal that came as the lock was taken still stops the run.
-	if r.stopped() != nil {
-		_ = lock.Unlock(context.Background())
-		return r.interrupted(what)
-	}
 
 	g.log.Info("azlease: locked; starting the command", slog.String("lock", lock.Name()), slog.Uint64("epoch", lock.Epoch()))
 	env := leaseEnv(name, g.identity, lock.Epoch())
 	if slots > 1 {
-		env = append(env, "AZLEASE_SLOT="+lock.Name()[len(name)+len("/slot-"):])
+		env = append(env, "AZLEASE_SLOT="+slotOf(name, lock.Name()))
 	}
-	res := g.runUnder(r, lock, env, argv)
+	res := g.runUnder(r, lock.Term, env, argv, 0)
 	uerr := lock.Unlock(context.Background())
 	switch {
 	case res.err != nil:
 		return res.err
+	case res.signalled != nil:
+		return exitf(signalStatus(res.signalled), "%s: %s before the command ran", what, signalError{res.signalled})
 	case res.lost != nil:
 		return exitf(exitLost, "%s: lost while the command ran (%s); the command was stopped", what, line(res.lost))
 	case res.code == 0 && errors.Is(uerr, azlease.ErrLeaseLost):
@@ -158,6 +196,24 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 		g.log.Warn("azlease: could not release the lock; it frees itself when its lease expires", slog.String("error", line(uerr)))
 	}
 	return quiet(res.code)
+}
+
+// budget is how long --timeout or --no-wait allows.
+func (g *globals) budget(timeout time.Duration, noWait bool) time.Duration {
+	if noWait {
+		return noWaitBudget
+	}
+	return timeout
+}
+
+// slotOf is the slot number of the lock blob held, for AZLEASE_SLOT.
+func slotOf(name, blob string) string {
+	for i := range azlease.MaxSlots {
+		if azlease.SlotName(name, i) == blob {
+			return strconv.Itoa(i)
+		}
+	}
+	return "0"
 }
 
 // heldBy says who holds the lock, for a message: " by HOLDER (epoch N)", or

@@ -103,6 +103,9 @@ package main
 import "os"
 
 func main() {
+	if code, ok := runAsInit(); ok {
+		os.Exit(code)
+	}
 	if len(os.Args) > 1 && os.Args[1] == guardianArg {
 		os.Exit(guardianMain(os.Args[2:]))
 	}

@@ -13,15 +13,26 @@ import (
 	"github.com/azlease/azlease"
 )
 
-// errCommandFailed is what DoOnce records when CMD exits non-zero.
-type errCommandFailed struct{ code int }
+// errCommandFailed is what DoOnce records when CMD exits non-zero: its
+// status and the tail of its stderr.
+type errCommandFailed struct {
+	code   int
+	stderr string
+}
 
 func (e errCommandFailed) Error() string {
-	return fmt.Sprintf("the command exited with status %d", e.code)
+	if e.stderr == "" {
+		return fmt.Sprintf("the command exited with status %d", e.code)
+	}
+	return fmt.Sprintf("the command exited with status %d; its stderr ended with: %s", e.code, e.stderr)
 }
 
 func newOnceCmd(g *globals) *cobra.Command {
-	var maxAttempts int
+	var (
+		maxAttempts int
+		tail        int
+		hf          healthFlags
+	)
 	c := &cobra.Command{
 		Use:   "once KEY -- CMD [ARGS...]",
 		Short: "Run a command once across every caller with the same key; the others wait for it",
@@ -32,17 +43,23 @@ find it done and exit 0 at once. Use a key per deployment, such as
 "migrate-$VERSION": a key that is done stays done until 'azlease reset-once KEY'.
 
 If CMD fails, the caller that ran it exits with CMD's status, the failure is
-recorded, and a waiting caller tries again, up to --max-attempts attempts in all
-(counting runners that died); then every caller exits 80 with the recorded error,
-until the key is reset. If a runner dies, its lease expires and a waiter takes
-over. CMD may run more than once if a runner dies after its side effects and
-before it is recorded done: make it idempotent, or fence it with AZLEASE_EPOCH.
+recorded with the end of CMD's stderr (--stderr-tail; CMD's stderr still reaches
+azlease's), and a waiting caller tries again, up to --max-attempts attempts in
+all (counting runners that died; the first caller's value is recorded with the
+key and wins); then every caller exits 80 with the recorded error, until the key
+is reset. If a runner dies, its lease expires and a waiter takes over. CMD may
+run more than once if a runner dies after its side effects and before it is
+recorded done: make it idempotent, or fence it with AZLEASE_EPOCH.
 
-If the lease is lost while CMD runs, CMD's process group gets SIGTERM, then
-SIGKILL after --kill-after, and azlease exits 79. If azlease stops responding
-for 5 s (killed, paused), its guardian process stops CMD. A signal to a runner
-is forwarded to CMD, and the attempt does not count if CMD then fails; a signal
-to a waiter makes it exit at once (128+N).`,
+CMD is stopped before the lease can pass to another caller, whatever CMD does
+with SIGTERM and whatever happens to azlease: if no renewal has moved the
+lease's validity deadline on, CMD's process group gets SIGTERM at the deadline
+minus --kill-after minus 1 s and SIGKILL 1 s before it, from a guardian process
+that acts even while azlease is paused, and at once if azlease dies. If the
+lease is lost while CMD runs, CMD's group gets SIGTERM at once, SIGKILL
+--kill-after later, and azlease exits 79. A signal to a runner is forwarded to
+CMD (SIGKILL follows --kill-after later), and the attempt does not count if CMD
+then fails; a signal to a waiter makes it exit at once (128+N).`,
 		Example: `  # In every pod's start-up: the database migration runs once per release, and
   # every pod continues only when it is done.
   azlease once "migrate-$RELEASE" -- ./migrate up && exec ./server
@@ -51,24 +68,45 @@ to a waiter makes it exit at once (128+N).`,
   azlease once --max-attempts 1 "seed-$CI_PIPELINE_ID" -- make seed-data`,
 		Args: dashArgs("key"),
 		RunE: func(c *cobra.Command, args []string) error {
-			return g.once(c, args[0], args[1:], maxAttempts)
+			if err := g.checkRunFlags(); err != nil {
+				return err
+			}
+			switch {
+			case maxAttempts < 1 || maxAttempts > 1000:
+				return exitf(exitUsage, "invalid --max-attempts %d: from 1 to 1000", maxAttempts)
+			case tail < 0 || tail > maxStderrTail:
+				return exitf(exitUsage, "invalid --stderr-tail %d: from 0 (off) to %d bytes", tail, maxStderrTail)
+			}
+			return g.once(c, args[0], args[1:], maxAttempts, tail, hf)
 		},
 	}
-	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts in all, counting failed ones and ones whose runner died, before the key fails for good; give every caller the same value")
+	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts in all, counting failed ones and ones whose runner died, before the key fails for good; the first caller's value is recorded with the key and wins")
+	c.Flags().IntVar(&tail, "stderr-tail", defaultStderrTail, "bytes of the end of CMD's stderr to record with a failed attempt (0: none, and CMD's stderr is passed through untouched)")
+	hf.register(c, "holds")
 	return c
 }
 
-func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts int) error {
-	what := "once " + key
-	if maxAttempts < 1 {
-		return exitf(exitUsage, "invalid --max-attempts %d: at least 1", maxAttempts)
+// attempts is "1 attempt" or "3 attempts".
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
 	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts, tail int, hf healthFlags) error {
+	what := "once " + key
 	ctx, r := newRouter(context.Background())
 	defer r.close()
 	cc, err := g.client(ctx, c)
 	if err != nil {
 		return err
 	}
+	hs, err := g.startHealth(hf, cc, "once/"+key)
+	if err != nil {
+		return err
+	}
+	defer hs.close()
 	opts := &azlease.DoOnceOptions{
 		Identity: g.identity, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval,
 		MaxAttempts: maxAttempts, Logger: g.log,
@@ -77,7 +115,7 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts 
 		if ie := r.interrupted(what); ie != nil {
 			return ie
 		}
-		return classify(what, err)
+		return g.optionFailure(what, err)
 	}
 
 	// DoOnce's context: a signal while CMD runs is forwarded to CMD; once
@@ -90,21 +128,27 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts 
 		ran *runResult
 	)
 	fn := func(fctx context.Context, tok azlease.Token) error {
+		term, ok := azlease.TermFromContext(fctx)
+		if !ok {
+			return errors.New("azlease: once: the library handed fn no term") // cannot happen
+		}
 		g.log.Info("azlease: once: running the command", slog.String("key", key), slog.Uint64("epoch", tok.Epoch))
-		res := g.runUnder(r, heartbeat{fctx}, leaseEnv(key, g.identity, tok.Epoch), argv)
+		res := g.runUnder(r, term, leaseEnv(key, g.identity, tok.Epoch), argv, tail)
 		mu.Lock()
 		ran = &res
 		mu.Unlock()
-		if s := r.stopped(); s != nil && res.code != 0 {
+		if s := r.stopped(); s != nil && (res.code != 0 || res.signalled != nil) {
 			abandon(signalError{s})
 		}
 		switch {
 		case res.err != nil:
 			return res.err
+		case res.signalled != nil:
+			return signalError{res.signalled}
 		case res.lost != nil:
 			return res.lost
 		case res.code != 0:
-			return errCommandFailed{res.code}
+			return errCommandFailed{code: res.code, stderr: res.stderr}
 		}
 		return nil
 	}
@@ -122,18 +166,26 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts 
 		fmt.Fprintf(g.stderr, "azlease: %s: done by %s at %s (attempt %d, epoch %d)\n",
 			what, st.Holder, st.Time.UTC().Format(time.RFC3339), st.Attempts, st.Epoch)
 		return nil
+	case res != nil && res.signalled != nil:
+		return exitf(signalStatus(res.signalled), "%s: %s before the command ran", what, signalError{res.signalled})
 	case errors.As(err, &of):
-		return exitf(exitOnceFailed, "%s: failed for good after %d attempts (last by %s: %s); 'azlease reset-once %s' lets it run again",
-			what, of.Attempts, of.Holder, of.LastError, key)
+		return exitf(exitOnceFailed, "%s: failed for good after %s (last by %s: %s); 'azlease reset-once %s' lets it run again",
+			what, attempts(of.Attempts), of.Holder, of.LastError, key)
 	case res != nil && res.err != nil:
 		return res.err
 	case res != nil && (res.lost != nil || errors.Is(err, azlease.ErrLeaseLost)):
 		return exitf(exitLost, "%s: %s", what, line(err))
 	case res != nil && res.code != 0:
-		if s := r.stopped(); s != nil {
+		st := out.Status
+		switch s := r.stopped(); {
+		case s != nil:
 			fmt.Fprintf(g.stderr, "azlease: %s: the command exited with status %d after %s; the attempt does not count\n", what, res.code, signalName(s))
-		} else {
-			fmt.Fprintf(g.stderr, "azlease: %s: the command exited with status %d; the failure is recorded, and another caller may try again (--max-attempts %d)\n", what, res.code, maxAttempts)
+		case st.State == azlease.OnceFailed && st.Attempts >= maxAttempts:
+			fmt.Fprintf(g.stderr, "azlease: %s: the command exited with status %d; that was attempt %d of %d, so the key has failed for good: 'azlease reset-once %s' lets it run again\n", what, res.code, st.Attempts, maxAttempts, key)
+		case st.State == azlease.OnceFailed:
+			fmt.Fprintf(g.stderr, "azlease: %s: the command exited with status %d; attempt %d of %d is recorded as failed, and another caller may try again\n", what, res.code, st.Attempts, maxAttempts)
+		default:
+			fmt.Fprintf(g.stderr, "azlease: %s: the command exited with status %d; the failure could not be recorded (%s)\n", what, res.code, line(err))
 		}
 		return quiet(res.code)
 	case r.stopped() != nil:

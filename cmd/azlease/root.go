@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -22,8 +24,10 @@ import (
 // connectionEnv is where --connection-string comes from when it is not given.
 const connectionEnv = "AZURE_STORAGE_CONNECTION_STRING"
 
-// defaultKillAfter is --kill-after's default.
-const defaultKillAfter = 10 * time.Second
+// defaultKillAfter is --kill-after's default: with the default lease of
+// 15 s, SIGTERM comes 10.25 s after the last renewal was sent (5.25 s after
+// the next one was due) and SIGKILL 13.25 s after (see stoptiming.go).
+const defaultKillAfter = 3 * time.Second
 
 // globals are the flags every command shares, and where output goes.
 type globals struct {
@@ -39,6 +43,8 @@ type globals struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
+	reach          *reachability // what the storage client's requests met
+	health         *healthServer // --health-addr, when given
 }
 
 func newRoot(g *globals) *cobra.Command {
@@ -72,7 +78,7 @@ found, 128+N stopped by signal N before CMD ran.`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
-		PersistentPreRunE: func(*cobra.Command, []string) error { return g.setUp() },
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error { return g.setUp(c) },
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.connectionString, "connection-string", "", "Azure Storage connection string (default $"+connectionEnv+"); prefer the variable: arguments are visible to other users")
@@ -81,9 +87,9 @@ found, 128+N stopped by signal N before CMD ran.`,
 	pf.StringVar(&g.container, "container", "locks", "container of the lock blobs, created if missing")
 	pf.StringVar(&g.identity, "identity", "", "this holder's name, shown to others (default HOSTNAME-PID)")
 	pf.DurationVar(&g.leaseDuration, "lease-duration", azlease.DefaultDuration, "lease duration, whole seconds from 15s to 60s: a crashed holder blocks others this long")
-	pf.DurationVar(&g.pollInterval, "poll-interval", 0, "how often a waiter tries again (default 1s for lock, 5s for lead, 2s for once)")
+	pf.DurationVar(&g.pollInterval, "poll-interval", 0, "how often a waiter looks again, from 100ms to 1h (default 1s for lock, 5s for lead, 2s for once)")
 	pf.StringVar(&g.logLevel, "log-level", "warn", "log to stderr from this level: debug, info, warn, error or off")
-	pf.DurationVar(&g.killAfter, "kill-after", defaultKillAfter, "after SIGTERM, how long CMD's process group has before SIGKILL")
+	pf.DurationVar(&g.killAfter, "kill-after", defaultKillAfter, "after SIGTERM, how long CMD's process group has before SIGKILL; at most lease-duration×0.95 − lease-duration/3 − 5s (4.25s for 15s, 13.5s for 30s, 32s for 60s)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return exitf(exitUsage, "%s (see '%s --help')", err, c.CommandPath())
 	})
@@ -93,7 +99,7 @@ found, 128+N stopped by signal N before CMD ran.`,
 }
 
 // setUp checks the shared flags and builds the logger.
-func (g *globals) setUp() error {
+func (g *globals) setUp(c *cobra.Command) error {
 	var level slog.Level
 	switch strings.ToLower(g.logLevel) {
 	case "debug":
@@ -112,16 +118,57 @@ func (g *globals) setUp() error {
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
 	}
-	if g.killAfter < 0 || g.killAfter > time.Hour {
-		return exitf(exitUsage, "invalid --kill-after %v: from 0s (SIGKILL at once) to 1h", g.killAfter)
+	if err := checkLeaseDuration(g.leaseDuration); err != nil {
+		return err
 	}
-	if g.pollInterval < 0 {
-		return exitf(exitUsage, "invalid --poll-interval %v: must not be negative", g.pollInterval)
+	if c.Flags().Changed("poll-interval") && (g.pollInterval < 100*time.Millisecond || g.pollInterval > azlease.MaxPollInterval) {
+		return exitf(exitUsage, "invalid --poll-interval %v: from 100ms to 1h", g.pollInterval)
 	}
 	if g.identity == "" {
 		g.identity = defaultIdentity()
+	} else if len(g.identity) > azlease.MaxIdentity {
+		return exitf(exitUsage, "invalid --identity: longer than %d bytes", azlease.MaxIdentity)
 	}
+	g.reach = newReachability(g.leaseDuration)
 	return nil
+}
+
+// checkRunFlags checks what the commands that run CMD need beyond the
+// shared flags. (The shared checks run for every command.)
+func (g *globals) checkRunFlags() error {
+	return checkStopTiming(g.leaseDuration, g.killAfter)
+}
+
+// pollOr is --poll-interval, or def when it was not given.
+func (g *globals) pollOr(def time.Duration) time.Duration {
+	if g.pollInterval > 0 {
+		return g.pollInterval
+	}
+	return def
+}
+
+// flagOf names the flag that sets a library option, for errors.
+var flagOf = map[string]string{
+	"LeaseDuration": "--lease-duration", "PollInterval": "--poll-interval", "Identity": "--identity",
+	"MaxAttempts": "--max-attempts", "n": "-n", "name": "NAME", "key": "KEY", "blobName": "NAME",
+	"container": "--container", "containerName": "--container",
+}
+
+// optionFailure reports a library option error in the command's terms:
+// the flag or argument, not the Go field.
+func (g *globals) optionFailure(what string, err error) error {
+	var oe *azlease.OptionError
+	if !errors.As(err, &oe) {
+		return classify(what, err)
+	}
+	field := oe.Field
+	if i := strings.LastIndexByte(field, '.'); i >= 0 {
+		field = field[i+1:]
+	}
+	if f, ok := flagOf[field]; ok {
+		field = f
+	}
+	return exitf(exitUsage, "%s: invalid %s: %s", what, field, oe.Reason)
 }
 
 // defaultIdentity is "<hostname>-<pid>", as the library's default, computed
@@ -157,12 +204,15 @@ func (g *globals) client(ctx context.Context, c *cobra.Command) (*container.Clie
 		if f.Changed("container") {
 			return nil, exitf(exitUsage, "--container cannot be used with --sas-url, whose URL names the container")
 		}
-		cc, err := azlease.ContainerClientFromSASURL(g.sasURL, nil)
+		cc, err := azlease.ContainerClientFromSASURL(g.sasURL, g.clientOptions())
 		if err != nil {
 			return nil, exitf(exitUsage, "%s", line(err))
 		}
 		return cc, nil
 	case f.Changed("account-url"):
+		if err := checkAccountURL(g.accountURL); err != nil {
+			return nil, err
+		}
 		cred, err := azidentity.NewDefaultAzureCredential(nil)
 		if err != nil {
 			return nil, exitf(exitRefused, "no Microsoft Entra ID credential: %s", line(err))
@@ -175,7 +225,7 @@ func (g *globals) client(ctx context.Context, c *cobra.Command) (*container.Clie
 			}
 			return nil, exitf(exitRefused, "could not get a Microsoft Entra ID token for storage: %s", line(err))
 		}
-		cc, err := azlease.ContainerClientWithCredential(g.accountURL, g.container, cred, nil)
+		cc, err := azlease.ContainerClientWithCredential(g.accountURL, g.container, cred, g.clientOptions())
 		if err != nil {
 			return nil, exitf(exitUsage, "%s", line(err))
 		}
@@ -188,11 +238,37 @@ func (g *globals) client(ctx context.Context, c *cobra.Command) (*container.Clie
 	if strings.TrimSpace(cs) == "" {
 		return nil, exitf(exitUsage, "no storage account: set %s, or give --connection-string, --account-url or --sas-url", connectionEnv)
 	}
-	cc, err := azlease.ContainerClientFromConnectionString(cs, g.container, nil)
+	cc, err := azlease.ContainerClientFromConnectionString(cs, g.container, g.clientOptions())
 	if err != nil {
 		return nil, exitf(exitUsage, "%s", line(err))
 	}
 	return cc, nil
+}
+
+// clientOptions makes the storage client report what its requests meet to
+// g.reach, for the liveness endpoint.
+func (g *globals) clientOptions() *container.ClientOptions {
+	if g.reach == nil {
+		return nil
+	}
+	return &container.ClientOptions{ClientOptions: azcore.ClientOptions{PerRetryPolicies: []policy.Policy{g.reach}}}
+}
+
+// checkAccountURL checks --account-url before any credential is asked for,
+// so that a typo is reported as one.
+func checkAccountURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return exitf(exitUsage, "invalid --account-url: not a URL")
+	case u.Scheme != "https" && u.Scheme != "http":
+		return exitf(exitUsage, "invalid --account-url %q: must start with https:// (https://ACCOUNT.blob.core.windows.net/)", s)
+	case u.Host == "":
+		return exitf(exitUsage, "invalid --account-url %q: no host (https://ACCOUNT.blob.core.windows.net/)", s)
+	case u.RawQuery != "":
+		return exitf(exitUsage, "invalid --account-url: it must not carry a query (a SAS goes in --sas-url)")
+	}
+	return nil
 }
 
 // preflight reads the lock blob once, so that storage that refuses us (a

@@ -1,5 +1,8 @@
 package main
 
+// Signals to azlease: what a SIGINT, SIGTERM or SIGHUP means depends on
+// whether a command is running under the lease.
+
 import (
 	"context"
 	"fmt"
@@ -7,11 +10,18 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // forwarded are the signals azlease passes on to a running command. While no
 // command runs, they stop azlease promptly.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// hookEnv names a test hook: azlease (or its guardian) announces the point
+// on stderr and waits there, at most 10 s, until it has received a signal,
+// so that tests can deliver a signal at exactly that point. Unset, nothing
+// waits.
+const hookEnv = "AZLEASE_TEST_HOOK"
 
 // signalError is the cause of a session's context when a signal stopped it.
 type signalError struct{ sig os.Signal }
@@ -39,27 +49,33 @@ func signalStatus(s os.Signal) int {
 	return exitSignalBase + 15
 }
 
-// router decides what a signal to azlease means: while a command runs, it
-// is forwarded to the command's process group and azlease waits for the
-// command; otherwise it cancels the session, so that waiting for a lease
-// ends at once.
+// router decides what a signal to azlease means. Until a command run
+// begins, a signal cancels the session, so that waiting for a lease ends at
+// once and no command starts. From the moment a run begins (begin, which a
+// signal that came first makes fail) until it ends, signals go to the
+// command: those that come before its guardian is attached wait for it, and
+// the guardian delivers them to CMD or, if CMD has not started yet, does
+// not start it. A signal is never lost, and never replayed to a later run.
 type router struct {
 	ch     chan os.Signal
 	cancel context.CancelCauseFunc
 	quit   chan struct{}
 	wg     sync.WaitGroup
+	seen   chan struct{} // closed at the first signal
 
-	mu    sync.Mutex
-	child *child
-	first os.Signal // the first signal received, if any
-	sent  bool      // a signal was forwarded to a command
+	mu      sync.Mutex
+	running bool        // a command run has begun and not ended
+	child   *child      // the run's guardian, once attached
+	queued  []os.Signal // received during the run, before the guardian was attached
+	first   os.Signal   // the first signal received, if any
+	sent    bool        // a signal went to a command run
 }
 
 // newRouter starts routing signals; ctx is the session's context, which a
 // signal cancels while no command runs. Close stops it.
 func newRouter(ctx context.Context) (context.Context, *router) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	r := &router{ch: make(chan os.Signal, 8), cancel: cancel, quit: make(chan struct{})}
+	r := &router{ch: make(chan os.Signal, 8), cancel: cancel, quit: make(chan struct{}), seen: make(chan struct{})}
 	signal.Notify(r.ch, forwarded...)
 	r.wg.Go(r.loop)
 	return ctx, r
@@ -71,39 +87,61 @@ func (r *router) loop() {
 		case <-r.quit:
 			return
 		case s := <-r.ch:
-			r.mu.Lock()
-			if r.first == nil {
-				r.first = s
-			}
-			c := r.child
-			r.sent = r.sent || c != nil
-			r.mu.Unlock()
-			if c != nil {
-				c.signal(s)
-			} else {
-				r.cancel(signalError{s})
-			}
+			r.route(s)
 		}
 	}
 }
 
-// attach makes c the command that signals go to. If a signal came first,
-// it is forwarded to c at once, so that c stops as azlease was asked to.
-func (r *router) attach(c *child) {
+func (r *router) route(s os.Signal) {
 	r.mu.Lock()
-	r.child = c
-	first := r.first
-	r.sent = r.sent || first != nil
+	if r.first == nil {
+		r.first = s
+		close(r.seen)
+	}
+	running, c := r.running, r.child
+	if running {
+		r.sent = true
+		if c == nil {
+			r.queued = append(r.queued, s)
+		}
+	}
 	r.mu.Unlock()
-	if first != nil {
-		c.signal(first)
+	switch {
+	case running && c != nil:
+		c.signal(s)
+	case !running:
+		r.cancel(signalError{s})
 	}
 }
 
-// detach ends forwarding to the command, which has exited.
-func (r *router) detach() {
+// begin starts a command run: from now on signals go to the command. It
+// returns false, and the run must not start, if a signal came before.
+func (r *router) begin() bool {
 	r.mu.Lock()
-	r.child = nil
+	defer r.mu.Unlock()
+	if r.first != nil {
+		return false
+	}
+	r.running = true
+	return true
+}
+
+// attach makes c the run's command; signals queued since begin go to it.
+func (r *router) attach(c *child) {
+	r.mu.Lock()
+	r.child = c
+	q := r.queued
+	r.queued = nil
+	r.mu.Unlock()
+	for _, s := range q {
+		c.signal(s)
+	}
+}
+
+// end ends the run: a signal from now on cancels the session.
+func (r *router) end() {
+	r.mu.Lock()
+	r.running, r.child, r.queued = false, nil, nil
 	r.mu.Unlock()
 }
 
@@ -114,7 +152,7 @@ func (r *router) stopped() os.Signal {
 	return r.first
 }
 
-// forwardedAny reports whether a signal went to a command (rather than
+// forwardedAny reports whether a signal went to a command run (rather than
 // stopping azlease while no command ran).
 func (r *router) forwardedAny() bool {
 	r.mu.Lock()
@@ -130,6 +168,18 @@ func (r *router) interrupted(what string) *exitError {
 		return nil
 	}
 	return exitf(signalStatus(s), "%s: %s", what, signalError{s}.Error())
+}
+
+// testHook waits at point when the test hook names it (see hookEnv).
+func (r *router) testHook(point string) {
+	if os.Getenv(hookEnv) != point {
+		return
+	}
+	fmt.Fprintln(os.Stderr, "azlease: test hook "+point)
+	select {
+	case <-r.seen:
+	case <-time.After(10 * time.Second):
+	}
 }
 
 // stopSession cancels the session's context, as a signal with no command

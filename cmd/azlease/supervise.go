@@ -1,60 +1,31 @@
 package main
 
+// Running CMD under a held lease: start it under a guardian with the term's
+// validity deadline, pass every renewal's new deadline on, and stop CMD as
+// soon as the term ends.
+
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/azlease/azlease"
 )
 
-// holding is a held lease as the supervisor sees it: a [azlease.Term] (a
-// Lock embeds one), or for once, the heartbeat of DoOnce's context.
-type holding interface {
-	Done() <-chan struct{}
-	Err() error
-	ValidUntil() time.Time
-}
-
 // deadlineEvery is how often the supervisor reads the lease's validity
 // deadline and, when a renewal moved it, tells the guardian.
 const deadlineEvery = 100 * time.Millisecond
 
-// onceHeartbeat bounds how long CMD outlives azlease's last sign of life
-// under once, whose lease deadline the library does not expose: the guardian
-// stops CMD if azlease stops confirming for this long that the term lasts.
-// With the default timing a renewal leaves at least 9 s of validity, so a
-// paused azlease's CMD is stopped before its lease ends, unless renewals
-// were already failing.
-const onceHeartbeat = 5 * time.Second
-
-// heartbeat is a holding for DoOnce: its deadline is always onceHeartbeat
-// from now while the context lasts.
-type heartbeat struct{ ctx context.Context }
-
-func (h heartbeat) Done() <-chan struct{} { return h.ctx.Done() }
-func (h heartbeat) Err() error {
-	if h.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(h.ctx)
-}
-
-func (h heartbeat) ValidUntil() time.Time {
-	if h.ctx.Err() != nil {
-		return time.Now()
-	}
-	return time.Now().Add(onceHeartbeat)
-}
-
 // runResult is how a command run under a lease ended.
 type runResult struct {
-	code int        // CMD's status, to pass through
-	lost error      // the lease was lost while CMD ran (CMD was stopped): why
-	err  *exitError // CMD could not be run, or its supervision failed
+	code      int        // CMD's status, to pass through
+	lost      error      // the lease was lost while CMD ran, or the guardian stopped CMD for the deadline: why
+	expired   bool       // the guardian stopped CMD on its own, at the deadline's stop point
+	signalled os.Signal  // a signal came before CMD ran: CMD did not run
+	stderr    string     // the tail of CMD's stderr, when asked for
+	err       *exitError // CMD could not be run, or its supervision failed
 }
 
 // leaseEnv is the environment CMD gets: what it runs under.
@@ -66,56 +37,79 @@ func leaseEnv(name, identity string, epoch uint64) []string {
 	}
 }
 
-// runUnder runs argv while h lasts: it starts CMD under a guardian with h's
-// validity deadline, passes every renewal's new deadline on, forwards
-// signals through r, and stops CMD (SIGTERM, SIGKILL after --kill-after) as
-// soon as h ends. It returns when CMD and its process group are gone.
-func (g *globals) runUnder(r *router, h holding, env, argv []string) runResult {
-	if err := h.Err(); err != nil {
+// stopTiming is the guardian's timing for the flags.
+func (g *globals) stopTiming() stopTiming {
+	return stopTiming{killAfter: g.killAfter, margin: killMargin}
+}
+
+// runUnder runs argv while term lasts. Signals received from here on go to
+// CMD (one received before makes it return at once with signalled set, and
+// CMD does not run). It starts CMD under a guardian with the term's
+// validity deadline, passes every renewal's new deadline on, and stops CMD
+// (SIGTERM, SIGKILL after --kill-after, never after the deadline's kill
+// point) as soon as the term ends. tail is how much of CMD's stderr to keep.
+// It returns when CMD and its process group are gone.
+func (g *globals) runUnder(r *router, term *azlease.Term, env, argv []string, tail int) runResult {
+	r.testHook("acquired")
+	if !r.begin() {
+		return runResult{signalled: r.stopped()}
+	}
+	defer r.end()
+	r.testHook("begun")
+	if err := term.Err(); err != nil {
 		return runResult{lost: err}
 	}
-	last := h.ValidUntil()
-	c, err := startChild(argv, env, g.killAfter, last)
+	last := term.ValidUntil()
+	c, err := startChild(argv, env, childOptions{stop: g.stopTiming(), tail: tail, testHook: os.Getenv(hookEnv)}, last)
 	if err != nil {
 		return runResult{err: exitf(exitInternal, "%s", line(err))}
 	}
 	r.attach(c)
-	defer r.detach()
+	g.health.running(term)
+	defer g.health.running(nil)
 	tick := time.NewTicker(deadlineEvery)
 	defer tick.Stop()
-	done := h.Done()
+	// The backstop: at the kill point, azlease kills CMD's group itself in
+	// case the guardian cannot (stopped, or starved).
+	backstop := time.NewTimer(time.Until(last) - killMargin)
+	defer backstop.Stop()
+	done := term.Done()
 	var lost error
 	for {
 		select {
 		case <-c.done:
 			res := c.wait()
-			out := runResult{code: res.code, err: res.err}
+			out := runResult{code: res.code, err: res.err, expired: res.expired, signalled: res.nostart, stderr: res.stderr}
+			if res.err != nil && res.err.code == exitInternal {
+				g.health.fail(res.err)
+			}
 			if lost != nil || res.expired {
 				out.lost = lost
 				if out.lost == nil {
-					out.lost = fmt.Errorf("%w (the guardian process stopped the command at the deadline)", azlease.ErrDeadlinePassed)
+					out.lost = fmt.Errorf("%w (the guardian process stopped the command before the validity deadline: no renewal reached it in time)", azlease.ErrDeadlinePassed)
 				}
 			}
 			return out
 		case <-done:
 			done = nil
-			lost = h.Err()
+			lost = term.Err()
 			if lost == nil {
 				lost = azlease.ErrLeaseLost
 			}
 			g.log.Warn("azlease: lease lost; stopping the command", slog.String("cause", line(lost)), slog.Duration("kill_after", g.killAfter))
 			c.stop()
 		case <-tick.C:
-			if vu := h.ValidUntil(); vu.After(last) {
+			if vu := term.ValidUntil(); vu.After(last) {
 				last = vu
 				c.setDeadline(vu)
+				backstop.Reset(time.Until(last) - killMargin)
+			}
+		case <-backstop.C:
+			if time.Until(last) <= killMargin {
+				g.log.Warn("azlease: the command is still running at its kill point; killing its process group")
+				c.killGroup()
+				c.stop()
 			}
 		}
 	}
-}
-
-// isStopped reports whether err says the term ended because its owner stopped
-// it, not because the lease was lost.
-func isStopped(err error) bool {
-	return errors.Is(err, azlease.ErrStopped) && !errors.Is(err, azlease.ErrLeaseLost)
 }
