@@ -37,7 +37,7 @@ func startChild(argv, env []string, opts childOptions, deadline time.Time) (*chi
 	return nil, errNoChildren
 }
 
-func (c *child) killGroup() {}
+func (c *child) killGroup() bool { return false }
 
 func (c *child) setDeadline(time.Time) {}
 func (c *child) signal(os.Signal)      {}

@@ -241,13 +241,15 @@ func (c *child) stop() { c.send("stop") }
 // killGroup sends SIGKILL to CMD's process group from azlease itself: the
 // backstop for a guardian that cannot act (stopped) at the kill point. It
 // does nothing once the guardian has reported CMD's end, after which the
-// group's number may belong to someone else.
-func (c *child) killGroup() {
+// group's number may belong to someone else, and reports whether it found
+// the group alive and killed it.
+func (c *child) killGroup() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pid > 0 && !c.closed {
-		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	if c.pid <= 0 || c.closed || syscall.Kill(-c.pid, 0) != nil {
+		return false // not started, or gone already
 	}
+	return syscall.Kill(-c.pid, syscall.SIGKILL) == nil
 }
 
 // wait returns how CMD ended, once the guardian has exited.

@@ -37,6 +37,10 @@ import (
 var bin string // the built azlease
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(workerEnv); path != "" {
+		runWorker(path) // the command under the lease of the chaos test
+		return
+	}
 	// The scenarios mostly wait on real lease expiries in other processes,
 	// so they run many at a time whatever the number of CPUs, unless
 	// -parallel says otherwise.

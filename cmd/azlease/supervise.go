@@ -106,8 +106,9 @@ func (g *globals) runUnder(r *router, term *azlease.Term, env, argv []string, ta
 			}
 		case <-backstop.C:
 			if time.Until(last) <= killMargin {
-				g.log.Warn("azlease: the command is still running at its kill point; killing its process group")
-				c.killGroup()
+				if c.killGroup() {
+					g.log.Warn("azlease: the command was still running at its kill point (the guardian did not stop it); killed its process group")
+				}
 				c.stop()
 			}
 		}
