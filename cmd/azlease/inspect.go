@@ -166,8 +166,14 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 func printStatus(w io.Writer, s statusJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	fmt.Fprintf(tw, "lock\t%s (container %s)\n", s.Name, s.Container)
-	printTerm(tw, s, "")
+	// The lock blob itself, unless it does not exist and what was asked
+	// for lives elsewhere: a semaphore's slots, or a once key's marker.
+	if s.Exists || (len(s.Slots) == 0 && s.Once == nil) {
+		fmt.Fprintf(tw, "lock\t%s (container %s)\n", s.Name, s.Container)
+		printTerm(tw, s, "")
+	} else {
+		fmt.Fprintf(tw, "container\t%s\n", s.Container)
+	}
 	for _, sl := range s.Slots {
 		fmt.Fprintf(tw, "slot\t%s\n", sl.Name)
 		printTerm(tw, sl, "  ")
@@ -193,7 +199,7 @@ func printStatus(w io.Writer, s statusJSON) {
 
 func printTerm(tw io.Writer, s statusJSON, indent string) {
 	if !s.Exists {
-		fmt.Fprintf(tw, "%sstate\tnot created yet (never used)\n", indent)
+		fmt.Fprintf(tw, "%sstate\tnever used (no lock blob)\n", indent)
 		return
 	}
 	held := "free"
@@ -210,7 +216,11 @@ func printTerm(tw io.Writer, s statusJSON, indent string) {
 		fmt.Fprintf(tw, "%sacquired\t%s (%s ago, by the holder's clock)\n", indent, s.Acquired.Format(time.RFC3339), time.Since(*s.Acquired).Round(time.Second))
 	}
 	if !s.Leased {
-		fmt.Fprintf(tw, "%sreleased cleanly\t%v\n", indent, s.Released)
+		how := "not cleanly (its lease expired or was broken: the holder may have crashed)"
+		if s.Released {
+			how = "cleanly, by its holder"
+		}
+		fmt.Fprintf(tw, "%sreleased\t%s\n", indent, how)
 	}
 	for i, h := range s.History {
 		label := ""
@@ -274,7 +284,10 @@ func (g *globals) breakLease(c *cobra.Command, name string, period time.Duration
 	if err != nil {
 		return classify(what, err)
 	}
-	left, err := l.Break(ctx, period)
+	// Retries for as long as the other commands' first contact (6 s).
+	bctx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
+	defer cancel()
+	left, err := l.Break(bctx, period)
 	switch {
 	case err != nil && bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound):
 		fmt.Fprintf(g.stdout, "%s does not exist: nothing to break\n", name)
@@ -282,6 +295,9 @@ func (g *globals) breakLease(c *cobra.Command, name string, period time.Duration
 	case err != nil:
 		if ie := r.interrupted(what); ie != nil {
 			return ie
+		}
+		if bctx.Err() != nil && ctx.Err() == nil {
+			return exitf(exitUnavailable, "%s: storage unavailable: no answer within %v: %s", what, 2*attemptTimeout, line(err))
 		}
 		return classify(what, err)
 	case left == 0:

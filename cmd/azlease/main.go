@@ -15,6 +15,7 @@
 //	azlease lead NAME -- CMD [ARGS...]   run CMD only while this instance leads (--restart)
 //	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N)
 //	azlease status NAME                  holder, epoch, history, once marker (--json, -n N)
+//	azlease watch NAME                   a line per leadership change, until interrupted
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again
 //	azlease emulator                     serve a local lease emulator (--addr 127.0.0.1:10000)
@@ -24,8 +25,13 @@
 // azidentity's default credential chain) or --sas-url; and --container
 // (default locks), --identity (default HOSTNAME-PID), --lease-duration
 // (default 15s), --poll-interval, --log-level (default warn) and
-// --kill-after (default 10s). 'azlease COMMAND --help' shows a worked example
-// for each.
+// --kill-after (default 3s). 'azlease COMMAND --help' shows a worked example
+// for each. lock, lead and once also take --health-addr ADDR, which serves
+// /healthz (liveness: fails when storage has been unreachable for longer
+// than the lease, or the guardian died), /readyz (readiness; with
+// --ready-when-leading or --ready-when-holding, only while this instance
+// holds the lease and CMD runs) and /leader (the holder, epoch and since,
+// as JSON).
 //
 // # The command under the lease
 //
@@ -36,29 +42,55 @@
 // holders' writes rejected. With lock -n N, AZLEASE_SLOT says which slot is
 // held, and the epoch counts per slot.
 //
-// When the lease is lost (a renewal refused, the validity deadline passed,
-// the lease broken by an operator), CMD's whole process group gets SIGTERM
-// at once and SIGKILL after --kill-after; lock and once then exit 79, and
-// lead contends again and runs CMD anew in its next term. Between SIGTERM
-// and SIGKILL, CMD runs without a lease: keep --kill-after short, or fence.
+// # Never two commands at once
+//
+// CMD's whole process group has received SIGKILL before the lease can pass
+// to another holder, whatever CMD does with SIGTERM, and whether azlease is
+// running, paused or dead. A lease renewed by a request sent at s is
+// trusted until its validity deadline D = s + lease-duration − 5 %; Azure
+// keeps it until s + lease-duration at least. Unless a renewal moves D on,
+// CMD's group gets SIGTERM at D − kill-after − 1 s and SIGKILL at D − 1 s.
+// A stop that begins earlier (the lease lost: a renewal refused, broken by
+// an operator; or SIGINT, SIGTERM or SIGHUP forwarded to CMD) sends SIGKILL
+// kill-after later, and never after D − 1 s. Renewals are sent every
+// lease-duration/3, so with the defaults (lease 15 s, kill-after 3 s):
+//
+//	lease  kill-after  renew every  SIGTERM  SIGKILL  lease ends  standby takes over (crash)
+//	  15s          0s           5s   13.25s   13.25s         15s  15s–21s
+//	  15s          3s           5s   10.25s   13.25s         15s  15s–21s
+//	  30s         10s          10s    17.5s    27.5s         30s  30s–36s
+//	  60s         30s          20s      26s      56s         60s  60s–66s
+//
+// (times from the send of the last successful renewal; a standby polls every
+// --poll-interval, 5 s for lead, and Azure may take up to a minute more to
+// grant an expired lease). --kill-after may be at most lease-duration × 0.95
+// − lease-duration/3 − 5 s (4.25 s for 15 s, 13.5 s for 30 s, 32 s for
+// 60 s), so that a due renewal has one attempt (3 s) and a retry before
+// SIGTERM: a single slow renewal does not stop a healthy command. Other
+// combinations are refused. lock and once then exit 79, and lead contends
+// again and runs CMD anew in its next term.
 //
 // CMD runs under a small guardian process (azlease re-executed in a hidden
 // mode), as the leader of a new process group. After every renewal azlease
 // sends the guardian the new validity deadline as an absolute monotonic
-// clock instant; if that deadline passes with no newer one, the guardian
-// stops CMD itself (SIGTERM, SIGKILL after --kill-after), so even an azlease
-// that is paused (SIGSTOP, a frozen VM) cannot let CMD outlive its lease.
-// If azlease dies (SIGKILL, the OOM killer), the guardian kills CMD's group
-// with SIGKILL at once: it learns of the death from its control pipe on
-// every Unix system, and from the parent-death signal on Linux too. If the
-// guardian dies, azlease kills the group, and on Linux CMD dies with it.
-// Processes that leave CMD's process group (setsid, daemons) are not
-// tracked. For once, the library does not expose the lease's deadline, so
-// the guardian's deadline is azlease's heartbeat: CMD is stopped if azlease
-// stops responding for 5 s. Running a command under a lease needs a Unix
-// system; on Windows, lock, lead and once exit 70, and the other commands
-// work. On macOS and the BSDs everything works, without the parent-death
-// signal (the control pipe is the only death notice there).
+// clock instant, and the guardian keeps the schedule above on its own, so
+// even an azlease that is paused (SIGSTOP, a debugger) cannot let CMD
+// outlive its lease. If azlease dies (SIGKILL, the OOM killer), the
+// guardian kills CMD's group with SIGKILL at once: it learns of the death
+// from its control pipe on every Unix system, and from the parent-death
+// signal on Linux too. If the guardian dies, azlease kills the group, and
+// on Linux CMD dies with it; if the guardian is stopped, azlease kills the
+// group at D − 1 s itself. Processes that leave CMD's process group
+// (setsid, daemons) are not tracked. Running a command under a lease needs
+// a Unix system; on Windows, lock, lead and once exit 70, and the other
+// commands work. On macOS and the BSDs everything works, without the
+// parent-death signal (the control pipe is the only death notice there).
+//
+// What no process can cover: when the whole machine, VM or cgroup is frozen
+// (a VM paused, a cgroup freezer, a laptop suspended), azlease, its guardian
+// and CMD stop together, and after the thaw CMD may run a moment before the
+// guardian acts, after the lease passed on. The remedy is fencing: pass
+// AZLEASE_EPOCH to what CMD writes and have it reject lower epochs.
 //
 // When CMD exits, anything it left running in its process group gets
 // SIGTERM (SIGKILL after --kill-after) before the lease is released. Under
@@ -66,9 +98,15 @@
 // read the terminal and Ctrl-C reaches it; suspending it (Ctrl-Z) is not
 // supported.
 //
-// SIGINT, SIGTERM and SIGHUP sent to azlease are forwarded to CMD, and the
-// lease is released after CMD exits. While azlease is still waiting for a
-// lease, they make it exit at once with 128+N.
+// SIGINT, SIGTERM and SIGHUP sent to azlease are forwarded to CMD (SIGKILL
+// follows kill-after later if CMD has not exited), and the lease is
+// released after CMD exits. While azlease is still waiting for a lease, or
+// if one arrives before CMD has started, they make it exit at once with
+// 128+N, and CMD does not run.
+//
+// As a container's first process (PID 1), azlease acts as the container's
+// init: it runs itself as its only child, forwards signals to it, reaps the
+// orphaned processes CMD leaves, and exits with the child's status.
 //
 // # Exit statuses
 //

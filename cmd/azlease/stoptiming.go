@@ -21,6 +21,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/azlease/azlease"
@@ -117,8 +118,12 @@ func stopTable() string {
 		{30 * time.Second, 10 * time.Second}, {60 * time.Second, 30 * time.Second},
 	} {
 		s := scheduleFor(r.lease, r.kill)
-		out += fmt.Sprintf("  %5v  %10v  %11v  %7v  %7v  %10v  %v–%v\n",
-			r.lease, r.kill, s.renewDue, s.term, s.kill, s.leaseEnds, r.lease, r.lease+5*time.Second*6/5)
+		out += fmt.Sprintf("  %5s  %10s  %11s  %7s  %7s  %10s  %s–%s\n",
+			secs(r.lease), secs(r.kill), secs(s.renewDue), secs(s.term), secs(s.kill), secs(s.leaseEnds),
+			secs(r.lease), secs(r.lease+5*time.Second*6/5))
 	}
 	return out
 }
+
+// secs prints a duration in seconds: "13.25s", "60s".
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s" }
