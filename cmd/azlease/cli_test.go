@@ -533,3 +533,63 @@ func TestEmulatorCommand(t *testing.T) {
 		assert.Contains(t, p.stderr(), "emulator stopped")
 	}
 }
+
+// TestUnreachableStorageRespectsTimeouts: on storage that refuses
+// connections, --timeout and --no-wait bound the whole run, first contact
+// included, and break gives up as soon as the other commands do.
+func TestUnreachableStorageRespectsTimeouts(t *testing.T) {
+	t.Parallel()
+	dead := freeAddr(t) // nothing listens there
+	conn := "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=" + keyOf(emulatorConn(t)) + ";BlobEndpoint=http://" + dead + "/devstoreaccount1;"
+	w := &world{t: t, conn: conn, container: "dead", dir: t.TempDir()}
+	base := timed(t, w, 0, "help")
+	for _, tc := range []struct {
+		args  []string
+		bound time.Duration
+	}{
+		{[]string{"lock", "--timeout", "2s", "x", "--", "true"}, 2 * time.Second},
+		{[]string{"lock", "--no-wait", "x", "--", "true"}, noWaitBudget},
+		{[]string{"break", "x"}, 2 * attemptTimeout},
+		{[]string{"status", "x"}, 2 * attemptTimeout},
+	} {
+		start := time.Now()
+		p := w.run(30*time.Second, tc.args...)
+		took := time.Since(start)
+		assert.Equal(t, exitUnavailable, p.status(), "%v: %s", tc.args, p.stderr())
+		assert.Less(t, took, base+tc.bound+2*time.Second, "%v gives up within its bound (%v) and start-up (%v)", tc.args, tc.bound, base)
+		assert.Contains(t, oneLineAfterLogs(p), "storage", "%v", tc.args)
+	}
+}
+
+// TestOnceRecordsStderr: a failed attempt records the end of the command's
+// stderr, which still reaches azlease's; status and later callers show it;
+// the last allowed attempt says the key failed for good.
+func TestOnceRecordsStderr(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	script := `echo "step 1 of 2" >&2; echo "boom: disk full" >&2; exit 3`
+	first := w.run(20*time.Second, "once", "--max-attempts", "2", "migrate", "--", "sh", "-c", script)
+	assert.Equal(t, 3, first.status())
+	assert.Contains(t, first.stderr(), "boom: disk full", "CMD's stderr still reaches the terminal")
+	assert.Contains(t, oneLineAfterLogs(first), "attempt 1 of 2 is recorded as failed, and another caller may try again")
+
+	st := w.run(10*time.Second, "status", "migrate")
+	assert.Contains(t, st.stdout(), "boom: disk full", "status shows why it failed")
+	assert.NotContains(t, st.stdout(), "never used", "no lock line above a once marker")
+
+	second := w.run(20*time.Second, "once", "--max-attempts", "2", "migrate", "--", "sh", "-c", script)
+	assert.Equal(t, 3, second.status())
+	assert.Contains(t, oneLineAfterLogs(second), "that was attempt 2 of 2, so the key has failed for good")
+
+	later := w.run(20*time.Second, "once", "--max-attempts", "2", "migrate", "--", "true")
+	assert.Equal(t, exitOnceFailed, later.status())
+	msg := oneLine(t, later)
+	assert.Contains(t, msg, "failed for good after 2 attempts")
+	assert.Contains(t, msg, "boom: disk full")
+
+	off := w.run(20*time.Second, "once", "--stderr-tail", "0", "other", "--", "sh", "-c", script)
+	assert.Equal(t, 3, off.status())
+	st = w.run(10*time.Second, "status", "other")
+	assert.Contains(t, st.stdout(), "the command exited with status 3")
+	assert.NotContains(t, st.stdout(), "boom", "--stderr-tail 0 records no stderr")
+}

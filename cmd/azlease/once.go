@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +25,8 @@ func (e errCommandFailed) Error() string {
 	if e.stderr == "" {
 		return fmt.Sprintf("the command exited with status %d", e.code)
 	}
-	return fmt.Sprintf("the command exited with status %d; its stderr ended with: %s", e.code, e.stderr)
+	// One line, for messages and the status table: lines joined with " | ".
+	return fmt.Sprintf("the command exited with status %d; its stderr ended with: %s", e.code, strings.ReplaceAll(e.stderr, "\n", " | "))
 }
 
 func newOnceCmd(g *globals) *cobra.Command {
