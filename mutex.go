@@ -191,16 +191,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	if !lk.stopped {
-		if lk.maxHold != nil && !lk.maxHold.Stop() {
-			<-lk.maxHoldFired // it fired: wait for it, as for every goroutine azlease starts
-		}
-		lk.k.stop(ErrStopped)
-		lk.stopped = true
-		if lost := lk.Term.Err(); !errors.Is(lost, ErrStopped) {
-			lk.lost = lost
-		}
-	}
+	lk.stopLocked()
 	if lk.released {
 		return lk.err
 	}
@@ -225,6 +216,22 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		lk.lease.cfg.log.Info("azlease: unlocked", slog.Uint64("epoch", lk.Epoch()))
 	}
 	return lk.err
+}
+
+// stopLocked ends the lock's term and its renewals, once, and records a
+// loss that ended it first; lk.mu is held.
+func (lk *Lock) stopLocked() {
+	if lk.stopped {
+		return
+	}
+	if lk.maxHold != nil && !lk.maxHold.Stop() {
+		<-lk.maxHoldFired // it fired: wait for it, as for every goroutine azlease starts
+	}
+	lk.k.stop(ErrStopped)
+	lk.stopped = true
+	if lost := lk.Term.Err(); !errors.Is(lost, ErrStopped) {
+		lk.lost = lost
+	}
 }
 
 // Do runs fn while holding the mutex and always unlocks afterwards: the

@@ -1,0 +1,88 @@
+package azlease
+
+// Holding a bare Lease with automatic renewal (Lease.Hold), and passing a
+// held Lock to a chosen successor without a moment when the lease is free
+// (Lock.HandOff): the pieces a balancer that moves work between processes
+// is built from.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/azlease/azlease/internal/azname"
+)
+
+// Hold acquires the lease as [Lease.Acquire] does (proposing the ID that
+// [Lease.NextLeaseID] chose, if any, so a lease handed to this Lease is
+// taken at once) and keeps it renewed on the container client's shared
+// scheduler, every LeaseDuration/3 (up to 10 % sooner), until the returned
+// [Lock] is unlocked, handed off, or lost. The Lock's context ends when the
+// lease is lost or its validity deadline passes, as a Mutex's does; it
+// carries ctx's values but not its cancellation.
+//
+// A Lease holds one term at a time: while a Lock from Hold lasts, use the
+// Lock (Unlock, HandOff, its Term), not the Lease's own Renew, Release or
+// HandOff. Holding again after the Lock ended starts a new term with a new
+// lease ID. When another holder has the lease, Hold returns an error
+// wrapping [ErrLeaseHeld].
+func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
+	if l == nil || l.bc == nil {
+		return nil, fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)
+	}
+	tok, err := l.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := hold(context.WithoutCancel(ctx), l, tok, l.cfg.duration/3, nil)
+	return &Lock{Term: k.term, k: k, lease: l}, nil
+}
+
+// HandOff ends the lock's term and gives its lease to whoever holds the
+// lease ID proposedID (a GUID, typically another Lease's
+// [Lease.NextLeaseID]) without a moment when the lease is free: see
+// [Lease.HandOff]. The term's context ends first (cause [ErrStopped]) and
+// the renewals stop; the receiver starts its own term, with a larger
+// epoch, when it acquires the lease with that ID, and must do so within the
+// lease duration or the lease expires.
+//
+// Stop the work done under the lock before handing it off: the receiver may
+// act as soon as it acquires. HandOff returns an error wrapping
+// [ErrLeaseLost] if the lock was lost before (the hand-off was not made),
+// and otherwise what [Lease.HandOff] returns. After a HandOff, Unlock
+// returns the same result without a request.
+func (lk *Lock) HandOff(ctx context.Context, proposedID string) error {
+	if lk == nil || lk.k == nil {
+		return fmt.Errorf("azlease: HandOff of a Lock that Mutex.Lock, TryLock or Lease.Hold did not return: %w", ErrNotHeld)
+	}
+	if _, ok := azname.GUID(proposedID); !ok {
+		return optionErr("proposedID", "%q: must be a GUID", proposedID)
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.released {
+		return fmt.Errorf("azlease: HandOff of a Lock already released or handed off: %w", ErrNotHeld)
+	}
+	lk.stopLocked()
+	if lk.lost != nil {
+		return lk.lost
+	}
+	err := lk.lease.HandOff(ctx, proposedID)
+	switch {
+	case errors.Is(err, ErrInvalidOptions):
+		// Nothing was sent: the lock stays as it was (stopped, still
+		// held until Unlock releases it or its lease expires).
+		return err
+	case errors.Is(err, ErrNotHeld):
+		// The term's validity deadline passed before the hand-off.
+		lk.released, lk.err = true, fmt.Errorf("%w: the lock's validity deadline passed before the hand-off", ErrDeadlinePassed)
+		return lk.err
+	}
+	lk.released = err == nil || errors.Is(err, ErrLeaseLost)
+	lk.err = err
+	if err == nil {
+		lk.lease.cfg.log.Debug("azlease: handed the lock off", slog.Uint64("epoch", lk.Epoch()))
+	}
+	return err
+}
