@@ -92,6 +92,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLeaseOptions -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz FuzzRecordMetadata -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz FuzzOnceMarker -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz FuzzListPage -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz FuzzListQuery -fuzztime $(FUZZTIME) ./azleasetest/
 
 clean:
 	rm -rf node_modules

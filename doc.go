@@ -140,9 +140,9 @@
 // otel.SetMeterProvider). The instruments, with their units and attributes:
 //
 //	azlease.request.duration      histogram  s        each attempt of an operation: azlease.operation
-//	                                                  (acquire, renew, release, read, write, break, handoff),
-//	                                                  azlease.outcome (ok, held, lost, not_found, conflict,
-//	                                                  canceled, permanent, transient)
+//	                                                  (acquire, renew, release, read, write, break, handoff,
+//	                                                  list), azlease.outcome (ok, held, lost, not_found,
+//	                                                  conflict, canceled, permanent, transient)
 //	azlease.term.starts           counter    {term}   terms begun: azlease.role (elector, mutex, once)
 //	azlease.term.ends             counter    {term}   terms ended: azlease.role, azlease.term.end_cause (stopped,
 //	                                                  stalled, max_hold, paused, deadline, broken, lost,

@@ -94,9 +94,10 @@ var (
 // [errors.As].
 type Error struct {
 	// Op is the operation: "acquire", "renew", "release", "break", "handoff",
-	// "create", "read" or "write".
+	// "create", "read", "write" or "list" ([InspectPrefix]).
 	Op string
-	// Container and Blob name the lock blob.
+	// Container and Blob name the lock blob; for "list", Blob is the
+	// prefix listed (or, in [Status.Err], the blob whose record is bad).
 	Container, Blob string
 	// Code is Azure's x-ms-error-code, or "" when no response arrived.
 	Code string

@@ -139,6 +139,27 @@ func ExampleClaim() {
 	// jobs/eu jobs/us
 }
 
+func ExampleInspectPrefix() {
+	cc := exampleContainer()
+	ctx := context.Background()
+	jobs := []string{"jobs/eu", "jobs/us", "jobs/asia"}
+	_, lock1, _ := azlease.Claim(ctx, cc, jobs, nil)
+	_, lock2, _ := azlease.Claim(ctx, cc, jobs, nil)
+	_ = lock1.Unlock(ctx)
+	// One List Blobs request for every lock under "jobs/" (up to 5,000).
+	sts, err := azlease.InspectPrefix(ctx, cc, "jobs/")
+	if err != nil {
+		panic(err)
+	}
+	for _, st := range sts {
+		fmt.Println(st.Name, st.State, st.Epoch > 0)
+	}
+	_ = lock2.Unlock(ctx)
+	// Output:
+	// jobs/eu available true
+	// jobs/us leased true
+}
+
 func ExampleLease() {
 	l, err := azlease.NewLease(exampleContainer(), "leader", &azlease.LeaseOptions{Identity: "node-a"})
 	if err != nil {

@@ -226,6 +226,19 @@ type target struct {
 // newTarget validates the container client and blob name every constructor
 // takes. field prefixes name the arguments in errors.
 func newTarget(cc *container.Client, blobName, blobField string) (target, error) {
+	t, err := containerTarget(cc)
+	if err != nil {
+		return target{}, err
+	}
+	if r := blobNameProblem(blobName); r != "" {
+		return target{}, optionErr(blobField, "%q: %s", blobName, r)
+	}
+	t.blob = blobName
+	return t, nil
+}
+
+// containerTarget validates a container client: a target with no blob yet.
+func containerTarget(cc *container.Client) (target, error) {
 	if cc == nil {
 		return target{}, optionErr("container", "nil *container.Client")
 	}
@@ -243,10 +256,7 @@ func newTarget(cc *container.Client, blobName, blobField string) (target, error)
 	if r := containerNameProblem(parts.ContainerName); r != "" {
 		return target{}, optionErr("container", "container name %q: %s", parts.ContainerName, r)
 	}
-	if r := blobNameProblem(blobName); r != "" {
-		return target{}, optionErr(blobField, "%q: %s", blobName, r)
-	}
-	return target{cc: cc, container: parts.ContainerName, blob: blobName}, nil
+	return target{cc: cc, container: parts.ContainerName}, nil
 }
 
 // containerNameProblem applies Azure's container naming rules.

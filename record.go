@@ -209,8 +209,11 @@ func userMetadata(md map[string]*string) map[string]string {
 // Status is what anyone can read about a lock blob, holder or not: the lease
 // state Azure reports and the record azlease keeps in the blob's metadata.
 type Status struct {
+	// Name is the lock blob's name.
+	Name string
 	// Exists is false when the lock blob has never been created; the other
-	// fields are then zero.
+	// fields but Name are then zero. ([InspectPrefix] lists only blobs
+	// that exist.)
 	Exists bool
 	// Leased is true while some holder has the lease (Azure's lease state
 	// "leased" or "breaking").
@@ -231,6 +234,13 @@ type Status struct {
 	// Metadata is the lock blob's metadata that is not azlease's, with
 	// lower-case names.
 	Metadata map[string]string
+	// Err is set by [InspectPrefix] alone, for a blob whose azlease record
+	// cannot be read: its epoch metadata is not a number below 2^64−1 (an
+	// *[Error] wrapping [ErrPermanent], Op "list", Blob the blob's name).
+	// Holder, Epoch, Acquired, Released and History are then zero; Name,
+	// Exists, State, Leased and Metadata are set. [Inspect] returns that
+	// error instead of a Status, so Err is nil in what it returns.
+	Err error
 
 	raw map[string]*string // all metadata as read, for DoOnce's marker
 }
@@ -262,7 +272,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		switch c := classify(ctx, err); c {
 		case classOK:
 		case classNotFound:
-			st = Status{}
+			st = Status{Name: l.t.blob}
 			return true, nil
 		case classTransient, classConflict:
 			return false, l.errorf("read", ErrTransient, err)
@@ -276,7 +286,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 			return true, l.errorf("read", ErrPermanent, err)
 		}
 		st = Status{
-			Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
+			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
 			History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		l.see(r.epoch)

@@ -29,13 +29,20 @@ const (
 // known. Between attempts it waits a jittered, growing backoff. It returns
 // the last attempt's error when time runs out.
 func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(actx context.Context, send time.Time) (bool, error)) error {
+	return l.loopOn(ctx, op, l.t.blob, limit, try)
+}
+
+// loopOn is loop for an operation on something other than the lease's lock
+// blob: a listing names its prefix as what, and its own errors name what
+// where an operation on the lock blob names the blob.
+func (l *Lease) loopOn(ctx context.Context, op, what string, limit time.Time, try func(actx context.Context, send time.Time) (bool, error)) error {
 	var last error
 	for n := 1; ; n++ {
 		now := time.Now()
 		deadline, ok := timing.AttemptDeadline(now, limit, l.cfg.attemptTimeout)
 		if !ok {
 			if last == nil {
-				last = l.errorf(op, ErrTransient, errors.New("no time left for an attempt"))
+				last = opError(op, l.t.container, what, ErrTransient, errors.New("no time left for an attempt"))
 			}
 			return last
 		}
@@ -48,7 +55,7 @@ func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(a
 		case done && err == nil:
 			return nil // a success stands even if ctx ended meanwhile
 		case ctx.Err() != nil:
-			return l.canceled(ctx, op, last)
+			return l.canceled(ctx, op, what, last)
 		case done:
 			return err
 		}
@@ -56,7 +63,7 @@ func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(a
 		wait := timing.Sleep(time.Now(), time.Now().Add(timing.Backoff(n, retryBase, retryMax, mrand.Float64())), limit)
 		l.cfg.log.Debug("azlease: retrying", slog.String("op", op), slog.Int("attempt", n), slog.Duration("wait", wait), slog.Any("error", err))
 		if !sleepCtx(ctx, wait) {
-			return l.canceled(ctx, op, last)
+			return l.canceled(ctx, op, what, last)
 		}
 	}
 }
@@ -65,11 +72,11 @@ func (l *Lease) loop(ctx context.Context, op string, limit time.Time, try func(a
 // wraps the context's cause and, when there was one, the last attempt's
 // *Error, whose text is safe to log. The raw error of the attempt cut short
 // is dropped: it may quote a URL with a SAS token.
-func (l *Lease) canceled(ctx context.Context, op string, last error) error {
+func (l *Lease) canceled(ctx context.Context, op, what string, last error) error {
 	if last == nil {
-		return fmt.Errorf("azlease: %s %s/%s: %w", op, l.t.container, l.t.blob, context.Cause(ctx))
+		return fmt.Errorf("azlease: %s %s/%s: %w", op, l.t.container, what, context.Cause(ctx))
 	}
-	return fmt.Errorf("azlease: %s %s/%s: %w; last attempt: %w", op, l.t.container, l.t.blob, context.Cause(ctx), last)
+	return fmt.Errorf("azlease: %s %s/%s: %w; last attempt: %w", op, l.t.container, what, context.Cause(ctx), last)
 }
 
 // errorf builds the *Error of a failed operation on this lease.

@@ -3,12 +3,15 @@ package azleasetest_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -77,8 +80,31 @@ func exercise(ctx context.Context, cc *container.Client) error {
 	if _, err := bb.GetProperties(ctx, nil); err != nil {
 		return err
 	}
-	_, err := cc.GetProperties(ctx, nil)
-	return err
+	if _, err := cc.GetProperties(ctx, nil); err != nil {
+		return err
+	}
+	// A listing, a page per blob: the signature covers comp, include,
+	// marker (from the second page), maxresults, prefix and restype.
+	if _, err := cc.NewBlockBlobClient("dir/lock blob ü+2").UploadBuffer(ctx, nil, nil); err != nil {
+		return err
+	}
+	pager := cc.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{
+		Prefix: ptr("dir/lock blob ü"), MaxResults: to.Ptr(int32(1)), Include: container.ListBlobsInclude{Metadata: true},
+	})
+	var names []string
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, it := range page.Segment.BlobItems {
+			names = append(names, *it.Name)
+		}
+	}
+	if want := []string{"dir/lock blob ü", "dir/lock blob ü+2"}; !slices.Equal(names, want) {
+		return fmt.Errorf("listed %q, want %q", names, want)
+	}
+	return nil
 }
 
 func TestSharedKeyInProcess(t *testing.T) {

@@ -4,10 +4,22 @@
 // against what the storage actually granted.
 //
 // It emulates the part of the Blob service that leases need: containers,
-// block blobs with metadata and conditional writes, and the Lease Blob
+// block blobs with metadata and conditional writes, the Lease Blob
 // operation with the states Azure documents (available, leased, expired,
-// breaking, broken). It follows Azure's documentation where Azurite differs;
-// azlease's conformance tests run one table of cases against both.
+// breaking, broken), and List Blobs. It follows Azure's documentation where
+// Azurite differs; azlease's conformance tests run one table of cases
+// against both.
+//
+// List Blobs ([OpListBlobs]) lists flat: prefix, marker and maxresults
+// (default and most 5,000) as Azure documents them, names in the byte order
+// of their UTF-8 (Azurite orders by UTF-16), each blob with its properties
+// (the lease state in effect at the request's instant on the server's
+// clock: an expired lease lists as expired, a breaking lease whose period
+// passed as broken) and, with include=metadata, its metadata. Markers are
+// opaque, as Azure's are. A delimiter (hierarchical listing) and startFrom
+// are refused with 400 UnsupportedQueryParameter; the other include values
+// are accepted and add nothing, since the emulator keeps no snapshots,
+// versions, deleted blobs, tags, copies or uncommitted blocks.
 //
 // # In a test
 //

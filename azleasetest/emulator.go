@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -230,18 +231,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type request struct {
 	Request
 	query queryParams
-	fault Fault
+	// scheme and host are where the request was sent, for List Blobs'
+	// ServiceEndpoint.
+	scheme, host string
+	fault        Fault
 }
 
 type queryParams struct {
 	restype, comp string
+	all           url.Values // every parameter, decoded (List Blobs reads prefix, marker …)
 }
 
 func parseRequest(account string, r *http.Request) *request {
 	path := strings.TrimPrefix(r.URL.Path, "/")
 	parts := strings.SplitN(path, "/", 3)
-	req := &request{Request: Request{Client: clientFrom(r.Context()), Header: r.Header}}
-	req.query = queryParams{restype: r.URL.Query().Get("restype"), comp: r.URL.Query().Get("comp")}
+	req := &request{Request: Request{Client: clientFrom(r.Context()), Header: r.Header}, scheme: "http", host: r.Host}
+	if r.TLS != nil {
+		req.scheme = "https"
+	}
+	q := r.URL.Query()
+	req.query = queryParams{restype: q.Get("restype"), comp: q.Get("comp"), all: q}
 	if len(parts) > 0 && parts[0] == account {
 		if len(parts) > 1 {
 			req.Container = parts[1]
@@ -265,6 +274,8 @@ func classify(method string, req *request) Op {
 			return OpGetContainerProperties
 		case req.query.restype == "container" && req.query.comp == "" && method == http.MethodDelete:
 			return OpDeleteContainer
+		case req.query.restype == "container" && req.query.comp == "list" && method == http.MethodGet:
+			return OpListBlobs
 		}
 		return OpUnknown
 	}
@@ -385,6 +396,8 @@ func (s *Server) dispatch(req *request, body []byte, now time.Time) *result {
 		return s.getContainer(req)
 	case OpDeleteContainer:
 		return s.deleteContainer(req)
+	case OpListBlobs:
+		return s.listBlobs(req, now)
 	case OpUnknown, OpLeaseInvalid:
 		if req.Op == OpLeaseInvalid {
 			return s.fail(http.StatusBadRequest, "InvalidHeaderValue", "x-ms-lease-action must be acquire, renew, change, release or break")
@@ -555,19 +568,11 @@ func (s *Server) readBlob(b *blobState, req *request, now time.Time) *result {
 	if req.Op == OpGetMetadata {
 		return &result{status: http.StatusOK, header: h, applied: true}
 	}
-	l := b.lease.effective(now)
-	h.Set("x-ms-lease-state", l.state.String())
-	if l.state == leased || l.state == breaking {
-		h.Set("x-ms-lease-status", "locked")
-	} else {
-		h.Set("x-ms-lease-status", "unlocked")
-	}
-	if l.state == leased {
-		if l.duration < 0 {
-			h.Set("x-ms-lease-duration", "infinite")
-		} else {
-			h.Set("x-ms-lease-duration", "fixed")
-		}
+	lp := leasePropsAt(b.lease, now)
+	h.Set("x-ms-lease-state", lp.state)
+	h.Set("x-ms-lease-status", lp.status)
+	if lp.duration != "" {
+		h.Set("x-ms-lease-duration", lp.duration)
 	}
 	h.Set("x-ms-blob-type", b.blobType)
 	h.Set("Content-Type", b.contentType)
@@ -713,4 +718,7 @@ var messages = map[string]string{
 	"MissingRequiredHeader":              "An HTTP header that's mandatory for this request is not specified.",
 	"ServerBusy":                         "The server is currently unable to receive requests. Please retry your request.",
 	"InternalError":                      "The server encountered an internal error. Please retry the request.",
+	"InvalidQueryParameterValue":         "Value for one of the query parameters specified in the request URI is invalid.",
+	"OutOfRangeQueryParameterValue":      "One of the query parameters specified in the request URI is outside the permissible range.",
+	"UnsupportedQueryParameter":          "One of the query parameters specified in the request URI is not supported.",
 }

@@ -14,6 +14,7 @@ const (
 	OpCreateContainer        Op = "CreateContainer"
 	OpGetContainerProperties Op = "GetContainerProperties"
 	OpDeleteContainer        Op = "DeleteContainer"
+	OpListBlobs              Op = "ListBlobs" // a container's blobs: a read, not a lease operation
 	OpPutBlob                Op = "PutBlob"
 	OpGetProperties          Op = "GetBlobProperties"
 	OpGetBlob                Op = "GetBlob"

@@ -44,6 +44,31 @@ func (l leaseRecord) effective(now time.Time) leaseRecord {
 	return l
 }
 
+// leaseProps is a lease as Get Blob Properties and List Blobs report it.
+type leaseProps struct {
+	state    string // available, leased, expired, breaking, broken
+	status   string // locked, unlocked
+	duration string // fixed, infinite; "" unless leased
+}
+
+// leasePropsAt reports lease l as it is in effect at now (server time): an
+// expired lease reads expired, a breaking lease whose period passed reads
+// broken, whatever the stored record says.
+func leasePropsAt(l leaseRecord, now time.Time) leaseProps {
+	l = l.effective(now)
+	p := leaseProps{state: l.state.String(), status: "unlocked"}
+	if l.state == leased || l.state == breaking {
+		p.status = "locked"
+	}
+	if l.state == leased {
+		p.duration = "fixed"
+		if l.duration < 0 {
+			p.duration = "infinite"
+		}
+	}
+	return p
+}
+
 // Grant is one interval during which the server held a lease on a blob for
 // one lease ID: the server's truth, against which [Server.CheckExclusive]
 // checks what clients believed.

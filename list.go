@@ -1,0 +1,200 @@
+package azlease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+)
+
+// Reading the status of many lock blobs at once: one List Blobs request per
+// 5,000 blobs instead of one Get Blob Properties per blob. InspectPrefix is
+// the public form; listPrefix is the building block for the library's own
+// types (a waiter that polls every slot of a Semaphore, a balancer that
+// learns members and owners), which list under their own configuration,
+// health and metrics.
+
+// listPageSize is the most blobs one List Blobs request asks for: Azure's
+// maximum.
+const listPageSize = 5000
+
+// InspectPrefix reads the status of every blob in the container cc points
+// at whose name starts with prefix, in name order (the byte order of the
+// names' UTF-8), as [Inspect] reads one: the lease state Azure reports and
+// azlease's record in the blob's metadata. It needs only read access (List
+// Blobs) and holds no lease.
+//
+// The prefix is a plain string prefix: "jobs/slot-1" lists "jobs/slot-1"
+// and "jobs/slot-10" too; compare Name to pick one blob. An empty prefix
+// lists the whole container, every blob in it, azlease's or not: a request
+// per 5,000 blobs, and memory for all of them. A missing container lists
+// nothing, as Inspect reports a missing blob.
+//
+// It sends one List Blobs request per 5,000 blobs. Each page's transient
+// failures are retried for at most 2 × AttemptTimeout (6 s), never past
+// ctx's deadline; ctx bounds the whole listing. A listing of more than one
+// page is not a snapshot: each page shows its blobs as they were when Azure
+// served that page, so a blob leased, released or deleted meanwhile shows
+// as it was then, and one created meanwhile is listed only if its name comes
+// after the pages already served. With at most 5,000 blobs, one request,
+// the states are those of a single instant of Azure's.
+//
+// A blob whose azlease epoch metadata is malformed does not fail the
+// listing: its Status has Err set (see [Status]). The error returned is
+// for the listing as a whole: a refusal from Azure (an *[Error] wrapping
+// [ErrPermanent], Op "list", Blob the prefix), retries that ran out
+// ([ErrTransient]), or ctx's. No partial result comes with an error.
+func InspectPrefix(ctx context.Context, cc *container.Client, prefix string) ([]Status, error) {
+	t, err := containerTarget(cc)
+	if err != nil {
+		return nil, err
+	}
+	if r := prefixProblem(prefix); r != "" {
+		return nil, optionErr("prefix", "%q: %s", prefix, r)
+	}
+	cfg, _ := (*LeaseOptions)(nil).config("")
+	l := newListLease(t, prefix, cfg)
+	budget := 2 * l.cfg.attemptTimeout
+	return l.listPages(ctx, prefix, func(start time.Time) time.Time { return start.Add(budget) })
+}
+
+// prefixProblem says what is wrong with a listing prefix, or "": no blob
+// name is longer than 1,024 bytes or invalid UTF-8, so such a prefix is a
+// mistake.
+func prefixProblem(p string) string {
+	switch {
+	case len(p) > 1024:
+		return "longer than 1024 bytes (no blob name is)"
+	case !utf8.ValidString(p):
+		return "not valid UTF-8"
+	}
+	return ""
+}
+
+// newListLease returns a Lease that only lists: its logs, metrics
+// (azlease.lock is "container/prefix") and errors name the prefix where a
+// Lease names its lock blob. It holds no lease; use it for listPrefix and
+// listPages only.
+func newListLease(t target, prefix string, cfg leaseConfig) *Lease {
+	cfg.log = cfg.log.With(slog.String("container", t.container), slog.String("prefix", prefix))
+	t.blob = prefix
+	return &Lease{
+		t: t, cfg: cfg, seen: new(atomic.Uint64), health: new(storageHealth),
+		tm: newTelemetry(cfg.meters, t.container, prefix, cfg.role, cfg.noLockName),
+	}
+}
+
+// listPrefix lists the blobs under prefix in l's container, as
+// InspectPrefix does, under l's configuration: each attempt has a deadline
+// (AttemptTimeout, never after limit), the SDK's retries are off, and every
+// attempt is recorded in l's metrics (operation "list") and storage health.
+// Transient failures are retried until limit, which bounds the whole
+// listing, every page of it. A multi-page listing is not atomic (see
+// InspectPrefix). It does not record the epochs it sees in l.seen: they are
+// other blobs' epochs.
+func (l *Lease) listPrefix(ctx context.Context, prefix string, limit time.Time) ([]Status, error) {
+	return l.listPages(ctx, prefix, func(time.Time) time.Time { return limit })
+}
+
+// listPages lists page by page; pageLimit gives, from the instant a page's
+// first attempt starts, until when that page's transient failures are
+// retried.
+func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(start time.Time) time.Time) ([]Status, error) {
+	opts := &container.ListBlobsFlatOptions{
+		Include:    container.ListBlobsInclude{Metadata: true},
+		MaxResults: to.Ptr(int32(listPageSize)),
+	}
+	if prefix != "" {
+		opts.Prefix = &prefix
+	}
+	var out []Status
+	for {
+		var page []Status
+		var next *string
+		gone := false
+		err := l.loopOn(ctx, "list", prefix, pageLimit(time.Now()), func(actx context.Context, _ time.Time) (bool, error) {
+			resp, err := l.t.cc.NewListBlobsFlatPager(opts).NextPage(actx)
+			switch c := classify(ctx, err); c {
+			case classOK:
+			case classNotFound: // the container: nothing to list, or no more
+				gone = true
+				return true, nil
+			case classTransient, classConflict:
+				return false, opError("list", l.t.container, prefix, ErrTransient, err)
+			case classCanceled:
+				return true, err
+			default:
+				return true, opError("list", l.t.container, prefix, ErrPermanent, err)
+			}
+			var items []*container.BlobItem
+			if resp.Segment != nil {
+				items = resp.Segment.BlobItems
+			}
+			page, err = statusesOf(l.t.container, prefix, items)
+			if err != nil {
+				return true, opError("list", l.t.container, prefix, ErrPermanent, err)
+			}
+			next = resp.NextMarker
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if gone {
+			break // a container deleted during the listing has no more blobs
+		}
+		out = append(out, page...)
+		if next == nil || *next == "" {
+			break
+		}
+		if opts.Marker != nil && *opts.Marker == *next {
+			return nil, opError("list", l.t.container, prefix, ErrPermanent, errors.New("List Blobs answered the marker it was sent: the listing would not advance"))
+		}
+		opts.Marker = next
+	}
+	// Azure lists in name order, page after page; sort in case a service
+	// does not (Azurite compares UTF-16, not UTF-8).
+	slices.SortStableFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// errNoName means a List Blobs answer held a blob without a name: the
+// answer is malformed, and nothing in it can be trusted.
+var errNoName = errors.New("List Blobs answered a blob without a name")
+
+// statusesOf converts one page of a listing: the status of each blob whose
+// name starts with prefix (others, which Azure never lists, are left out),
+// parsed as Inspect parses one. A blob whose record is malformed carries the
+// error in Err.
+func statusesOf(containerName, prefix string, items []*container.BlobItem) ([]Status, error) {
+	out := make([]Status, 0, len(items))
+	for _, it := range items {
+		if it == nil || it.Name == nil || *it.Name == "" {
+			return nil, errNoName
+		}
+		name := *it.Name
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		st := Status{Name: name, Exists: true, Metadata: userMetadata(it.Metadata), raw: it.Metadata}
+		if p := it.Properties; p != nil && p.LeaseState != nil {
+			st.State = string(*p.LeaseState)
+			st.Leased = st.State == "leased" || st.State == "breaking"
+		}
+		r, err := parseRecord(it.Metadata)
+		if err != nil {
+			st.Err = opError("list", containerName, name, ErrPermanent, err)
+		} else {
+			st.Holder, st.Epoch, st.Acquired, st.Released, st.History = r.holder, r.epoch, r.acquired, r.released, r.history
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
