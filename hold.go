@@ -86,3 +86,20 @@ func (lk *Lock) HandOff(ctx context.Context, proposedID string) error {
 	}
 	return err
 }
+
+// Abandon ends the lock's term (cause [ErrStopped]) and stops renewing its
+// lease, without releasing it: the lease frees itself when it expires,
+// within the lease duration. It is for work that did not stop in time when
+// asked: releasing or handing the lease off would let a successor act
+// while that work still runs, whereas after the lease expired the work's
+// own checks ([Term.Valid], the term's context) have long reported the term
+// ended. Unlock, called once the work has stopped at last, still releases
+// what may be held.
+func (lk *Lock) Abandon() {
+	if lk == nil || lk.k == nil {
+		return
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.stopLocked()
+}

@@ -1,0 +1,110 @@
+package shards
+
+// The group's OpenTelemetry metrics, through the metric API only (as the
+// library's own): shards owned, misplaced (how far from balanced this
+// replica sees the group), acquisitions, moves and losses, and how long
+// the group took to balance after it last became unbalanced.
+//
+//	azlease.shards.owned             gauge      {shard}  shards this replica owns
+//	azlease.shards.misplaced         gauge      {shard}  shards not where the plan puts them, at the last poll
+//	azlease.shards.acquisitions      counter    {shard}  shards taken: azlease.shards.how (free, handed over)
+//	azlease.shards.moves             counter    {shard}  hand-offs started: azlease.outcome (handed_off, failed, no_receiver)
+//	azlease.shards.losses            counter    {shard}  shards whose lease was lost
+//	azlease.shards.releases          counter    {shard}  shards released as the replica left
+//	azlease.shards.balance.duration  histogram  s        from a poll that saw the group unbalanced to the first that saw it balanced
+//	azlease.shards.list.failures     counter    {request} listings that failed
+//
+// Each carries azlease.shards.group, the group's name.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+const meterName = "github.com/azlease/azlease/shards"
+
+type telemetry struct {
+	group        attribute.KeyValue
+	acquisitions metric.Int64Counter
+	moves        metric.Int64Counter
+	losses       metric.Int64Counter
+	releases     metric.Int64Counter
+	listFailures metric.Int64Counter
+	balance      metric.Float64Histogram
+	reg          metric.Registration
+
+	mu         sync.Mutex
+	misplaced  int64
+	unbalanced time.Time // when a poll first saw the group unbalanced; zero while balanced
+}
+
+func newTelemetry(mp metric.MeterProvider, group string, owned func() int64) *telemetry {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(meterName)
+	t := &telemetry{group: attribute.String("azlease.shards.group", group)}
+	// Constructors return usable no-op instruments along with any error.
+	t.acquisitions, _ = m.Int64Counter("azlease.shards.acquisitions", metric.WithUnit("{shard}"), metric.WithDescription("Shards taken by this replica."))
+	t.moves, _ = m.Int64Counter("azlease.shards.moves", metric.WithUnit("{shard}"), metric.WithDescription("Hand-offs of shards to other replicas."))
+	t.losses, _ = m.Int64Counter("azlease.shards.losses", metric.WithUnit("{shard}"), metric.WithDescription("Shards whose lease this replica lost."))
+	t.releases, _ = m.Int64Counter("azlease.shards.releases", metric.WithUnit("{shard}"), metric.WithDescription("Shards released as this replica left."))
+	t.listFailures, _ = m.Int64Counter("azlease.shards.list.failures", metric.WithUnit("{request}"), metric.WithDescription("Listings of the group that failed."))
+	t.balance, _ = m.Float64Histogram("azlease.shards.balance.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a poll that saw the group unbalanced to the first that saw it balanced."),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+	ownedG, _ := m.Int64ObservableGauge("azlease.shards.owned", metric.WithUnit("{shard}"), metric.WithDescription("Shards this replica owns."))
+	misG, _ := m.Int64ObservableGauge("azlease.shards.misplaced", metric.WithUnit("{shard}"), metric.WithDescription("Shards not where the plan puts them, at the last poll."))
+	t.reg, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(ownedG, owned(), metric.WithAttributes(t.group))
+		t.mu.Lock()
+		mis := t.misplaced
+		t.mu.Unlock()
+		o.ObserveInt64(misG, mis, metric.WithAttributes(t.group))
+		return nil
+	}, ownedG, misG)
+	return t
+}
+
+func (t *telemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
+
+func (t *telemetry) add(c metric.Int64Counter, attrs ...attribute.KeyValue) {
+	if c.Enabled(context.Background()) {
+		c.Add(context.Background(), 1, metric.WithAttributes(append(attrs, t.group)...))
+	}
+}
+
+func (t *telemetry) acquired(how string) {
+	t.add(t.acquisitions, attribute.String("azlease.shards.how", how))
+}
+func (t *telemetry) moved(outcome string) {
+	t.add(t.moves, attribute.String("azlease.outcome", outcome))
+}
+func (t *telemetry) lost()     { t.add(t.losses) }
+func (t *telemetry) released() { t.add(t.releases) }
+func (t *telemetry) failure()  { t.add(t.listFailures) }
+
+// observe records what a poll saw: how many shards are misplaced.
+func (t *telemetry) observe(misplaced int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.misplaced = int64(misplaced)
+	switch {
+	case misplaced > 0 && t.unbalanced.IsZero():
+		t.unbalanced = time.Now()
+	case misplaced == 0 && !t.unbalanced.IsZero():
+		if t.balance.Enabled(context.Background()) {
+			t.balance.Record(context.Background(), time.Since(t.unbalanced).Seconds(), metric.WithAttributes(t.group))
+		}
+		t.unbalanced = time.Time{}
+	}
+}

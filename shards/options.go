@@ -1,0 +1,249 @@
+package shards
+
+// Options of a shard group, and their validation.
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/azlease/azlease"
+)
+
+// Limits of a group.
+const (
+	// MaxShards is the most shards a group may have. A replica lists the
+	// whole group once per poll: one request per 5,000 blobs.
+	MaxShards = 4096
+	// MaxWeight is the largest Options.Weight.
+	MaxWeight = 1000
+	// DefaultPollInterval is how often a replica lists the group when
+	// Options.PollInterval is zero.
+	DefaultPollInterval = 2 * time.Second
+)
+
+// Options configures a replica of a [Group]. A nil *Options means the
+// defaults; so does the zero value of each field.
+type Options struct {
+	// Identity names this replica in the group: its membership blob, and
+	// the holder of the shards it owns. It must be unique among the live
+	// replicas of the group. Zero means "<hostname>-<pid>". At most 64
+	// bytes of printable UTF-8, without "/".
+	Identity string
+
+	// Weight is this replica's share of the shards relative to the others':
+	// a replica of weight 2 owns twice as many as one of weight 1. Zero
+	// means 1; otherwise from 1 to 1000 (MaxWeight); negative is an error.
+	Weight int
+
+	// LeaseDuration is the duration of the shard and membership leases, in
+	// whole seconds from 15 s to 60 s. Zero means 15 s. A crashed replica's
+	// shards are taken over after about LeaseDuration plus a poll.
+	LeaseDuration time.Duration
+
+	// PollInterval is how often a replica lists the group (one request per
+	// 5,000 blobs) and acts on what it sees. Zero means 2 s. Otherwise from
+	// 100 ms to 1 h; negative is an error. A joining replica is balanced in
+	// within about two poll intervals plus the drain time.
+	PollInterval time.Duration
+
+	// Jitter spreads each poll over PollInterval × (1 ± Jitter). Zero means
+	// 0.2; negative means none; at most 0.5.
+	Jitter float64
+
+	// Settle is how long a replica that starts waits before it takes free
+	// shards, so that replicas started together see each other first and
+	// each takes only its share (rather than the first taking everything
+	// and handing most of it away a moment later). It takes shards handed
+	// to it at once. Zero means the longest jittered poll interval
+	// (PollInterval × (1 + Jitter)); negative means none; at most 1 h.
+	Settle time.Duration
+
+	// DrainTimeout bounds how long a replica waits for the work of a shard
+	// to return after ending the shard's context (to move it, or because
+	// the replica stops) before it gives up on the work: the shard's lease
+	// is then no longer renewed and frees itself when it expires, instead
+	// of being handed over while the work may still act. Zero means
+	// LeaseDuration. Otherwise from 1 ms to 24 h; negative is an error.
+	DrainTimeout time.Duration
+
+	// MaxMovesPerPoll bounds how many shards this replica starts handing to
+	// others per poll. Zero means no limit; negative is an error.
+	MaxMovesPerPoll int
+
+	// Logger receives joins, acquisitions, moves and losses at Info, and
+	// storage failures at Warn. Nil means silent.
+	Logger *slog.Logger
+
+	// MeterProvider receives the group's OpenTelemetry metrics (see the
+	// package documentation). Nil means the global provider.
+	MeterProvider metric.MeterProvider
+}
+
+// config is a validated Options with defaults filled in.
+type config struct {
+	identity   string
+	weight     int
+	duration   time.Duration
+	poll       time.Duration
+	jitter     float64
+	settle     time.Duration
+	drain      time.Duration
+	maxMoves   int
+	log        *slog.Logger
+	meters     metric.MeterProvider
+	leaseNames leaseNames
+}
+
+// leaseNames are the blob names of a group.
+type leaseNames struct{ group string }
+
+func (n leaseNames) prefix() string            { return n.group + "/" }
+func (n leaseNames) member(id string) string   { return n.group + "/members/" + id }
+func (n leaseNames) shard(name string) string  { return n.group + "/shards/" + name }
+func (n leaseNames) membersPrefix() string     { return n.group + "/members/" }
+func (n leaseNames) shardsPrefix() string      { return n.group + "/shards/" }
+func (n leaseNames) isMember(blob string) bool { return strings.HasPrefix(blob, n.membersPrefix()) }
+
+func optionErr(field, format string, args ...any) error {
+	return &azlease.OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func (o *Options) config() (config, error) {
+	var z Options
+	if o == nil {
+		o = &z
+	}
+	c := config{
+		identity: o.Identity, weight: o.Weight, duration: o.LeaseDuration, poll: o.PollInterval,
+		drain: o.DrainTimeout, maxMoves: o.MaxMovesPerPoll, log: o.Logger, meters: o.MeterProvider,
+	}
+	if c.identity == "" {
+		c.identity = defaultIdentity()
+	}
+	if r := identityProblem(c.identity); r != "" {
+		return c, optionErr("Options.Identity", "%q: %s", o.Identity, r)
+	}
+	switch {
+	case c.weight == 0:
+		c.weight = 1
+	case c.weight < 1 || c.weight > MaxWeight:
+		return c, optionErr("Options.Weight", "%d: must be from 1 to %d", o.Weight, MaxWeight)
+	}
+	if c.duration == 0 {
+		c.duration = azlease.DefaultDuration
+	}
+	if c.duration < azlease.MinDuration || c.duration > azlease.MaxDuration || c.duration%time.Second != 0 {
+		return c, optionErr("Options.LeaseDuration", "%v: must be whole seconds from 15s to 60s", o.LeaseDuration)
+	}
+	switch {
+	case c.poll == 0:
+		c.poll = DefaultPollInterval
+	case c.poll < 100*time.Millisecond || c.poll > time.Hour:
+		return c, optionErr("Options.PollInterval", "%v: must be from 100ms to 1h", o.PollInterval)
+	}
+	switch {
+	case o.Jitter == 0:
+		c.jitter = 0.2
+	case o.Jitter < 0:
+		c.jitter = 0
+	case o.Jitter > 0.5 || math.IsNaN(o.Jitter):
+		return c, optionErr("Options.Jitter", "%v: at most 0.5", o.Jitter)
+	default:
+		c.jitter = o.Jitter
+	}
+	switch {
+	case o.Settle == 0:
+		c.settle = maxPoll(c.poll, c.jitter)
+	case o.Settle < 0:
+		c.settle = 0
+	case o.Settle > time.Hour:
+		return c, optionErr("Options.Settle", "%v: at most 1h", o.Settle)
+	default:
+		c.settle = o.Settle
+	}
+	switch {
+	case c.drain == 0:
+		c.drain = c.duration
+	case c.drain < time.Millisecond || c.drain > azlease.MaxWait:
+		return c, optionErr("Options.DrainTimeout", "%v: must be from 1ms to 24h", o.DrainTimeout)
+	}
+	if c.maxMoves < 0 {
+		return c, optionErr("Options.MaxMovesPerPoll", "%d: must not be negative", o.MaxMovesPerPoll)
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// maxPoll is the longest jittered poll interval.
+func maxPoll(poll time.Duration, jitter float64) time.Duration {
+	return time.Duration(float64(poll) * (1 + jitter))
+}
+
+// identityProblem says what is wrong with a replica's identity, or "".
+func identityProblem(id string) string {
+	switch {
+	case len(id) > azlease.MaxIdentity:
+		return fmt.Sprintf("longer than %d bytes", azlease.MaxIdentity)
+	case !utf8.ValidString(id):
+		return "not valid UTF-8"
+	case strings.ContainsAny(id, "/\\"):
+		return "contains a slash or backslash (it names a blob)"
+	case strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return "contains a non-printable character"
+	case strings.TrimSpace(id) != id || strings.HasSuffix(id, "."):
+		return "starts or ends with a space, or ends with a dot (it names a blob)"
+	}
+	return ""
+}
+
+// defaultIdentity is "<hostname>-<pid>", shortened to fit.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > azlease.MaxIdentity {
+		host = host[:azlease.MaxIdentity-len(pid)]
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(host, "/", "_"), "?") + pid
+}
+
+// checkNames validates a group's name and shard names.
+func checkNames(group string, shards []string) error {
+	if group == "" || strings.HasSuffix(group, "/") {
+		return optionErr("group", "%q: must be a non-empty blob name prefix not ending with a slash", group)
+	}
+	if len(shards) == 0 || len(shards) > MaxShards {
+		return optionErr("shards", "%d shards: must be from 1 to %d", len(shards), MaxShards)
+	}
+	seen := make(map[string]bool, len(shards))
+	for _, s := range shards {
+		switch {
+		case s == "" || strings.ContainsAny(s, "/\\") || !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 || strings.HasSuffix(s, "."):
+			return optionErr("shards", "shard name %q: must be non-empty printable UTF-8 without a slash, not ending with a dot", s)
+		case seen[s]:
+			return optionErr("shards", "shard name %q appears twice", s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// errStopped is the cause with which a shard's context ends when its
+// replica stops; errMoving when the shard moves to another replica.
+var (
+	errStopped = fmt.Errorf("%w: the shard group is stopping", azlease.ErrStopped)
+	errMoving  = fmt.Errorf("%w: the shard moves to another replica", azlease.ErrStopped)
+)

@@ -1,0 +1,338 @@
+package shards
+
+// The shards a replica owns: taking them, running the work of each, and
+// handing one on to another replica (end its context, wait for its work,
+// mark the hand-off, change the lease to the receiver's ID) without a
+// moment when it is free or owned twice.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/azlease/azlease"
+)
+
+// owned is a shard this replica holds, for one term.
+type owned struct {
+	name string
+	lock *azlease.Lock
+
+	mu       sync.Mutex
+	ctx      context.Context // the work's context: ends with the term, or when cancelled
+	cancel   context.CancelCauseFunc
+	workDone chan struct{} // closed when the work's goroutine has returned
+	movingTo string        // the member it is being handed to
+}
+
+// shardContext is the context a shard's work gets: the term's context, which
+// the replica can also end (to move or stop) while it still holds the lease.
+// Err checks the term's validity itself, so it reports the deadline as soon
+// as it passes, even if no goroutine has run since (after a pause).
+type shardContext struct {
+	context.Context
+	term *azlease.Term
+}
+
+func (c *shardContext) Err() error {
+	c.term.Valid() // ends the term, and so this context, if the deadline passed
+	return c.Context.Err()
+}
+
+// newContext makes the context for a run of the work.
+func (o *owned) newContext() {
+	ctx, cancel := context.WithCancelCause(o.lock.Context())
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ctx, o.cancel = &shardContext{Context: ctx, term: o.lock.Term}, cancel
+	o.workDone = make(chan struct{})
+}
+
+// end ends the work's context with cause.
+func (o *owned) end(cause error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.cancel(cause)
+}
+
+func (o *owned) moving() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.movingTo != ""
+}
+
+func (o *owned) setMoving(to string) {
+	o.mu.Lock()
+	o.movingTo = to
+	o.mu.Unlock()
+}
+
+func (o *owned) done() chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.workDone
+}
+
+// drain waits up to d for the work to return.
+func (o *owned) drain(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-o.done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// acquireConcurrency bounds the acquisitions a replica makes at once.
+const acquireConcurrency = 16
+
+// acquire takes the shards in take, a few at a time, and starts their work.
+func (g *Group) acquire(ctx context.Context, work Work, v view, take []string) {
+	sem := make(chan struct{}, acquireConcurrency)
+	var wg sync.WaitGroup
+	for _, s := range take {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			info := v.shards[s]
+			info.name = s // also for a shard whose blob does not exist yet
+			g.take(ctx, work, info)
+		})
+	}
+	wg.Wait()
+}
+
+// take acquires one shard and starts its work.
+func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
+	lock, err := g.lease(info.name).Hold(ctx)
+	if err != nil {
+		if info.pendingTo == g.cfg.identity {
+			// Handed here under an ID this replica no longer proposes (it
+			// restarted), or not changed yet: do not ask again for this
+			// term; the lease frees itself if nobody takes it.
+			g.mu.Lock()
+			g.failed[info.name] = info.epoch
+			g.mu.Unlock()
+		}
+		if !errors.Is(err, azlease.ErrLeaseHeld) && ctx.Err() == nil {
+			g.cfg.log.Debug("azlease/shards: could not take a shard", slog.String("shard", info.name), slog.Any("error", err))
+		}
+		return
+	}
+	o := &owned{name: info.name, lock: lock}
+	o.newContext()
+	g.mu.Lock()
+	g.owned[info.name] = o
+	g.mu.Unlock()
+	how := "free"
+	if info.pendingTo != "" {
+		how = "handed over"
+	}
+	g.tm.acquired(how)
+	g.cfg.log.Info("azlease/shards: took a shard", slog.String("shard", info.name), slog.Uint64("epoch", lock.Epoch()), slog.String("how", how))
+	g.startWork(o, work)
+}
+
+// startWork runs the shard's work in a goroutine the group waits for.
+func (g *Group) startWork(o *owned, work Work) {
+	o.mu.Lock()
+	ctx, done := o.ctx, o.workDone
+	o.mu.Unlock()
+	g.wg.Go(func() {
+		defer close(done)
+		g.runWork(ctx, o, work)
+	})
+}
+
+// runWork calls work until its context ends, again after a growing pause
+// when it returns early.
+func (g *Group) runWork(ctx context.Context, o *owned, work Work) {
+	pause := time.Second
+	for {
+		start := time.Now()
+		err := callWork(ctx, work, &Shard{Name: o.name, Term: o.lock.Term})
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) >= time.Minute {
+			pause = time.Second
+		}
+		g.cfg.log.Warn("azlease/shards: the work of a shard returned while the shard is still owned; calling it again after a pause",
+			slog.String("shard", o.name), slog.Any("error", err), slog.Duration("pause", pause))
+		if !sleepCtx(ctx, pause) {
+			return
+		}
+		pause = min(2*pause, time.Minute)
+	}
+}
+
+// callWork calls work, turning a panic into an error.
+func callWork(ctx context.Context, work Work, s *Shard) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("azlease/shards: the work of shard %q panicked: %v\n%s", s.Name, v, debug.Stack())
+		}
+	}()
+	return work(ctx, s)
+}
+
+func (g *Group) isOwned(s string) bool { return g.ownedState(s) != nil }
+
+func (g *Group) ownedState(s string) *owned {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.owned[s]
+}
+
+func (g *Group) failedEpoch(s string) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failed[s]
+}
+
+func (g *Group) forget(o *owned) {
+	g.mu.Lock()
+	if g.owned[o.name] == o {
+		delete(g.owned, o.name)
+	}
+	g.mu.Unlock()
+}
+
+// reap forgets the shards whose term ended (lost) once their work returned.
+func (g *Group) reap() {
+	g.mu.Lock()
+	var ended []*owned
+	for _, o := range g.owned {
+		if !o.lock.Valid() && !o.moving() {
+			select {
+			case <-o.done():
+				ended = append(ended, o)
+			default:
+			}
+		}
+	}
+	g.mu.Unlock()
+	for _, o := range ended {
+		cause := context.Cause(o.lock.Context())
+		_ = o.lock.Unlock(context.Background()) // gives back what may still be held
+		g.forget(o)
+		g.tm.lost()
+		g.cfg.log.Warn("azlease/shards: lost a shard", slog.String("shard", o.name), slog.Uint64("epoch", o.lock.Epoch()), slog.Any("cause", cause))
+	}
+}
+
+// startMove hands a shard on to another member, in a goroutine the group
+// waits for.
+func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, to string) {
+	o.setMoving(to)
+	g.movers.Go(func() { g.move(context.WithoutCancel(ctx), work, o, to) })
+}
+
+// move ends the shard's work, waits for it, and hands the lease to the
+// ID the receiver announced for the shard. Whatever happens, the shard is
+// never handed over while its work may still act: if the work does not
+// return within DrainTimeout, the lease is left to expire.
+func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
+	o.end(errMoving)
+	if !g.settle(ctx, o) {
+		return
+	}
+	id := g.acceptID(ctx, to, o.name)
+	if id == "" {
+		// The receiver has not announced an ID for it (yet): keep it, and
+		// plan again at the next poll.
+		g.keepWorking(o, work)
+		g.tm.moved("no_receiver")
+		return
+	}
+	epoch := o.lock.Epoch()
+	marker := map[string]string{metaTo: url.QueryEscape(to), metaEpoch: strconv.FormatUint(epoch, 10)}
+	if err := o.lock.SetMetadata(ctx, marker); err != nil {
+		if errors.Is(err, azlease.ErrLeaseLost) || !o.lock.Valid() {
+			g.dropLost(ctx, o, err)
+			return
+		}
+		g.keepWorking(o, work)
+		g.tm.moved("failed")
+		return
+	}
+	err := o.lock.HandOff(ctx, id)
+	g.forget(o)
+	if err != nil {
+		g.tm.moved("failed")
+		g.cfg.log.Warn("azlease/shards: handing a shard on failed; its lease frees itself when it expires",
+			slog.String("shard", o.name), slog.String("to", to), slog.Any("error", err))
+		return
+	}
+	g.tm.moved("handed_off")
+	g.cfg.log.Info("azlease/shards: handed a shard on", slog.String("shard", o.name), slog.String("to", to), slog.Uint64("epoch", epoch))
+}
+
+// settle waits for a shard's work to return after its context ended. It
+// reports whether the shard is still held and its work has returned; when
+// not, it has dealt with the shard (forgotten it, leaving an undrained
+// lease to expire).
+func (g *Group) settle(ctx context.Context, o *owned) bool {
+	if !o.drain(g.cfg.drain) {
+		o.lock.Abandon()
+		g.cfg.log.Error("azlease/shards: the work of a shard did not return within DrainTimeout; leaving its lease to expire",
+			slog.String("shard", o.name), slog.Duration("drain_timeout", g.cfg.drain))
+		for !o.drain(g.cfg.duration) {
+			g.cfg.log.Error("azlease/shards: the work of a shard is still running after its term ended", slog.String("shard", o.name))
+		}
+		_ = o.lock.Unlock(ctx)
+		g.forget(o)
+		return false
+	}
+	if !o.lock.Valid() {
+		g.dropLost(ctx, o, context.Cause(o.lock.Context()))
+		return false
+	}
+	return true
+}
+
+// dropLost forgets a shard whose lease was lost.
+func (g *Group) dropLost(ctx context.Context, o *owned, cause error) {
+	_ = o.lock.Unlock(ctx)
+	g.forget(o)
+	g.tm.lost()
+	g.cfg.log.Warn("azlease/shards: lost a shard", slog.String("shard", o.name), slog.Any("cause", cause))
+}
+
+// keepWorking restarts the work of a shard whose move did not happen.
+func (g *Group) keepWorking(o *owned, work Work) {
+	o.mu.Lock()
+	o.movingTo = ""
+	o.mu.Unlock()
+	o.newContext()
+	g.startWork(o, work)
+}
+
+// acceptID reads the ID the member to accepts the shard under, from its
+// membership, or "".
+func (g *Group) acceptID(ctx context.Context, to, shard string) string {
+	st, err := azlease.Inspect(ctx, g.cc, g.names.member(to))
+	if err != nil || !st.Leased {
+		return ""
+	}
+	return parseAccept(st.Metadata[metaIn])[shard]
+}
+
+// finish stops a shard as the replica leaves: waits for its work, then
+// releases it (or leaves it to expire if the work does not return).
+func (g *Group) finish(ctx context.Context, o *owned) {
+	if !g.settle(ctx, o) {
+		return
+	}
+	_ = o.lock.Unlock(ctx)
+	g.forget(o)
+	g.tm.released()
+}

@@ -1,0 +1,165 @@
+package shards
+
+// What one listing of the group says: the live members with their weights
+// and the IDs they accept shards under, and each shard's lease state, owner
+// and pending hand-off. Written by replicas under their leases, read by
+// everyone with one List Blobs request.
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/azlease/azlease"
+)
+
+// Metadata a group writes (user metadata: names are C# identifiers that do
+// not start with "azlease"; Azure returns them in lower case).
+const (
+	// On a membership blob.
+	metaWeight = "shardweight" // the member's weight; a membership without it is not counted yet
+	metaJoined = "shardjoined" // when the member joined, Unix ms by its clock (for display)
+	metaIn     = "shardin"     // lease IDs it accepts shards under: "name=id,name=id", names escaped
+	// On a shard blob, written by its owner before it hands the shard on.
+	metaTo    = "shardto"    // the member the shard is handed to (escaped)
+	metaEpoch = "shardepoch" // the epoch of the term that handed it: the marker counts only while it is the latest
+)
+
+// memberInfo is a live member as listed.
+type memberInfo struct {
+	name   string
+	weight int
+	joined time.Time
+	accept map[string]string // shard → lease ID it accepts the shard under
+}
+
+// shardInfo is a shard as listed.
+type shardInfo struct {
+	name      string
+	state     string // Azure's lease state; "" when the blob does not exist yet
+	leased    bool   // leased or breaking
+	holder    string // the holder of the latest term
+	epoch     uint64
+	since     time.Time // the latest term's start, by its holder's clock
+	pendingTo string    // handed to this member, which has not taken it yet
+}
+
+// owner is who the plan counts as owning the shard: the member it was
+// handed to while the hand-off is pending, the holder while leased, else
+// nobody.
+func (s shardInfo) owner() string {
+	switch {
+	case s.pendingTo != "":
+		return s.pendingTo
+	case s.leased:
+		return s.holder
+	}
+	return ""
+}
+
+// free reports whether the shard can be acquired: not leased.
+func (s shardInfo) free() bool { return !s.leased }
+
+// view is one listing of a group.
+type view struct {
+	members map[string]memberInfo
+	shards  map[string]shardInfo
+	// suspects are live members under which a shard's lease expired: a
+	// member that crashed, whose membership has not expired yet. They get
+	// no shards in this poll's plan.
+	suspects map[string]bool
+}
+
+// parseView reads a listing of the group's blobs.
+func parseView(names leaseNames, listed []azlease.Status) view {
+	v := view{members: map[string]memberInfo{}, shards: map[string]shardInfo{}, suspects: map[string]bool{}}
+	for _, st := range listed {
+		switch {
+		case strings.HasPrefix(st.Name, names.membersPrefix()):
+			id := strings.TrimPrefix(st.Name, names.membersPrefix())
+			w, err := strconv.Atoi(st.Metadata[metaWeight])
+			if !st.Leased || err != nil || w < 1 || w > MaxWeight || st.Err != nil {
+				continue // not a live member (yet)
+			}
+			m := memberInfo{name: id, weight: w, accept: parseAccept(st.Metadata[metaIn])}
+			if ms, err := strconv.ParseInt(st.Metadata[metaJoined], 10, 64); err == nil {
+				m.joined = time.UnixMilli(ms).UTC()
+			}
+			v.members[id] = m
+		case strings.HasPrefix(st.Name, names.shardsPrefix()):
+			s := shardInfo{name: strings.TrimPrefix(st.Name, names.shardsPrefix()), state: st.State, leased: st.Leased}
+			if st.Err == nil {
+				s.holder, s.epoch, s.since = st.Holder, st.Epoch, st.Acquired
+				to, _ := url.QueryUnescape(st.Metadata[metaTo])
+				e, err := strconv.ParseUint(st.Metadata[metaEpoch], 10, 64)
+				if to != "" && err == nil && e == st.Epoch && e > 0 && st.Leased {
+					s.pendingTo = to
+				}
+			}
+			v.shards[s.name] = s
+		}
+	}
+	for _, s := range v.shards {
+		if s.state == "expired" && s.pendingTo == "" {
+			if _, live := v.members[s.holder]; live {
+				v.suspects[s.holder] = true
+			}
+		}
+	}
+	return v
+}
+
+// input is the plan's input from a view: the live members that are not
+// suspects, and the owners. self, when not empty, counts as a member with
+// weight even if its membership is not listed yet.
+func (v view) input(shards []string, self string, weight int) planInput {
+	in := planInput{shards: shards, owner: make(map[string]string, len(shards))}
+	for _, m := range v.members {
+		if !v.suspects[m.name] {
+			in.members = append(in.members, member{name: m.name, weight: m.weight})
+		}
+	}
+	if _, listed := v.members[self]; self != "" && !listed && !v.suspects[self] {
+		in.members = append(in.members, member{name: self, weight: weight})
+	}
+	for _, s := range shards {
+		in.owner[s] = v.shards[s].owner()
+	}
+	return in
+}
+
+// formatAccept writes the accepted lease IDs: "name=id,…", names escaped,
+// in the group's order.
+func formatAccept(order []string, ids map[string]string) string {
+	var b strings.Builder
+	for _, s := range order {
+		id, ok := ids[s]
+		if !ok {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(url.QueryEscape(s))
+		b.WriteByte('=')
+		b.WriteString(id)
+	}
+	return b.String()
+}
+
+// parseAccept reads what formatAccept wrote; malformed items are skipped.
+func parseAccept(v string) map[string]string {
+	out := map[string]string{}
+	if v == "" {
+		return out
+	}
+	for _, item := range strings.Split(v, ",") {
+		k, id, ok := strings.Cut(item, "=")
+		name, err := url.QueryUnescape(k)
+		if ok && err == nil && name != "" && id != "" {
+			out[name] = id
+		}
+	}
+	return out
+}
