@@ -66,7 +66,7 @@ type Group struct {
 	failed   map[string]uint64 // pending hand-offs to this replica that could not be taken, by epoch
 	reached  bool              // a listing succeeded
 	lastPoll time.Time
-	member   *azlease.Lock // the membership, while held
+	member   *azlease.Lock  // the membership, while held
 	wg       sync.WaitGroup // the shards' work
 	movers   sync.WaitGroup // hand-offs under way
 }
