@@ -180,7 +180,7 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 	task := func(_ context.Context, term *azlease.Term) error {
 		g.log.Info("azlease: leading; starting the command", slog.String("name", name), slog.Uint64("epoch", term.Epoch()))
 		start := time.Now()
-		res := leadResult{runResult: g.runUnder(r, term, leaseEnv(name, g.identity, term.Epoch()), argv, 0)}
+		res := leadResult{runResult: g.runUnder(r, term.Context(), term, leaseEnv(name, g.identity, term.Epoch()), argv, 0)}
 		res.ran = time.Since(start)
 		if res.lost != nil && res.err == nil && res.signalled == nil && !r.forwardedAny() {
 			// Whoever noticed the loss first (the library, or the guardian

@@ -181,7 +181,7 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 	if slots > 1 {
 		env = append(env, "AZLEASE_SLOT="+slotOf(name, lock.Name()))
 	}
-	res := g.runUnder(r, lock.Term, env, argv, 0)
+	res := g.runUnder(r, lock.Context(), lock.Term, env, argv, 0)
 	uerr := lock.Unlock(context.Background())
 	switch {
 	case res.err != nil:

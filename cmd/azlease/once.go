@@ -135,7 +135,7 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts,
 			return errors.New("azlease: once: the library handed fn no term") // cannot happen
 		}
 		g.log.Info("azlease: once: running the command", slog.String("key", key), slog.Uint64("epoch", tok.Epoch))
-		res := g.runUnder(r, term, leaseEnv(key, g.identity, tok.Epoch), argv, tail)
+		res := g.runUnder(r, fctx, term, leaseEnv(key, g.identity, tok.Epoch), argv, tail)
 		mu.Lock()
 		ran = &res
 		mu.Unlock()

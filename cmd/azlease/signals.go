@@ -56,26 +56,33 @@ func signalStatus(s os.Signal) int {
 // command: those that come before its guardian is attached wait for it, and
 // the guardian delivers them to CMD or, if CMD has not started yet, does
 // not start it. A signal is never lost, and never replayed to a later run.
+// With several runs at once (azlease shards), a signal goes to each, and
+// (with cancelAlways) also cancels the session, so that no new run begins.
 type router struct {
-	ch     chan os.Signal
-	cancel context.CancelCauseFunc
-	quit   chan struct{}
-	wg     sync.WaitGroup
-	seen   chan struct{} // closed at the first signal
+	ch           chan os.Signal
+	cancel       context.CancelCauseFunc
+	cancelAlways bool // a signal cancels the session even while runs go on
+	quit         chan struct{}
+	wg           sync.WaitGroup
+	seen         chan struct{} // closed at the first signal
 
-	mu      sync.Mutex
-	running bool        // a command run has begun and not ended
-	child   *child      // the run's guardian, once attached
-	queued  []os.Signal // received during the run, before the guardian was attached
-	first   os.Signal   // the first signal received, if any
-	sent    bool        // a signal went to a command run
+	mu    sync.Mutex
+	runs  map[*cmdRun]bool
+	first os.Signal // the first signal received, if any
+	sent  bool      // a signal went to a command run
+}
+
+// cmdRun is one command run, from begin to end.
+type cmdRun struct {
+	child  *child      // its guardian, once attached
+	queued []os.Signal // received before the guardian was attached
 }
 
 // newRouter starts routing signals; ctx is the session's context, which a
 // signal cancels while no command runs. Close stops it.
 func newRouter(ctx context.Context) (context.Context, *router) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	r := &router{ch: make(chan os.Signal, 8), cancel: cancel, quit: make(chan struct{}), seen: make(chan struct{})}
+	r := &router{ch: make(chan os.Signal, 8), cancel: cancel, quit: make(chan struct{}), seen: make(chan struct{}), runs: map[*cmdRun]bool{}}
 	signal.Notify(r.ch, forwarded...)
 	r.wg.Go(r.loop)
 	return ctx, r
@@ -98,50 +105,54 @@ func (r *router) route(s os.Signal) {
 		r.first = s
 		close(r.seen)
 	}
-	running, c := r.running, r.child
-	if running {
+	var to []*child
+	for rn := range r.runs {
 		r.sent = true
-		if c == nil {
-			r.queued = append(r.queued, s)
+		if rn.child != nil {
+			to = append(to, rn.child)
+		} else {
+			rn.queued = append(rn.queued, s)
 		}
 	}
+	cancel := len(r.runs) == 0 || r.cancelAlways
 	r.mu.Unlock()
-	switch {
-	case running && c != nil:
+	for _, c := range to {
 		c.signal(s)
-	case !running:
+	}
+	if cancel {
 		r.cancel(signalError{s})
 	}
 }
 
-// begin starts a command run: from now on signals go to the command. It
-// returns false, and the run must not start, if a signal came before.
-func (r *router) begin() bool {
+// begin starts a command run: from now on signals go to its command. It
+// returns nil, and the run must not start, if a signal came before.
+func (r *router) begin() *cmdRun {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.first != nil {
-		return false
+		return nil
 	}
-	r.running = true
-	return true
+	rn := &cmdRun{}
+	r.runs[rn] = true
+	return rn
 }
 
 // attach makes c the run's command; signals queued since begin go to it.
-func (r *router) attach(c *child) {
+func (r *router) attach(rn *cmdRun, c *child) {
 	r.mu.Lock()
-	r.child = c
-	q := r.queued
-	r.queued = nil
+	rn.child = c
+	q := rn.queued
+	rn.queued = nil
 	r.mu.Unlock()
 	for _, s := range q {
 		c.signal(s)
 	}
 }
 
-// end ends the run: a signal from now on cancels the session.
-func (r *router) end() {
+// end ends the run.
+func (r *router) end(rn *cmdRun) {
 	r.mu.Lock()
-	r.running, r.child, r.queued = false, nil, nil
+	delete(r.runs, rn)
 	r.mu.Unlock()
 }
 

@@ -5,6 +5,8 @@ package main
 // soon as the term ends.
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,29 +44,31 @@ func (g *globals) stopTiming() stopTiming {
 	return stopTiming{killAfter: g.killAfter, margin: killMargin}
 }
 
-// runUnder runs argv while term lasts. Signals received from here on go to
-// CMD (one received before makes it return at once with signalled set, and
-// CMD does not run). It starts CMD under a guardian with the term's
-// validity deadline, passes every renewal's new deadline on, and stops CMD
-// (SIGTERM, SIGKILL after --kill-after, never after the deadline's kill
-// point) as soon as the term ends. tail is how much of CMD's stderr to keep.
-// It returns when CMD and its process group are gone.
-func (g *globals) runUnder(r *router, term *azlease.Term, env, argv []string, tail int) runResult {
+// runUnder runs argv while term lasts, with ctx the context of the work
+// under the term (the term's own, or one the owner may end first). Signals
+// received from here on go to CMD (one received before makes it return at
+// once with signalled set, and CMD does not run). It starts CMD under a
+// guardian with the term's validity deadline, passes every renewal's new
+// deadline on, and stops CMD (SIGTERM, SIGKILL after --kill-after, never
+// after the deadline's kill point) as soon as ctx ends. tail is how much of
+// CMD's stderr to keep. It returns when CMD and its process group are gone.
+func (g *globals) runUnder(r *router, ctx context.Context, term *azlease.Term, env, argv []string, tail int) runResult {
 	r.testHook("acquired")
-	if !r.begin() {
+	rn := r.begin()
+	if rn == nil {
 		return runResult{signalled: r.stopped()}
 	}
-	defer r.end()
+	defer r.end(rn)
 	r.testHook("begun")
-	if err := term.Err(); err != nil {
-		return runResult{lost: err}
+	if ctx.Err() != nil {
+		return runResult{lost: context.Cause(ctx)}
 	}
 	last := term.ValidUntil()
 	c, err := startChild(argv, env, childOptions{stop: g.stopTiming(), tail: tail, testHook: os.Getenv(hookEnv)}, last)
 	if err != nil {
 		return runResult{err: exitf(exitInternal, "%s", line(err))}
 	}
-	r.attach(c)
+	r.attach(rn, c)
 	g.health.running(term)
 	defer g.health.running(nil)
 	tick := time.NewTicker(deadlineEvery)
@@ -73,7 +77,7 @@ func (g *globals) runUnder(r *router, term *azlease.Term, env, argv []string, ta
 	// case the guardian cannot (stopped, or starved).
 	backstop := time.NewTimer(time.Until(last) - killMargin)
 	defer backstop.Stop()
-	done := term.Done()
+	done := ctx.Done()
 	var lost error
 	for {
 		select {
@@ -92,11 +96,15 @@ func (g *globals) runUnder(r *router, term *azlease.Term, env, argv []string, ta
 			return out
 		case <-done:
 			done = nil
-			lost = term.Err()
+			lost = context.Cause(ctx)
 			if lost == nil {
 				lost = azlease.ErrLeaseLost
 			}
-			g.log.Warn("azlease: lease lost; stopping the command", slog.String("cause", line(lost)), slog.Duration("kill_after", g.killAfter))
+			if errors.Is(lost, azlease.ErrStopped) && !errors.Is(lost, azlease.ErrLeaseLost) {
+				g.log.Info("azlease: stopping the command", slog.String("cause", line(lost)), slog.Duration("kill_after", g.killAfter))
+			} else {
+				g.log.Warn("azlease: lease lost; stopping the command", slog.String("cause", line(lost)), slog.Duration("kill_after", g.killAfter))
+			}
 			c.stop()
 		case <-tick.C:
 			if vu := term.ValidUntil(); vu.After(last) {
