@@ -18,6 +18,7 @@
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again
 //	azlease emulator                     serve a local lease emulator (--addr 127.0.0.1:10000)
+//	azlease watch NAME                   a line per change of holder or state, until interrupted (--json, -n N)
 //	azlease version                      the module version and source revision of this binary (--json)
 //
 // Every command takes the storage account from $AZURE_STORAGE_CONNECTION_STRING

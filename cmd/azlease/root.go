@@ -89,7 +89,7 @@ found, 128+N stopped by signal N before CMD ran.`,
 	})
 	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newStatusCmd(g), newBreakCmd(g),
 		newResetOnceCmd(g), newEmulatorCmd(g))
-	root.AddCommand(newVersionCmd(g))
+	root.AddCommand(newWatchCmd(g), newVersionCmd(g))
 	return root
 }
 
