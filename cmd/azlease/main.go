@@ -9,6 +9,9 @@
 //
 //	go install github.com/azlease/azlease/cmd/azlease@latest
 //
+// or, from a clone, 'make build' (static binaries in dist/) and 'make image'
+// (a container image, FROM scratch).
+//
 // # Commands
 //
 //	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME (--timeout D, --no-wait, -n N slots)
