@@ -236,8 +236,10 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 		} else {
 			_, err = fmt.Fprintln(g.stdout, e.String())
 		}
-		if err != nil { // the reader went away (a closed pipe)
-			return exitf(exitInternal, "%s: writing: %v", what, err)
+		// A reader that went away (watch | head -1) ends azlease with
+		// SIGPIPE before this; other write errors end the watch.
+		if err != nil {
+			return exitf(exitInternal, "%s: writing the output: %v", what, err)
 		}
 		return nil
 	}
