@@ -77,7 +77,8 @@
 //
 // # Exit statuses
 //
-//	0        success (CMD exited 0; for once, also: it was already done)
+//	0        success (CMD exited 0; for once, also: it was already done;
+//	         for watch, also: ended by SIGINT, SIGTERM or SIGHUP)
 //	1–63     CMD's own status, passed through
 //	64       usage: bad flags or arguments, no or invalid connection settings
 //	69       storage unavailable: unreachable, or failing for too long
