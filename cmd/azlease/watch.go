@@ -59,9 +59,10 @@ the same fields and "released" (the holder released it cleanly).
 With -n N it watches the N slots of 'azlease lock -n N NAME', one line per
 change of any slot, named by the slot.
 
-Cost: one read request per lock (per slot with -n) per poll: 1,800 an hour at
-the default 2s, about 1.3 million a month, a few tenths of a US dollar at list
-prices (see the README's Costs). It needs only read access and takes no lease.
+Cost: one request (Get Blob Properties) per lock, per slot with -n, per poll:
+1,800 an hour at the default 2s, 1.3 million a month, about 0.6 US dollars a
+month at the list price the README's Costs uses. It needs only read access and
+takes no lease.
 
 The first read must succeed: storage that refuses the request or cannot be
 reached exits as the other commands do (77, 69). After that a failing read
