@@ -2,6 +2,8 @@
 #   make demo   the main job on the embedded emulator (no Azure account)
 #   make test   installs the pinned Azurite, runs vet and every test with -race
 #   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
+#   make build  static azlease binaries for Linux, macOS and Windows in dist/
+#   make image  the container image azlease:dev (Dockerfile) with podman
 #   make live-azure  the wire tests and the conformance table on a real Azure
 #               account (AZLEASE_TEST_CONNECTION_STRING or AZLEASE_TEST_ACCOUNT_URL);
 #               writes bench/azure-live.md. Never part of make test.
@@ -20,7 +22,7 @@ EXAMPLE_MODULES ?= examples/metrics
 
 export CGO_ENABLED := 1
 
-.PHONY: all test demo bench lint deps fuzz clean live-azure
+.PHONY: all test demo bench lint deps fuzz clean live-azure build image podman podman-if-possible
 
 all: test
 
@@ -41,14 +43,54 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
+	@# The command's files for other systems (child_other.go, proc_bsd.go)
+	@# must keep compiling: make build ships them.
+	CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/azlease
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) vet ./cmd/azlease
 
 # The live-Azure variables are cleared: make test never reaches Azure.
-test: deps lint
+# podman (for the container image test) is installed when missing if this is
+# root on Debian; otherwise that test skips, or fails with CI=true.
+test: deps podman-if-possible lint
 	AZLEASE_TEST_CONNECTION_STRING= AZLEASE_TEST_ACCOUNT_URL= AZLEASE_SEEDS=$(SEEDS) $(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 30m ./...
 	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) test -race -count=1 ./..."; (cd $$m && $(GO) test -race -count=1 -timeout 5m ./...) || exit 1; done
 
 demo:
 	$(GO) run ./examples/demo
+
+# Static binaries of the command (no cgo, no local paths in them), stamped
+# with the module version and git revision ('azlease version'), named
+# dist/azlease-OS-ARCH[.exe]; and the root certificates the image needs
+# (Dockerfile). -buildvcs=auto overrides a GOFLAGS=-buildvcs=false.
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 windows/amd64
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+build:
+	@mkdir -p dist
+	@for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=dist/azlease-$$os-$$arch; \
+		if [ "$$os" = windows ]; then out=$$out.exe; fi; \
+		echo "$$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=auto -ldflags='-s -w' -o $$out ./cmd/azlease || exit 1; \
+	done
+	@if [ -f "$(CA_BUNDLE)" ]; then cp "$(CA_BUNDLE)" dist/ca-certificates.crt; \
+	else echo "no $(CA_BUNDLE): install Debian's ca-certificates, or give CA_BUNDLE=path/to/bundle.pem"; exit 1; fi
+
+# The image for this machine's architecture, from dist/; IMAGE_ARCH=arm64
+# builds the arm64 one (podman build --platform linux/arm64 picks its
+# binary). Building it runs nothing in a container; running it in a sandbox
+# like CI's needs podman run --runtime runc --ulimit nofile=1024:1024
+# --ulimit nproc=1024:1024 (see cmd/azlease/image_test.go).
+PODMAN     ?= podman
+IMAGE      ?= azlease:dev
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+image: build
+	$(PODMAN) build --pull=never --platform linux/$(IMAGE_ARCH) -t $(IMAGE) .
+
+# podman and runc from Debian's packages, if missing (needs root).
+podman:
+	@./scripts/install-podman.sh
+podman-if-possible:
+	@./scripts/install-podman.sh --if-possible
 
 # Holding many leases (internal/manybench): N = 1,000 and 10,000, HTTP and
 # TLS, azlease beside raw azblob and bare net/http, 3 repetitions of a 20 s
@@ -96,4 +138,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzListQuery -fuzztime $(FUZZTIME) ./azleasetest/
 
 clean:
-	rm -rf node_modules
+	rm -rf node_modules dist

@@ -69,19 +69,24 @@ func TestMain(m *testing.M) {
 }
 
 // build compiles the command into out with the race detector, within five
-// minutes.
+// minutes. -buildvcs=auto stamps it with the revision when the module is a
+// git clone, even if GOFLAGS turns that off (TestVersionCommand).
 func build(out string) error {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool, "build", "-race", "-o", out, ".")
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-race", "-buildvcs=auto", "-o", out, ".")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build -race ./cmd/azlease: %v\n%s", err, b)
 	}
 	return nil
+}
+
+// goCommand is the go command: on PATH, or the one that built this test.
+func goCommand() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // The emulator process shared by the tests of this binary.

@@ -9,6 +9,9 @@
 //
 //	go install github.com/azlease/azlease/cmd/azlease@latest
 //
+// or, from a clone, 'make build' (static binaries in dist/) and 'make image'
+// (a container image, FROM scratch).
+//
 // # Commands
 //
 //	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME (--timeout D, --no-wait, -n N slots)
@@ -19,6 +22,8 @@
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again
 //	azlease emulator                     serve a local lease emulator (--addr 127.0.0.1:10000)
+//	azlease watch NAME                   a line per change of holder or state, until interrupted (--json, -n N)
+//	azlease version                      the module version and source revision of this binary (--json)
 //
 // Every command takes the storage account from $AZURE_STORAGE_CONNECTION_STRING
 // or --connection-string, --account-url (Microsoft Entra ID through
@@ -110,7 +115,8 @@
 //
 // # Exit statuses
 //
-//	0        success (CMD exited 0; for once, also: it was already done)
+//	0        success (CMD exited 0; for once, also: it was already done;
+//	         for watch, also: ended by SIGINT, SIGTERM or SIGHUP)
 //	1–63     CMD's own status, passed through
 //	64       usage: bad flags or arguments, no or invalid connection settings
 //	69       storage unavailable: unreachable, or failing for too long

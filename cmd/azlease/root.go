@@ -95,6 +95,7 @@ found, 128+N stopped by signal N before CMD ran.`,
 	})
 	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newStatusCmd(g), newBreakCmd(g),
 		newResetOnceCmd(g), newEmulatorCmd(g))
+	root.AddCommand(newWatchCmd(g), newVersionCmd(g))
 	return root
 }
 

@@ -1,0 +1,302 @@
+// watch.go: 'azlease watch NAME', one line per leadership change of a lock
+// blob until interrupted, from polls of its status (azlease.Inspect), and
+// the pure comparison of two polls that decides which lines to print.
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/spf13/cobra"
+
+	"github.com/azlease/azlease"
+)
+
+const (
+	// defaultWatchInterval is watch's --poll-interval default: 1,800
+	// requests an hour for one lock.
+	defaultWatchInterval = 2 * time.Second
+	// minWatchInterval and maxWatchInterval bound watch's --poll-interval.
+	minWatchInterval = 100 * time.Millisecond
+	maxWatchInterval = time.Hour
+)
+
+func newWatchCmd(g *globals) *cobra.Command {
+	var (
+		asJSON bool
+		slots  int
+		every  time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "watch NAME",
+		Short: "Print a line for each change of who holds a lock or leads, until interrupted",
+		Long: `Print the state of the lock blob NAME, then one line for each change: a new
+holder or term (epoch), a release, an expiry, a break. It reads the lock's
+status every --poll-interval (default 2s) and runs until interrupted:
+SIGINT (Ctrl-C), SIGTERM or SIGHUP end it with status 0.
+
+Each line is the time of the poll that saw the change (UTC), the lock's name,
+its state, and the latest term's holder, epoch and start (since, by the
+holder's clock):
+
+  2026-11-24T10:00:01.200Z jobs leased holder=web-7f9c-1 epoch=12 since=2026-11-24T10:00:00.950Z
+
+The state is leased, breaking, free (released, or never used: epoch 0),
+expired (the holder stopped renewing: it crashed, or hangs), or broken (an
+operator broke it). A term that began and ended between two polls is shown
+from the lock's history of terms (kept by default for 8 terms), as state
+missed, before the current one. --json prints one JSON object per line, with
+the same fields and "released" (the holder released it cleanly).
+
+With -n N it watches the N slots of 'azlease lock -n N NAME', one line per
+change of any slot, named by the slot.
+
+Cost: one request (Get Blob Properties) per lock, per slot with -n, per poll:
+1,800 an hour at the default 2s, 1.3 million a month, about 0.6 US dollars a
+month at the list price the README's Costs uses. It needs only read access and
+takes no lease.
+
+The first read must succeed: storage that refuses the request or cannot be
+reached exits as the other commands do (77, 69). After that a failing read
+is retried at the next poll: one warning when reads start failing and one when
+they succeed again, on stderr (--log-level off silences them); a refusal (a
+key rotated, a permission removed) still exits 77.`,
+		Example: `  azlease watch scheduler
+  azlease watch --json scheduler | jq -r 'select(.state == "leased") | .holder'
+  azlease watch --poll-interval 10s -n 3 exports`,
+		Args: oneArg("lock name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if slots < 1 || slots > azlease.MaxSlots {
+				return exitf(exitUsage, "invalid -n %d: from 1 to %d", slots, azlease.MaxSlots)
+			}
+			if every < minWatchInterval || every > maxWatchInterval {
+				return exitf(exitUsage, "invalid --poll-interval %v: from %v to %v", every, minWatchInterval, maxWatchInterval)
+			}
+			return g.watch(c, args[0], slots, every, asJSON)
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per line")
+	f.IntVarP(&slots, "slots", "n", 1, "watch the N slots of a lock used with -n N")
+	// Shadows the shared flag, whose default depends on the command.
+	f.DurationVar(&every, "poll-interval", defaultWatchInterval, "how often to read the lock's status (one request per lock or slot)")
+	return c
+}
+
+// watchEvent is one line of watch's output.
+type watchEvent struct {
+	Time     time.Time  `json:"time"`
+	Name     string     `json:"name"`
+	State    string     `json:"state"`
+	Holder   string     `json:"holder,omitempty"`
+	Epoch    uint64     `json:"epoch"`
+	Since    *time.Time `json:"since,omitempty"`
+	Released bool       `json:"released"`
+}
+
+// The states a watch line shows.
+const (
+	watchLeased   = "leased"
+	watchBreaking = "breaking"
+	watchFree     = "free"
+	watchExpired  = "expired"
+	watchBroken   = "broken"
+	watchMissed   = "missed"
+)
+
+// watchState names the state of a status: Azure's lease state, with
+// "available" (and a lock never used) shown as free.
+func watchState(st azlease.Status) string {
+	switch {
+	case !st.Exists:
+		return watchFree
+	case st.State == "breaking":
+		return watchBreaking
+	case st.Leased:
+		return watchLeased
+	case st.State == "expired":
+		return watchExpired
+	case st.State == "broken":
+		return watchBroken
+	}
+	return watchFree
+}
+
+// watchTracker follows one lock blob from poll to poll and decides what
+// to print.
+type watchTracker struct {
+	name    string
+	last    *azlease.Status // what the lines printed so far describe; nil before the first
+	pending *azlease.Status // a lease whose term was not recorded yet, seen once
+}
+
+// observe returns the lines to print for the status cur, polled at now:
+// none if nothing a line shows changed; else the terms that began after the
+// last printed one and before cur's (from cur's history, oldest first, as
+// missed), then cur.
+//
+// A holder takes the lease first and then records its term (holder, epoch)
+// under it, so a poll between the two sees the lease held with the previous
+// term's record. Such a status (leased, with no term recorded, with a term
+// recorded as released, or with the term last seen not leased) is printed
+// only when a second poll sees it unchanged: that is then not a new holder
+// about to record its term, but, say, a holder that renewed its expired
+// lease.
+func (w *watchTracker) observe(now time.Time, cur azlease.Status) []watchEvent {
+	prev := w.last
+	if prev != nil && sameLine(*prev, cur) {
+		w.pending = nil
+		return nil
+	}
+	unrecorded := cur.Leased && (cur.Epoch == 0 || cur.Released || (prev != nil && !prev.Leased && prev.Epoch == cur.Epoch))
+	if unrecorded && (w.pending == nil || !sameLine(*w.pending, cur)) {
+		w.pending = &cur
+		return nil
+	}
+	w.pending = nil
+	w.last = &cur
+	ev := watchEvent{
+		Time: now.UTC().Round(0), Name: w.name, State: watchState(cur), Holder: cur.Holder, Epoch: cur.Epoch,
+		Since: timePtr(cur.Acquired), Released: cur.Released,
+	}
+	var out []watchEvent
+	if prev != nil && cur.Epoch > prev.Epoch+1 {
+		for _, h := range slices.Backward(cur.History) { // the history is newest first
+			if h.Epoch > prev.Epoch && h.Epoch < cur.Epoch {
+				out = append(out, watchEvent{
+					Time: ev.Time, Name: w.name, State: watchMissed, Holder: h.Holder, Epoch: h.Epoch, Since: timePtr(h.Acquired),
+				})
+			}
+		}
+	}
+	return append(out, ev)
+}
+
+// sameLine reports whether a and b print the same line (but for the time).
+func sameLine(a, b azlease.Status) bool {
+	return watchState(a) == watchState(b) && a.Holder == b.Holder && a.Epoch == b.Epoch && a.Released == b.Released &&
+		a.Acquired.Equal(b.Acquired)
+}
+
+// watchTime is how watch lines show times: UTC, to the millisecond.
+const watchTime = "2006-01-02T15:04:05.000Z07:00"
+
+// String is the event as one line of text.
+func (e watchEvent) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", e.Time.Format(watchTime), e.Name, e.State)
+	if e.Holder != "" {
+		b.WriteString(" holder=" + quoteIfNeeded(e.Holder))
+	}
+	fmt.Fprintf(&b, " epoch=%d", e.Epoch)
+	if e.Since != nil {
+		b.WriteString(" since=" + e.Since.Format(watchTime))
+	}
+	return b.String()
+}
+
+// quoteIfNeeded quotes an identity that would not read as one field.
+func quoteIfNeeded(s string) string {
+	if strings.ContainsAny(s, " \t\"=") {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Duration, asJSON bool) error {
+	what := "watch " + name
+	// A signal is how a watch ends: status 0, nothing printed.
+	ctx, stop := signal.NotifyContext(context.Background(), forwarded...)
+	defer stop()
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	blobs := []string{name}
+	if slots > 1 {
+		blobs = blobs[:0]
+		for i := range slots {
+			blobs = append(blobs, azlease.SlotName(name, i))
+		}
+	}
+	print := func(e watchEvent) error {
+		var err error
+		if asJSON {
+			err = json.NewEncoder(g.stdout).Encode(e)
+		} else {
+			_, err = fmt.Fprintln(g.stdout, e.String())
+		}
+		// A reader that went away (watch | head -1) ends azlease with
+		// SIGPIPE before this; other write errors end the watch.
+		if err != nil {
+			return exitf(exitInternal, "%s: writing the output: %v", what, err)
+		}
+		return nil
+	}
+	tracks := make([]watchTracker, len(blobs))
+	for i, b := range blobs {
+		tracks[i].name = b
+	}
+	var failingSince time.Time
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for first := true; ; first = false {
+		began := time.Now()
+		sts, err := readAll(ctx, cc, blobs)
+		now := time.Now()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			ee := classify(what, err)
+			if first || ee.code != exitUnavailable {
+				return ee
+			}
+			if failingSince.IsZero() {
+				failingSince = began
+				g.log.Warn("watch: cannot read the lock's status; still trying at every poll", "name", name, "error", line(err))
+			}
+		default:
+			if !failingSince.IsZero() {
+				g.log.Warn("watch: reading the lock's status again", "name", name, "failed_for", now.Sub(failingSince).Round(time.Millisecond))
+				failingSince = time.Time{}
+			}
+			for i, st := range sts {
+				for _, e := range tracks[i].observe(now, st) {
+					if err := print(e); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// readAll reads the status of every blob, stopping at the first error.
+func readAll(ctx context.Context, cc *container.Client, blobs []string) ([]azlease.Status, error) {
+	out := make([]azlease.Status, len(blobs))
+	for i, b := range blobs {
+		st, err := azlease.Inspect(ctx, cc, b)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = st
+	}
+	return out, nil
+}
