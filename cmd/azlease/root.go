@@ -122,7 +122,8 @@ func (g *globals) setUp(c *cobra.Command) error {
 	if err := checkLeaseDuration(g.leaseDuration); err != nil {
 		return err
 	}
-	if c.Flags().Changed("poll-interval") && (g.pollInterval < 100*time.Millisecond || g.pollInterval > azlease.MaxPollInterval) {
+	// (watch has a --poll-interval of its own, which this is not.)
+	if c.Root().PersistentFlags().Changed("poll-interval") && (g.pollInterval < 100*time.Millisecond || g.pollInterval > azlease.MaxPollInterval) {
 		return exitf(exitUsage, "invalid --poll-interval %v: from 100ms to 1h", g.pollInterval)
 	}
 	if g.identity == "" {
