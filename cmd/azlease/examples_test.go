@@ -26,7 +26,6 @@ import (
 // flags, their stop timing leaves azlease the time it needs, and the
 // systemd unit passes systemd-analyze verify.
 
-
 // stopBudget is the least time a supervisor must give azlease between
 // SIGTERM and SIGKILL, for a --kill-after of killAfter: killAfter for the
 // command's group, the release (one request, at most 3 s), and 2 s for
