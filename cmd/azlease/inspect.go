@@ -15,12 +15,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/shards"
 )
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var (
-		asJSON bool
-		slots  int
+		asJSON      bool
+		slots       int
+		shardsFlag  bool
+		shardsCount int
 	)
 	c := &cobra.Command{
 		Use:   "status NAME",
@@ -37,17 +40,28 @@ as not existing; that is not an error.`,
 		Example: `  azlease status nightly-report
   azlease status --json billing-sweeper | jq -r .holder
   azlease status -n 2 exports
-  azlease status "migrate-$RELEASE"          # the once marker of that key`,
+  azlease status "migrate-$RELEASE"          # the once marker of that key
+  azlease status orders --shards --count 32  # who owns which shard of 'azlease shards orders'`,
 		Args: oneArg("lock name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if slots < 1 || slots > azlease.MaxSlots {
 				return exitf(exitUsage, "invalid -n %d: from 1 to %d", slots, azlease.MaxSlots)
+			}
+			if shardsCount < 0 || shardsCount > shards.MaxShards {
+				return exitf(exitUsage, "invalid --count %d: from 1 to %d", shardsCount, shards.MaxShards)
+			}
+			if shardsFlag || shardsCount > 0 {
+				ctx, r := newRouter(context.Background())
+				defer r.close()
+				return g.shardStatus(ctx, c, r, args[0], shardsCount, asJSON)
 			}
 			return g.status(c, args[0], slots, asJSON)
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	c.Flags().IntVarP(&slots, "slots", "n", 1, "show the N slots of a lock used with -n N")
+	c.Flags().BoolVar(&shardsFlag, "shards", false, "show the shard group NAME of 'azlease shards': members, who owns which shard since when, and the plan")
+	c.Flags().IntVar(&shardsCount, "count", 0, "with --shards: the group's number of shards, so that shards no one has taken yet show too")
 	return c
 }
 

@@ -93,7 +93,7 @@ found, 128+N stopped by signal N before CMD ran.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return exitf(exitUsage, "%s (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newStatusCmd(g), newBreakCmd(g),
+	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newShardsCmd(g), newStatusCmd(g), newBreakCmd(g),
 		newResetOnceCmd(g), newEmulatorCmd(g))
 	root.AddCommand(newWatchCmd(g), newVersionCmd(g))
 	return root

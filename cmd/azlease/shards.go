@@ -1,0 +1,264 @@
+package main
+
+// azlease shards: spread the K shards of a group over every instance that
+// runs the same command, running one CMD per shard this instance owns,
+// under the same stop rules as azlease lead; and the group's assignment as
+// 'azlease status NAME --shards' shows it.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azlease/azlease/shards"
+)
+
+func newShardsCmd(g *globals) *cobra.Command {
+	var (
+		count, weight, maxMoves int
+	)
+	c := &cobra.Command{
+		Use:   "shards NAME --count K -- CMD [ARGS...]",
+		Short: "Spread K shards over every instance running this; run CMD once per shard this instance owns",
+		Long: `Join the shard group NAME with every other 'azlease shards NAME': the K shards
+(0 to K-1) are spread over the instances, each shard owned by at most one
+instance at a time, and spread again when instances come and go. For each shard
+this instance owns, CMD runs with AZLEASE_SHARD (the shard's number),
+AZLEASE_EPOCH (its fencing epoch: it grows from owner to owner of the shard),
+AZLEASE_NAME and AZLEASE_IDENTITY.
+
+Shares are floor or ceil of K × weight / total weight; a shard stays where it
+is unless its owner has more than its share, so a joining instance takes only
+the minimum. To move a shard, its owner stops its CMD (SIGTERM, SIGKILL after
+--kill-after), waits for it to exit, and hands the shard's lease to the new
+owner, which starts its own CMD: never two CMDs for one shard at once. Every
+instance lists the group every --poll-interval (2s): one request per poll.
+
+Each CMD runs under the stop rules of 'azlease lead' (see 'azlease lead --help'):
+if no renewal has moved the shard lease's validity deadline on, its process
+group gets SIGTERM at the deadline minus --kill-after minus 1 s and SIGKILL 1 s
+before it, from a guardian process that acts even while azlease is paused, and
+at once if azlease dies. A CMD that exits while its shard is still owned is
+started again after a pause (1 s, doubling up to a minute while it keeps
+exiting at once).
+
+SIGINT, SIGTERM and SIGHUP stop every CMD (SIGKILL --kill-after later), release
+the shards so that the others take them at their next poll, and end azlease
+with 128+N. A CMD that cannot be run (126, 127) stops azlease the same way, with
+that status.`,
+		Example: `  # Four consumers of a 32-partition queue, one process per partition; run the
+  # same line on every host or pod:
+  azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD" --epoch "$AZLEASE_EPOCH"
+
+  # Who owns what:
+  azlease status orders --shards --count 32`,
+		Args: dashArgs("group name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := g.checkRunFlags(); err != nil {
+				return err
+			}
+			switch {
+			case count < 1 || count > shards.MaxShards:
+				return exitf(exitUsage, "invalid --count %d: from 1 to %d", count, shards.MaxShards)
+			case weight < 1 || weight > shards.MaxWeight:
+				return exitf(exitUsage, "invalid --weight %d: from 1 to %d", weight, shards.MaxWeight)
+			case maxMoves < 0:
+				return exitf(exitUsage, "invalid --max-moves %d: must not be negative (0: no limit)", maxMoves)
+			}
+			return g.shards(c, args[0], args[1:], count, weight, maxMoves)
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&count, "count", 0, "the number of shards, K (every instance must give the same)")
+	f.IntVar(&weight, "weight", 1, "this instance's share relative to the others' (2: twice the shards)")
+	f.IntVar(&maxMoves, "max-moves", 0, "hand at most this many shards to others per poll (0: no limit)")
+	_ = c.MarkFlagRequired("count")
+	return c
+}
+
+func (g *globals) shards(c *cobra.Command, name string, argv []string, count, weight, maxMoves int) error {
+	what := "shards " + name
+	ctx, r := newRouter(context.Background())
+	r.cancelAlways = true // a signal stops the group too, not only the commands
+	defer r.close()
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		return err
+	}
+	grp, err := shards.New(cc, name, shards.Numbered(count), &shards.Options{
+		Identity: g.identity, Weight: weight, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval,
+		MaxMovesPerPoll: maxMoves, Logger: g.log,
+		// A shard's CMD is stopped within --kill-after of its context
+		// ending, and never after the kill point: past that the shard's
+		// lease is left to expire rather than handed over.
+		DrainTimeout: g.killAfter + killMargin + 2*time.Second,
+	})
+	if err != nil {
+		return g.optionFailure(what, err)
+	}
+	if _, err := g.preflight(ctx, cc, what, name+"/members/"+g.identity); err != nil {
+		if ie := r.interrupted(what); ie != nil {
+			return ie
+		}
+		return err
+	}
+	var (
+		mu    sync.Mutex
+		fatal *exitError // a CMD that could not be run, or a guardian that died
+	)
+	work := func(wctx context.Context, s *shards.Shard) error {
+		env := append(leaseEnv(name, g.identity, s.Term.Epoch()), "AZLEASE_SHARD="+s.Name)
+		res := g.runUnder(r, wctx, s.Term, env, argv, 0)
+		switch {
+		case res.err != nil:
+			mu.Lock()
+			if fatal == nil {
+				fatal = res.err
+			}
+			mu.Unlock()
+			r.stopSession(res.err) // stop the group: no shard can run CMD
+			return res.err
+		case res.signalled != nil, res.lost != nil:
+			return nil // the shard's context has ended; the group goes on
+		}
+		if wctx.Err() != nil {
+			return nil
+		}
+		g.log.Warn("azlease: a shard's command exited while the shard is owned", slog.String("shard", s.Name), slog.Int("status", res.code))
+		return fmt.Errorf("the command exited with status %d", res.code)
+	}
+	err = grp.Run(ctx, work)
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case fatal != nil:
+		return fatal
+	case r.stopped() != nil:
+		s := r.stopped()
+		return exitf(signalStatus(s), "%s: stopped by %s; every shard was released or left to expire", what, signalName(s))
+	case err != nil:
+		return classify(what, err)
+	}
+	return nil
+}
+
+// shardStatus prints the assignment of a group, for 'status NAME --shards'.
+func (g *globals) shardStatus(ctx context.Context, c *cobra.Command, r *router, name string, count int, asJSON bool) error {
+	what := "status " + name
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		return err
+	}
+	var list []string
+	if count > 0 {
+		list = shards.Numbered(count)
+	}
+	a, err := shards.Inspect(ctx, cc, name, list)
+	if err != nil {
+		if ie := r.interrupted(what); ie != nil {
+			return ie
+		}
+		return classify(what, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(shardsJSON(name, containerOf(cc), a))
+	}
+	printShards(g.stdout, name, containerOf(cc), a)
+	return nil
+}
+
+// assignmentJSON is what 'status --shards --json' prints.
+type assignmentJSON struct {
+	Group     string       `json:"group"`
+	Container string       `json:"container"`
+	Balanced  bool         `json:"balanced"`
+	Misplaced int          `json:"misplaced"`
+	Members   []memberJSON `json:"members"`
+	Shards    []shardJSON  `json:"shards"`
+}
+
+type memberJSON struct {
+	Name    string     `json:"name"`
+	Weight  int        `json:"weight"`
+	Owns    int        `json:"owns"`
+	Share   int        `json:"share"`
+	Joined  *time.Time `json:"joined,omitempty"`
+	Suspect bool       `json:"suspect,omitempty"`
+}
+
+type shardJSON struct {
+	Name      string     `json:"name"`
+	State     string     `json:"state,omitempty"`
+	Owner     string     `json:"owner,omitempty"`
+	Epoch     uint64     `json:"epoch,omitempty"`
+	Since     *time.Time `json:"since,omitempty"`
+	HandingTo string     `json:"handing_to,omitempty"`
+	Planned   string     `json:"planned,omitempty"`
+}
+
+func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON {
+	out := assignmentJSON{Group: name, Container: containerName, Balanced: a.Misplaced == 0, Misplaced: a.Misplaced,
+		Members: []memberJSON{}, Shards: []shardJSON{}}
+	for _, m := range a.Members {
+		out.Members = append(out.Members, memberJSON{Name: m.Name, Weight: m.Weight, Owns: m.Owns, Share: m.Share, Joined: timePtr(m.Joined), Suspect: m.Suspect})
+	}
+	for _, s := range a.Shards {
+		out.Shards = append(out.Shards, shardJSON{Name: s.Name, State: s.State, Owner: s.Owner, Epoch: s.Epoch,
+			Since: timePtr(s.Since), HandingTo: s.HandingTo, Planned: s.Planned})
+	}
+	return out
+}
+
+func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	state := "balanced"
+	if a.Misplaced > 0 {
+		state = fmt.Sprintf("%d shards not where the plan puts them", a.Misplaced)
+	}
+	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %d shards, %s\n", name, containerName, len(a.Members), len(a.Shards), state)
+	fmt.Fprintln(tw, "\nmember\tweight\towns\tshare\tjoined\t")
+	for _, m := range a.Members {
+		note := ""
+		if m.Suspect {
+			note = "  (a shard's lease expired under it: probably crashed)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", m.Name, m.Weight, m.Owns, m.Share, stamp(m.Joined), note)
+	}
+	fmt.Fprintln(tw, "\nshard\towner\tepoch\tsince\tstate\tplanned\t")
+	for _, s := range a.Shards {
+		owner := s.Owner
+		switch {
+		case s.HandingTo != "":
+			owner += " → " + s.HandingTo
+		case owner == "":
+			owner = "-"
+		}
+		epoch := "-"
+		if s.Epoch > 0 {
+			epoch = fmt.Sprint(s.Epoch)
+		}
+		st := s.State
+		if st == "" {
+			st = "never used"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, s.Planned)
+	}
+}
+
+// stamp is an RFC 3339 time, or "-".
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
