@@ -236,21 +236,22 @@ func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, to
 	g.movers.Go(func() { g.move(context.WithoutCancel(ctx), work, o, to) })
 }
 
-// move ends the shard's work, waits for it, and hands the lease to the
-// ID the receiver announced for the shard. Whatever happens, the shard is
-// never handed over while its work may still act: if the work does not
-// return within DrainTimeout, the lease is left to expire.
+// move hands a shard to the member to: it reads the lease ID the receiver
+// announced for the shard (no ID, no move: the shard's work goes on
+// undisturbed and the next poll plans again), ends the shard's work, waits
+// for it, marks the hand-off and changes the lease to that ID. Whatever
+// happens, the shard is never handed over while its work may still act: if
+// the work does not return within DrainTimeout, the lease is left to
+// expire.
 func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
-	o.end(errMoving)
-	if !g.settle(ctx, o) {
-		return
-	}
 	id := g.acceptID(ctx, to, o.name)
 	if id == "" {
-		// The receiver has not announced an ID for it (yet): keep it, and
-		// plan again at the next poll.
-		g.keepWorking(o, work)
+		o.setMoving("")
 		g.tm.moved("no_receiver")
+		return
+	}
+	o.end(errMoving)
+	if !g.settle(ctx, o) {
 		return
 	}
 	epoch := o.lock.Epoch()

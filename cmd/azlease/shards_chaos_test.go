@@ -1,0 +1,123 @@
+//go:build linux
+
+package main
+
+// The multi-process proof for azlease shards: replica processes with
+// default timing flags, each running a command per owned shard that ignores
+// SIGTERM and stamps its actions with CLOCK_MONOTONIC; a seeded schedule
+// pauses replicas past their leases, kills them, stops them with SIGTERM
+// and starts new ones. No two commands of one shard may act at once, and
+// each shard's epochs grow.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestShardsChaosNoOverlap(t *testing.T) {
+	t.Parallel()
+	for seed := range *chaosSeeds {
+		t.Run(strconv.Itoa(seed), func(t *testing.T) {
+			t.Parallel()
+			shardsChaosRun(t, uint64(seed))
+		})
+	}
+}
+
+func shardsChaosRun(t *testing.T, seed uint64) {
+	const k = 6
+	w := newWorld(t, emulatorConn(t))
+	actions := w.path("actions")
+	self, err := os.Executable()
+	require.NoError(t, err)
+	env := append(w.env(), workerEnv+"="+actions)
+	rng := rand.New(rand.NewPCG(seed, 0x5ba4d5))
+	t.Logf("seed %d: reproduce with -run 'TestShardsChaosNoOverlap/^%d$' -chaos.seeds %d", seed, seed, seed+1)
+	procs := map[string]*proc{}
+	next := 0
+	start := func() {
+		id := fmt.Sprintf("r%d", next)
+		next++
+		procs[id] = startProc(t, env, "shards", "--container", w.container, "--identity", id, "grp", "--count", strconv.Itoa(k), "--", self)
+	}
+	for range 3 {
+		start()
+	}
+	// owners waits until every shard's latest action is recent, and returns
+	// the replicas that own shards.
+	owners := func(limit time.Duration) []string {
+		t.Helper()
+		for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			latest := map[string]action{}
+			for _, a := range readActions(t, actions) {
+				latest[a.shard] = a
+			}
+			now := monoNow()
+			var ids []string
+			fresh := 0
+			for _, a := range latest {
+				if now-a.mono < int64(time.Second) {
+					fresh++
+					if !slices.Contains(ids, a.identity) {
+						ids = append(ids, a.identity)
+					}
+				}
+			}
+			if fresh == k {
+				slices.Sort(ids)
+				return ids
+			}
+		}
+		t.Fatalf("the %d shards did not all run within %v", k, limit)
+		return nil
+	}
+	ids := owners(40 * time.Second)
+	for ev := range *chaosEvents {
+		id := ids[rng.IntN(len(ids))]
+		p := procs[id]
+		switch rng.IntN(4) {
+		case 0, 3:
+			d := 16*time.Second + time.Duration(rng.IntN(10_000))*time.Millisecond
+			t.Logf("event %d: pause %s for %v", ev, id, d.Round(time.Millisecond))
+			p.signal(syscall.SIGSTOP)
+			time.Sleep(d)
+			p.signal(syscall.SIGCONT)
+		case 1:
+			t.Logf("event %d: SIGKILL %s", ev, id)
+			p.signal(syscall.SIGKILL)
+			p.wait(10 * time.Second)
+			delete(procs, id)
+			start()
+		case 2:
+			t.Logf("event %d: SIGTERM %s", ev, id)
+			p.signal(syscall.SIGTERM)
+			p.expect(128+int(syscall.SIGTERM), 30*time.Second)
+			delete(procs, id)
+			start()
+		}
+		time.Sleep(2 * time.Second)
+		ids = owners(60 * time.Second)
+	}
+	for _, p := range procs {
+		p.signal(syscall.SIGKILL)
+		p.wait(10 * time.Second)
+	}
+	byShard := map[string][]action{}
+	for _, a := range readActions(t, actions) {
+		byShard[a.shard] = append(byShard[a.shard], a)
+	}
+	require.Len(t, byShard, k)
+	for s, as := range byShard {
+		ins := incarnations(as)
+		t.Logf("shard %s: %d owners in turn", s, len(ins))
+		checkNoOverlap(t, ins)
+	}
+}
