@@ -482,3 +482,157 @@ func TestDoOnceFailureReturnsTheMarker(t *testing.T) {
 		assert.Equal(t, res.Status.Time.String(), st.Time.String())
 	})
 }
+
+// doneWriteLost returns a fault hook that loses the answer of client's
+// first write marking a DoOnce key done (the write is applied), and from
+// then on cuts client off (its requests hang) until heal is closed. dropped
+// is closed when the write is applied.
+func doneWriteLost(client string, dropped, heal chan struct{}) azleasetest.FaultFunc {
+	var once sync.Once
+	return func(r azleasetest.Request) azleasetest.Fault {
+		if r.Client != client {
+			return azleasetest.Fault{}
+		}
+		select {
+		case <-dropped:
+			select {
+			case <-heal:
+				return azleasetest.Fault{}
+			default:
+				return azleasetest.Fault{Action: azleasetest.Hang}
+			}
+		default:
+		}
+		if r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == "done" {
+			f := azleasetest.Fault{}
+			once.Do(func() {
+				f = azleasetest.Fault{Action: azleasetest.ApplyThenDrop}
+				close(dropped)
+			})
+			return f
+		}
+		return azleasetest.Fault{}
+	}
+}
+
+// TestDoOnceDoneWriteAnswerLost is issue 19's scenario: the runner's write
+// marking the key done is applied but its answer is lost, and the runner
+// stays cut off from storage until after its lease's deadline. It used to
+// return "completion could not be recorded" with Ran false while the marker
+// said done by it, so no caller ever got Ran true. Now it settles the
+// outcome once storage answers again (it releases its lease ID, then reads
+// the marker) and returns Ran true; the waiter learns the key is done.
+func TestDoOnceDoneWriteAnswerLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		dropped, heal := make(chan struct{}), make(chan struct{})
+		e.SetFaults(doneWriteLost("runner", dropped, heal))
+		var tok azlease.Token
+		var runs atomic.Int32
+		type result struct {
+			res azlease.OnceResult
+			err error
+		}
+		runner := make(chan result, 1)
+		go func() {
+			res, err := azlease.DoOnce(context.Background(), e.client("runner"), "migrate", &azlease.DoOnceOptions{Identity: "runner"},
+				func(_ context.Context, tk azlease.Token) error {
+					runs.Add(1)
+					tok = tk
+					time.Sleep(20 * time.Second) // renewed meanwhile
+					return nil
+				})
+			runner <- result{res, err}
+		}()
+		waiter := make(chan result, 1)
+		go func() {
+			time.Sleep(time.Second)
+			res, err := azlease.DoOnce(context.Background(), e.client("waiter"), "migrate", &azlease.DoOnceOptions{Identity: "waiter"},
+				func(context.Context, azlease.Token) error {
+					runs.Add(1)
+					return nil
+				})
+			waiter <- result{res, err}
+		}()
+
+		<-dropped
+		dropAt := time.Now()
+		time.Sleep(20 * time.Second) // past the runner's validity deadline (at most 14.25 s after its last renewal)
+		close(heal)
+
+		r := <-runner
+		require.NoError(t, r.err)
+		assert.True(t, r.res.Ran, "the marker says done by this runner's term")
+		assert.Equal(t, azlease.OnceDone, r.res.Status.State)
+		assert.Equal(t, "runner", r.res.Status.Holder)
+		assert.Equal(t, tok.Epoch, r.res.Status.Epoch)
+		assert.Less(t, time.Since(dropAt), 30*time.Second, "it answers soon after storage answers again")
+
+		w := <-waiter
+		require.NoError(t, w.err)
+		assert.False(t, w.res.Ran)
+		assert.Equal(t, "runner", w.res.Status.Holder)
+		assert.Equal(t, int32(1), runs.Load())
+
+		st, err := azlease.InspectOnce(context.Background(), e.client("x"), "migrate", nil)
+		require.NoError(t, err)
+		assert.Equal(t, azlease.OnceDone, st.State)
+		assert.Equal(t, tok.Epoch, st.Epoch)
+		assert.False(t, st.Locked, "the runner released its lease")
+	})
+}
+
+// TestDoOnceDoneWriteUnknownUntilUnreachable: as above, but storage stays
+// unreachable: the runner says its completion may not have been recorded,
+// with an error wrapping ErrUnreachable (and so ErrTransient) that names the
+// endpoint, once every request has failed for UnreachableTimeout; or, when
+// ctx ends first, with ctx's error. It was in fact recorded, which a read
+// afterwards shows.
+func TestDoOnceDoneWriteUnknownUntilUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    azlease.DoOnceOptions
+		ctx     time.Duration // 0: context.Background()
+		wantErr error
+		within  time.Duration // after the write was applied
+	}{
+		{name: "default bound", wantErr: azlease.ErrUnreachable, within: 80 * time.Second},
+		{name: "10s bound", opts: azlease.DoOnceOptions{UnreachableTimeout: 10 * time.Second}, wantErr: azlease.ErrUnreachable, within: 30 * time.Second},
+		{name: "no bound, ctx ends", opts: azlease.DoOnceOptions{UnreachableTimeout: -1}, ctx: 3 * time.Minute, wantErr: context.DeadlineExceeded, within: 3 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				dropped, heal := make(chan struct{}), make(chan struct{})
+				e.SetFaults(doneWriteLost("runner", dropped, heal))
+				ctx := context.Background()
+				if tc.ctx > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+					defer cancel()
+				}
+				dropAt := make(chan time.Time, 1)
+				go func() {
+					<-dropped
+					dropAt <- time.Now()
+				}()
+				opts := tc.opts
+				opts.Identity = "runner"
+				res, err := azlease.DoOnce(ctx, e.client("runner"), "migrate", &opts, func(context.Context, azlease.Token) error { return nil })
+				require.ErrorIs(t, err, tc.wantErr)
+				require.ErrorIs(t, err, azlease.ErrTransient)
+				assert.ErrorContains(t, err, "may not have been recorded")
+				if tc.wantErr == azlease.ErrUnreachable {
+					assert.ErrorContains(t, err, "http://127.0.0.1:10000/")
+				}
+				assert.False(t, res.Ran)
+				assert.LessOrEqual(t, time.Since(<-dropAt), tc.within)
+				close(heal)
+
+				st, err := azlease.InspectOnce(context.Background(), e.client("x"), "migrate", nil)
+				require.NoError(t, err)
+				assert.Equal(t, azlease.OnceDone, st.State, "it had been recorded; the runner could not know")
+			})
+		})
+	}
+}

@@ -693,6 +693,16 @@ func (l *Lease) markStale(id string) {
 	}
 }
 
+// forget drops id, a lease ID known to be dead (Azure released it, or said
+// it is not the lease's): there is nothing left to release under it.
+func (l *Lease) forget(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.id == id {
+		l.state, l.id, l.md = notHeld, "", nil
+	}
+}
+
 // currentID returns the lease ID of the current term, or "".
 func (l *Lease) currentID() string {
 	l.mu.Lock()

@@ -34,8 +34,9 @@ type Mutex struct {
 	// seen is the highest epoch any of this Mutex's locks has seen, so that
 	// epochs keep growing even if the lock blob is created again.
 	seen atomic.Uint64
-	// health follows whether its requests reach storage, across its locks.
-	health storageHealth
+	// health follows whether its requests reach storage, across its locks
+	// (and, for a Semaphore's slot, across the Semaphore's slots).
+	health *storageHealth
 }
 
 // NewMutex returns a Mutex on the lock blob name in the container cc points
@@ -49,7 +50,7 @@ func NewMutex(cc *container.Client, name string, opts *MutexOptions) (*Mutex, er
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{t: t, cfg: cfg}, nil
+	return &Mutex{t: t, cfg: cfg, health: new(storageHealth)}, nil
 }
 
 // Lock is a held Mutex: one term of its lease. It embeds the [Term], whose
@@ -101,7 +102,7 @@ func (m *Mutex) initErr() error {
 // newLease returns a Lease for one Lock, sharing the Mutex's memory of epochs.
 func (m *Mutex) newLease() *Lease {
 	l := newLease(m.t, m.cfg.lease)
-	l.seen, l.health = &m.seen, &m.health
+	l.seen, l.health = &m.seen, m.health
 	return l
 }
 
@@ -148,7 +149,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 		if last == nil {
 			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
 		}
-		return nil, fmt.Errorf("azlease: lock %s/%s: %w; last attempt: %w", m.t.container, m.t.blob, context.Cause(ctx), last)
+		return nil, fmt.Errorf("azlease: lock %s/%s: %w; last attempt: %w", m.t.container, m.t.blob, context.Cause(ctx), lastAttempt(last))
 	}
 	for {
 		lock, ok, err := m.tryLock(ctx, l, l.cfg.duration)
@@ -167,10 +168,35 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 		case err != nil:
 			m.cfg.lease.log.Debug("azlease: lock attempt failed; retrying", slog.Any("error", err))
 		}
+		if err := m.unreachable(); err != nil {
+			l.tm.waited(time.Since(start), "error")
+			return nil, err
+		}
 		if !sleepCtx(ctx, timing.Jitter(m.cfg.poll, m.cfg.jitter, mrand.Float64())) {
 			return gaveUp()
 		}
 	}
+}
+
+// unreachable is the error that ends Lock's wait once every request to
+// storage has failed for MutexOptions.UnreachableTimeout, or nil.
+func (m *Mutex) unreachable() error {
+	if err := m.health.unreachable(time.Now(), m.cfg.unreachable, m.t.endpoint()); err != nil {
+		return fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, err)
+	}
+	return nil
+}
+
+// lastAttempt is the failure of the last attempt inside err: the *Error it
+// wraps, when it wraps one. A try cut short by the caller's context already
+// says "ctx ended; last attempt: …", which the waiting loops would
+// otherwise repeat.
+func lastAttempt(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
 }
 
 // Unlock releases the lock so another holder can take it at once; the lock's

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
@@ -38,6 +39,8 @@ type Semaphore struct {
 	name  string
 	slots []*Mutex
 	cfg   holdConfig
+	// health follows whether its requests reach storage, across its slots.
+	health *storageHealth
 }
 
 // SlotName returns the lock blob of slot i of the semaphore name.
@@ -58,13 +61,13 @@ func NewSemaphore(cc *container.Client, name string, n int, opts *MutexOptions) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{name: name, slots: make([]*Mutex, n), cfg: cfg}
+	s := &Semaphore{name: name, slots: make([]*Mutex, n), cfg: cfg, health: new(storageHealth)}
 	for i := range s.slots {
 		t, err := newTarget(cc, SlotName(name, i), "name")
 		if err != nil {
 			return nil, err
 		}
-		s.slots[i] = &Mutex{t: t, cfg: cfg}
+		s.slots[i] = &Mutex{t: t, cfg: cfg, health: s.health}
 	}
 	return s, nil
 }
@@ -118,15 +121,27 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 			last = err
 			s.cfg.lease.log.Debug("azlease: semaphore attempt failed; retrying", slog.Any("error", err))
 		}
+		if err := s.unreachable(); err != nil {
+			return nil, err
+		}
 		if !sleepCtx(ctx, timing.Jitter(s.cfg.poll, s.cfg.jitter, mrand.Float64())) {
 			return nil, s.waitErr(ctx, last)
 		}
 	}
 }
 
+// unreachable is the error that ends Acquire's wait once every request to
+// storage has failed for MutexOptions.UnreachableTimeout, or nil.
+func (s *Semaphore) unreachable() error {
+	if err := s.health.unreachable(time.Now(), s.cfg.unreachable, s.slots[0].t.endpoint()); err != nil {
+		return fmt.Errorf("azlease: semaphore %s (%d slots): %w", s.name, len(s.slots), err)
+	}
+	return nil
+}
+
 func (s *Semaphore) waitErr(ctx context.Context, last error) error {
 	if last != nil {
-		return fmt.Errorf("azlease: semaphore %s (%d slots): %w (last attempt: %w)", s.name, len(s.slots), context.Cause(ctx), last)
+		return fmt.Errorf("azlease: semaphore %s (%d slots): %w; last attempt: %w", s.name, len(s.slots), context.Cause(ctx), lastAttempt(last))
 	}
 	return fmt.Errorf("azlease: semaphore %s (%d slots): %w", s.name, len(s.slots), context.Cause(ctx))
 }
