@@ -488,6 +488,11 @@ func TestDoOnceFailureReturnsTheMarker(t *testing.T) {
 // then on cuts client off (its requests hang) until heal is closed. dropped
 // is closed when the write is applied.
 func doneWriteLost(client string, dropped, heal chan struct{}) azleasetest.FaultFunc {
+	return markerWriteLost(client, azlease.OnceDone, dropped, heal)
+}
+
+// markerWriteLost is doneWriteLost for the first write of a marker in state.
+func markerWriteLost(client string, state azlease.OnceState, dropped, heal chan struct{}) azleasetest.FaultFunc {
 	var once sync.Once
 	return func(r azleasetest.Request) azleasetest.Fault {
 		if r.Client != client {
@@ -503,7 +508,7 @@ func doneWriteLost(client string, dropped, heal chan struct{}) azleasetest.Fault
 			}
 		default:
 		}
-		if r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == "done" {
+		if r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == string(state) {
 			f := azleasetest.Fault{}
 			once.Do(func() {
 				f = azleasetest.Fault{Action: azleasetest.ApplyThenDrop}
@@ -635,4 +640,120 @@ func TestDoOnceDoneWriteUnknownUntilUnreachable(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDoOnceLostClaimIsNotAnAttempt: the runner's write claiming the first
+// attempt ("running") is applied but its answer is lost, and the runner is
+// cut off until its lease's deadline, so fn never runs. When the same call
+// takes the key again, its own unstarted claim does not count: with
+// MaxAttempts 1, fn still runs (it used to fail the key for good, "the
+// runner did not finish attempt 1").
+func TestDoOnceLostClaimIsNotAnAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		dropped, heal := make(chan struct{}), make(chan struct{})
+		e.SetFaults(markerWriteLost("runner", azlease.OnceRunning, dropped, heal))
+		go func() {
+			<-dropped
+			time.Sleep(20 * time.Second)
+			close(heal)
+		}()
+		var runs atomic.Int32
+		res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{MaxAttempts: 1, Identity: "runner"},
+			func(context.Context, azlease.Token) error {
+				runs.Add(1)
+				return nil
+			})
+		require.NoError(t, err)
+		assert.True(t, res.Ran)
+		assert.Equal(t, 1, res.Status.Attempts)
+		assert.Equal(t, int32(1), runs.Load())
+	})
+}
+
+// TestDoOnceMaxAttemptsIsTheFirstCallers (issue 18 §4): the limit is
+// recorded with a key's first attempt, and a later caller with a larger
+// MaxAttempts does not rerun a key that failed for good under the smaller
+// one; it gets a *OnceFailedError saying which limit applied, and a Warn.
+// A later caller with a smaller one still gets the recorded, larger limit.
+// ResetOnce clears the limit with the marker.
+func TestDoOnceMaxAttemptsIsTheFirstCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		boom := errors.New("boom")
+		var runs atomic.Int32
+		fail := func(context.Context, azlease.Token) error {
+			runs.Add(1)
+			return boom
+		}
+		_, err := azlease.DoOnce(ctx, e.client("a"), "small", &azlease.DoOnceOptions{MaxAttempts: 1, Identity: "a"}, fail)
+		require.ErrorIs(t, err, boom)
+		st, err := azlease.InspectOnce(ctx, e.client("x"), "small", nil)
+		require.NoError(t, err)
+		assert.Equal(t, 1, st.MaxAttempts)
+
+		var logs logBuffer
+		_, err = azlease.DoOnce(ctx, e.client("b"), "small", &azlease.DoOnceOptions{MaxAttempts: 5, Logger: logs.logger()}, fail)
+		var fe *azlease.OnceFailedError
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, 1, fe.Attempts)
+		assert.Equal(t, 1, fe.MaxAttempts)
+		assert.Equal(t, 5, fe.CallerMaxAttempts)
+		assert.Equal(t, `azlease: once "small" failed after 1 attempt (MaxAttempts 1, recorded with the key's first attempt; this caller's 5 does not apply); last by a: boom`, err.Error())
+		assert.Equal(t, int32(1), runs.Load(), "not rerun")
+		assert.Equal(t, 1, logs.count("level=WARN", "recorded=1", "caller=5"), logs.String())
+
+		// The other way round: recorded 3, a caller with 1 still retries.
+		for i := range 2 {
+			_, err = azlease.DoOnce(ctx, e.client("a"), "large", &azlease.DoOnceOptions{MaxAttempts: 3 - 2*i}, fail)
+			require.ErrorIs(t, err, boom)
+		}
+		st, err = azlease.InspectOnce(ctx, e.client("x"), "large", nil)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Attempts)
+		assert.Equal(t, 3, st.MaxAttempts)
+		_, err = azlease.DoOnce(ctx, e.client("a"), "large", nil, fail)
+		require.ErrorIs(t, err, boom)
+		_, err = azlease.DoOnce(ctx, e.client("a"), "large", nil, fail)
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, `azlease: once "large" failed after 3 attempts (MaxAttempts 3); last by `+fe.Holder+`: boom`, err.Error())
+
+		require.NoError(t, azlease.ResetOnce(ctx, e.client("op"), "small", nil))
+		st, err = azlease.InspectOnce(ctx, e.client("x"), "small", nil)
+		require.NoError(t, err)
+		assert.Equal(t, azlease.OnceStatus{State: azlease.OncePending}, st, "the limit is cleared with the marker")
+		res, err := azlease.DoOnce(ctx, e.client("b"), "small", &azlease.DoOnceOptions{MaxAttempts: 5}, func(context.Context, azlease.Token) error { return nil })
+		require.NoError(t, err)
+		assert.True(t, res.Ran)
+		assert.Equal(t, 5, res.Status.MaxAttempts)
+	})
+}
+
+// TestResetOnceNothingToReset (issue 18 §4): ResetOnce of a key that was
+// never used creates nothing (no container, no blob) and says there was
+// nothing to reset; so does a second reset.
+func TestResetOnceNothingToReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		cc, err := e.ContainerClient("nocontainer", "op")
+		require.NoError(t, err)
+		err = azlease.ResetOnce(ctx, cc, "k", nil)
+		require.ErrorIs(t, err, azlease.ErrNothingToReset)
+		assert.ErrorContains(t, err, "k")
+		_, err = cc.GetProperties(raw(ctx), nil)
+		require.Error(t, err, "the container was not created")
+
+		err = azlease.ResetOnce(ctx, e.client("op"), "k", nil)
+		require.ErrorIs(t, err, azlease.ErrNothingToReset)
+		st, err := azlease.Inspect(ctx, e.client("x"), "once/k")
+		require.NoError(t, err)
+		assert.False(t, st.Exists, "the marker blob was not created")
+
+		_, err = azlease.DoOnce(ctx, e.client("a"), "k", nil, func(context.Context, azlease.Token) error { return nil })
+		require.NoError(t, err)
+		require.NoError(t, azlease.ResetOnce(ctx, e.client("op"), "k", nil))
+		require.ErrorIs(t, azlease.ResetOnce(ctx, e.client("op"), "k", nil), azlease.ErrNothingToReset, "already reset")
+	})
 }
