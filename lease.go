@@ -50,6 +50,8 @@ const (
 // retrying it with the same lease ID before anything is reported.
 //
 // A Lease is safe for concurrent use; its lease operations run one at a time.
+// A zero or nil Lease is not usable: its methods return [ErrNotInitialized]
+// (or a zero result: not held, no token, duration 0).
 type Lease struct {
 	t   target
 	cfg leaseConfig
@@ -106,6 +108,16 @@ func newLease(t target, cfg leaseConfig) *Lease {
 	}
 }
 
+// initErr is ErrNotInitialized, naming the constructor, for a zero or nil
+// Lease. Every exported method checks it (or returns a zero result)
+// before touching anything NewLease sets up.
+func (l *Lease) initErr() error {
+	if l == nil || l.bc == nil {
+		return fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)
+	}
+	return nil
+}
+
 // see records that epoch was seen on the lock blob.
 func (l *Lease) see(epoch uint64) {
 	for {
@@ -116,12 +128,21 @@ func (l *Lease) see(epoch uint64) {
 	}
 }
 
-// Duration returns the lease duration Azure enforces.
-func (l *Lease) Duration() time.Duration { return l.cfg.duration }
+// Duration returns the lease duration Azure enforces (0 for a Lease not
+// created with NewLease).
+func (l *Lease) Duration() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.cfg.duration
+}
 
 // ValidUntil returns the instant until which the lease is certainly held (on
 // the local monotonic clock), or the zero time when it is not held.
 func (l *Lease) ValidUntil() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.termStarted() {
@@ -132,6 +153,9 @@ func (l *Lease) ValidUntil() time.Time {
 
 // Held reports whether the lease is certainly held now.
 func (l *Lease) Held() bool {
+	if l == nil {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.termStarted() && time.Now().Before(l.validUntil)
@@ -140,6 +164,9 @@ func (l *Lease) Held() bool {
 // Token returns the current term's fencing token; ok is false when the lease
 // is not certainly held.
 func (l *Lease) Token() (tok Token, ok bool) {
+	if l == nil {
+		return Token{}, false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.termStarted() || !time.Now().Before(l.validUntil) {
@@ -169,6 +196,9 @@ func (l *Lease) termStarted() bool {
 // lease frees itself within its duration).
 // A Lease that still holds a valid lease returns [ErrAlreadyHeld].
 func (l *Lease) Acquire(ctx context.Context) (Token, error) {
+	if err := l.initErr(); err != nil {
+		return Token{}, err
+	}
 	return l.acquireWithin(ctx, l.cfg.duration)
 }
 
@@ -394,6 +424,9 @@ func (l *Lease) ensure(ctx, actx context.Context, notFound error) error {
 // lease ID returns an error wrapping [ErrLeaseLost] (or [ErrLeaseBroken]) at
 // once.
 func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
@@ -475,6 +508,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 // deadline), a later Release (or Acquire) tries again; meanwhile the lease
 // is not held, and it frees itself when it expires.
 func (l *Lease) Release(ctx context.Context) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	return l.release(ctx, l.cfg.markRelease)
@@ -545,6 +581,9 @@ func (l *Lease) releaseID(ctx context.Context, id string, limit time.Time, unsur
 // Lease held the lease, it no longer does. Breaking a blob that has no lease
 // returns 0 and nil.
 func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration, error) {
+	if err := l.initErr(); err != nil {
+		return 0, err
+	}
 	if period < 0 || period > MaxDuration || period%time.Second != 0 {
 		return 0, optionErr("period", "%v: must be whole seconds from 0s to 60s", period)
 	}
@@ -588,8 +627,12 @@ func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration,
 // until an Acquire call uses it, and after a failed call only if every
 // request carrying it was answered; otherwise (a lost answer, a cancelled
 // request) it is never proposed again, and NextLeaseID returns a new one.
-// Treat it as a secret: whoever knows it can hold the lease.
+// Treat it as a secret: whoever knows it can hold the lease. A Lease not
+// created with NewLease returns "".
 func (l *Lease) NextLeaseID() string {
+	if l.initErr() != nil {
+		return "" // a Lease not created with NewLease acquires nothing
+	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
@@ -613,6 +656,9 @@ func (l *Lease) NextLeaseID() string {
 // happened; this Lease gives its old lease ID back at its next Release or
 // Acquire, and the lease otherwise expires on its own.
 func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	canon, ok := azname.GUID(proposedID)
 	if !ok {
 		return optionErr("proposedID", "%q: must be a GUID", proposedID)

@@ -251,6 +251,9 @@ func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status
 // failures for at most 2 × AttemptTimeout (6 s by default) and never past
 // ctx's deadline.
 func (l *Lease) Inspect(ctx context.Context) (Status, error) {
+	if err := l.initErr(); err != nil {
+		return Status{}, err
+	}
 	return l.inspect(ctx, time.Now().Add(2*l.cfg.attemptTimeout))
 }
 

@@ -34,7 +34,8 @@ const MaxSlots = 256
 // Every process must use the same n for a name. A process that uses a
 // larger n admits more holders; one that uses a smaller n only sees fewer
 // slots. A Semaphore is safe for concurrent use; each Acquire or TryAcquire
-// is a separate holder.
+// is a separate holder. A zero or nil Semaphore is not usable: its methods
+// return [ErrNotInitialized] (Slots returns 0).
 type Semaphore struct {
 	name  string
 	slots []*Mutex
@@ -73,7 +74,21 @@ func NewSemaphore(cc *container.Client, name string, n int, opts *MutexOptions) 
 }
 
 // Slots returns n, the most holders the Semaphore admits at once.
-func (s *Semaphore) Slots() int { return len(s.slots) }
+func (s *Semaphore) Slots() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.slots)
+}
+
+// initErr is ErrNotInitialized, naming the constructor, for a zero or nil
+// Semaphore.
+func (s *Semaphore) initErr() error {
+	if s == nil || len(s.slots) == 0 {
+		return fmt.Errorf("%w: a zero or nil azlease.Semaphore cannot be used; use NewSemaphore", ErrNotInitialized)
+	}
+	return nil
+}
 
 // TryAcquire takes a free slot if there is one, without waiting for a
 // holder: ok is false and err is nil when every slot is held, a normal
@@ -85,6 +100,9 @@ func (s *Semaphore) Slots() int { return len(s.slots) }
 // The Lock's context ends when the slot is lost; it carries ctx's values but
 // not its cancellation. Unlock it to free the slot.
 func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err error) {
+	if err := s.initErr(); err != nil {
+		return nil, false, err
+	}
 	n := len(s.slots)
 	start := mrand.IntN(n)
 	for k := range n {
@@ -107,6 +125,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 // until ctx ends, and the error then says what the last one was; other
 // failures are returned at once.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	if err := s.initErr(); err != nil {
+		return nil, err
+	}
 	var last error
 	for {
 		lock, ok, err := s.TryAcquire(ctx)
@@ -147,5 +168,10 @@ func (s *Semaphore) waitErr(ctx context.Context, last error) error {
 }
 
 // Name returns the name of the lock blob the Lock holds: the Mutex's name,
-// or for a [Semaphore], the slot's ([SlotName]).
-func (lk *Lock) Name() string { return lk.lease.t.blob }
+// or for a [Semaphore], the slot's ([SlotName]); "" for a zero or nil Lock.
+func (lk *Lock) Name() string {
+	if lk == nil || lk.lease == nil {
+		return ""
+	}
+	return lk.lease.t.blob
+}
