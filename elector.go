@@ -44,7 +44,8 @@ type LeaderInfo struct {
 	Leased bool
 	// Holder is the leader's identity (ElectorOptions.Identity).
 	Holder string
-	// Epoch is the term's fencing epoch.
+	// Epoch is the term's fencing epoch, the Elector's lock blob's (see
+	// [Token]: epochs of different lock blobs do not compare).
 	Epoch uint64
 	// Acquired is when the term began, by the holder's wall clock; for
 	// display only.

@@ -272,7 +272,7 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration) (Token,
 	l.prevUnreleased = prev.epoch > 0 && !prev.released
 	tok := l.token
 	l.mu.Unlock()
-	l.cfg.log.Info("azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
+	l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
 	return tok, nil
 }
 
@@ -535,7 +535,7 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 	err := l.releaseID(ctx, id, limit, state != held)
 	switch {
 	case err == nil && state == held:
-		l.cfg.log.Info("azlease: released")
+		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: released")
 	case err != nil && !errors.Is(err, ErrLeaseLost):
 		// The lease may still be held under id: keep it, never for a
 		// term, so that a later Release or Acquire gives it back.
@@ -614,7 +614,7 @@ func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration,
 		id := l.id
 		l.mu.Unlock()
 		l.markLost(id, l.errorf("break", ErrLeaseBroken, errors.New("broken by this Lease's own Break")))
-		l.cfg.log.Info("azlease: broke the lease", slog.Duration("acquirable_in", remaining))
+		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: broke the lease", slog.Duration("acquirable_in", remaining))
 	}
 	return remaining, err
 }
@@ -701,7 +701,7 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 	})
 	switch {
 	case err == nil:
-		l.cfg.log.Info("azlease: handed the lease off")
+		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: handed the lease off")
 	case !errors.Is(err, ErrLeaseLost):
 		l.mu.Lock()
 		if l.state == notHeld && l.id == "" {

@@ -27,7 +27,8 @@ import (
 //
 // A Mutex is safe for concurrent use. Each Lock or TryLock is a separate
 // holder with its own lease, so two goroutines of one process exclude each
-// other as two processes do.
+// other as two processes do. A Lock's fencing epoch is its lock blob's:
+// epochs of two Mutexes do not compare (see [Token]).
 type Mutex struct {
 	t   target
 	cfg holdConfig
@@ -200,7 +201,8 @@ func lastAttempt(err error) error {
 }
 
 // Unlock releases the lock so another holder can take it at once; the lock's
-// context ends first (cause [ErrStopped]). It returns an error wrapping
+// context ends first (cause [ErrStopped]), and the release is marked clean
+// in the lock blob ([Status.Released], one write before the release). It returns an error wrapping
 // [ErrLeaseLost] if the lock was lost while held, because then the critical
 // section may not have been exclusive to its end; a newer holder is never
 // affected.

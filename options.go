@@ -112,10 +112,21 @@ type leaseConfig struct {
 	log            *slog.Logger
 	meters         metric.MeterProvider
 	noLockName     bool
-	// markRelease writes a clean-release marker before releasing (Elector).
+	// markRelease writes a clean-release marker before releasing (Elector,
+	// Mutex, DoOnce; not a bare Lease).
 	markRelease bool
 	// role names the holder kind in metrics: lease, elector, mutex, once.
 	role string
+}
+
+// transitions is the level of a Lease's own lines (acquired, released,
+// handed off, broke): Info for a bare Lease, Debug for the Lease of an
+// Elector, Mutex or DoOnce, which log their own transitions at Info.
+func (c leaseConfig) transitions() slog.Level {
+	if c.role == "lease" {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 // config validates o. Errors name fields with prefix (LeaseOptions.,
@@ -605,6 +616,7 @@ func (o *MutexOptions) config() (holdConfig, error) {
 		return hc, err
 	}
 	hc.lease.role = "mutex"
+	hc.lease.markRelease = true
 	if hc.maxHold, err = bounded("MutexOptions.MaxHold", o.MaxHold, 0, 0, MaxWait); err != nil {
 		return hc, err
 	}
@@ -711,6 +723,7 @@ func (o *DoOnceOptions) config() (onceConfig, error) {
 		return onceConfig{}, err
 	}
 	hc.lease.role = "once"
+	hc.lease.markRelease = true
 	if hc.unreachable, err = unreachableBound("DoOnceOptions.UnreachableTimeout", o.UnreachableTimeout); err != nil {
 		return onceConfig{}, err
 	}

@@ -29,7 +29,8 @@ const MaxSlots = 256
 // its own context that ends when the slot is lost, and its own fencing
 // token. Epochs count per slot, so a token fences writes among the holders
 // of one slot ([Lock.Name] says which): use the slot's name and epoch
-// together when the systems written to must reject stale holders.
+// together when the systems written to must reject stale holders (see
+// [Token]).
 //
 // Every process must use the same n for a name. A process that uses a
 // larger n admits more holders; one that uses a smaller n only sees fewer
