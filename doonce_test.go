@@ -757,3 +757,59 @@ func TestResetOnceNothingToReset(t *testing.T) {
 		require.ErrorIs(t, azlease.ResetOnce(ctx, e.client("op"), "k", nil), azlease.ErrNothingToReset, "already reset")
 	})
 }
+
+// TestDoOnceSettleReleasesBeforeTrustingARead: a read of the marker is not
+// final while the runner's lease ID may still act. Here the runner's first
+// renewal and its write marking the key done both get no answer and arrive
+// late, and the runner is cut off past its deadline. When it can reach
+// storage again its lease has expired and the marker says running; but the
+// late renewal revives the expired lease (Azure renews an expired lease for
+// its ID if nobody leased the blob since), and the late write then marks the
+// key done. Trusting that first read would answer "not recorded" for a key
+// that ends up done by this runner, with no Ran true anywhere (here the
+// runner's releases fail until 30 s in, so that it cannot release the ID
+// before the late requests arrive). Releasing the lease ID before trusting
+// a read makes the answer and the marker agree whatever lands when: here
+// the late write marks the key done, and the runner, still trying to
+// release, then reads that and answers Ran true.
+func TestDoOnceSettleReleasesBeforeTrustingARead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		t0 := time.Now()
+		var renewed, doneSent, cut atomic.Bool
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client != "runner" {
+				return azleasetest.Fault{}
+			}
+			switch {
+			case r.Op == azleasetest.OpRenewLease && renewed.CompareAndSwap(false, true):
+				cut.Store(true)
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 18 * time.Second} // given up 5.5 to 6 s in: lands by 24 s
+			case r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == "done" && doneSent.CompareAndSwap(false, true):
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 20 * time.Second} // sent 6 s in, given up at 9 s: lands 29 s in
+			case cut.Load() && time.Since(t0) < 18*time.Second:
+				return azleasetest.Fault{Action: azleasetest.Hang}
+			case r.Op == azleasetest.OpReleaseLease && time.Since(t0) < 30*time.Second:
+				return azleasetest.Fault{Action: azleasetest.Fail} // 503: released only later
+			}
+			return azleasetest.Fault{}
+		})
+		res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+			func(context.Context, azlease.Token) error {
+				time.Sleep(6 * time.Second) // after the first renewal (2.5 to 5 s in)
+				return nil
+			})
+		require.True(t, doneSent.Load())
+		time.Sleep(time.Until(t0.Add(time.Minute))) // every late request has landed, or failed
+		st, ierr := azlease.InspectOnce(context.Background(), e.client("x"), "k", nil)
+		require.NoError(t, ierr)
+		if st.State == azlease.OnceDone {
+			require.NoError(t, err)
+			assert.True(t, res.Ran, "the marker says done by this runner: it must say Ran")
+		} else {
+			require.ErrorContains(t, err, "could not be recorded")
+			assert.False(t, res.Ran)
+		}
+		assert.Equal(t, azlease.OnceDone, st.State, "the late write landed before the release")
+	})
+}
