@@ -342,7 +342,7 @@ func (o *once) do(ctx context.Context, fn func(ctx context.Context, tok Token) e
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
-				return OnceResult{}, err
+				return OnceResult{}, o.ended(ctx, err)
 			}
 			if !errors.Is(err, ErrTransient) {
 				return OnceResult{}, err
@@ -362,12 +362,18 @@ func (o *once) do(ctx context.Context, fn func(ctx context.Context, tok Token) e
 			return OnceResult{}, fmt.Errorf("azlease: once %q: %w", o.key, err)
 		}
 		if !sleepCtx(ctx, timing.Jitter(o.cfg.poll, o.cfg.jitter, mrand.Float64())) {
-			if last != nil {
-				return OnceResult{}, fmt.Errorf("azlease: once %q: %w; last attempt: %w", o.key, context.Cause(ctx), lastAttempt(last))
-			}
-			return OnceResult{}, fmt.Errorf("azlease: once %q: %w", o.key, context.Cause(ctx))
+			return OnceResult{}, o.ended(ctx, last)
 		}
 	}
+}
+
+// ended is the error of a call whose ctx ended: its cause, and the last
+// failed attempt if there was one (last may be nil).
+func (o *once) ended(ctx context.Context, last error) error {
+	if last != nil {
+		return fmt.Errorf("azlease: once %q: %w; last attempt: %w", o.key, context.Cause(ctx), lastAttempt(last))
+	}
+	return fmt.Errorf("azlease: once %q: %w", o.key, context.Cause(ctx))
 }
 
 // once is one DoOnce, InspectOnce or ResetOnce call on a key.
@@ -456,6 +462,8 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	switch {
 	case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrTransient) && ctx.Err() == nil:
 		return OnceResult{}, false, nil
+	case err != nil && ctx.Err() != nil:
+		return OnceResult{}, true, o.ended(ctx, err)
 	case err != nil:
 		return OnceResult{}, true, err
 	}
