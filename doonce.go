@@ -564,7 +564,11 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 // term's epoch. Until then settle retries, releasing and reading, until ctx
 // ends or storage has been unreachable for UnreachableTimeout; a ctx that
 // has ended already leaves one round. The done marker of this term is the
-// answer as soon as it is read: nothing of this runner's can undo it.
+// answer as soon as it is read: nothing of this runner's can undo it. (Not
+// covered: an attempt of the acquisition that began this term, whose
+// retries reuse its lease ID, applied late after the release: it would
+// grant the ID again. That needs two requests of one term applied late,
+// the second after the first.)
 func (o *once) settle(ctx context.Context, tok Token, werr error) (OnceResult, bool, error) {
 	o.log.Warn("azlease: once: fn completed but marking the key done failed; finding out whether it was recorded", slog.Any("error", werr))
 	sctx, rounds := ctx, 0

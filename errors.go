@@ -371,6 +371,18 @@ func hostNotFound(err error) bool {
 	return errors.As(err, &dns) && dns.IsNotFound
 }
 
+// lastAttempt is the failure of the last attempt inside err: the *Error it
+// wraps, when it wraps one. A try cut short by the caller's context already
+// says "ctx ended; last attempt: …", which the waiting loops would
+// otherwise repeat.
+func lastAttempt(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
+}
+
 // asHeld turns the *Error of a lease lost right after it was acquired
 // (broken or taken before its term could start) into "held elsewhere":
 // for the caller, nobody's term was interrupted and it may wait and retry.

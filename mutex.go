@@ -137,7 +137,9 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration) (lo
 
 // Lock waits until it takes the mutex or ctx ends, trying every
 // PollInterval (with jitter). Errors that persist are returned, except
-// transient ones, which it keeps retrying until ctx ends.
+// transient ones, which it keeps retrying until ctx ends, or until every
+// request has failed for MutexOptions.UnreachableTimeout (1 minute by
+// default): then it returns an error wrapping [ErrUnreachable].
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 	if err := m.initErr(); err != nil {
 		return nil, err
@@ -188,24 +190,12 @@ func (m *Mutex) unreachable() error {
 	return nil
 }
 
-// lastAttempt is the failure of the last attempt inside err: the *Error it
-// wraps, when it wraps one. A try cut short by the caller's context already
-// says "ctx ended; last attempt: …", which the waiting loops would
-// otherwise repeat.
-func lastAttempt(err error) error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return err
-}
-
 // Unlock releases the lock so another holder can take it at once; the lock's
 // context ends first (cause [ErrStopped]), and the release is marked clean
-// in the lock blob ([Status.Released], one write before the release). It returns an error wrapping
-// [ErrLeaseLost] if the lock was lost while held, because then the critical
-// section may not have been exclusive to its end; a newer holder is never
-// affected.
+// in the lock blob ([Status.Released], one write before the release). It
+// returns an error wrapping [ErrLeaseLost] if the lock was lost while held,
+// because then the critical section may not have been exclusive to its
+// end; a newer holder is never affected.
 //
 // Unlock sends its release even when ctx has already ended (at shutdown, a
 // deferred Unlock often gets a cancelled context): it then makes one attempt

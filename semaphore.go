@@ -123,8 +123,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 // Acquire waits until it takes a slot or ctx ends, trying every
 // PollInterval (with jitter). Waiters are not served in order: whichever
 // polls first after a slot frees takes it. Transient failures are retried
-// until ctx ends, and the error then says what the last one was; other
-// failures are returned at once.
+// until ctx ends, and the error then says what the last one was, or until
+// every request has failed for MutexOptions.UnreachableTimeout (an error
+// wrapping [ErrUnreachable]); other failures are returned at once.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	if err := s.initErr(); err != nil {
 		return nil, err
