@@ -514,7 +514,11 @@ func (e *Elector) refused(ctx context.Context, err error) bool {
 	e.mu.Lock()
 	e.runErr = err
 	e.mu.Unlock()
-	e.log.Error("azlease: storage refused the elector's first requests; stopping", slog.Any("error", err))
+	msg := "azlease: storage refused the elector's first requests; stopping"
+	if errors.Is(err, ErrEndpointNotFound) {
+		msg = "azlease: the storage endpoint's host name does not resolve; stopping"
+	}
+	e.log.Error(msg, slog.Any("error", err))
 	return true
 }
 

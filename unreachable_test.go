@@ -220,5 +220,13 @@ func TestHostNotFoundIsNamed(t *testing.T) {
 		assert.Contains(t, err.Error(), "no such host")
 		assert.Equal(t, int64(1), tr.requests.Load(), "not retried")
 		assert.Equal(t, 1, logs.count("level=ERROR", "does not resolve"), logs.String())
+
+		var elogs logBuffer
+		el, err := azlease.NewElector(failingClient(t, tr), "leader", &azlease.ElectorOptions{Logger: elogs.logger()})
+		require.NoError(t, err)
+		err = el.Run(context.Background(), nil)
+		require.ErrorIs(t, err, azlease.ErrEndpointNotFound, "a fleet with a misspelt account fails at start-up")
+		assert.Equal(t, 0, elogs.count("refused"), elogs.String())
+		assert.Equal(t, 2, elogs.count("level=ERROR", "does not resolve"), elogs.String())
 	})
 }
