@@ -60,6 +60,14 @@
 // itself ([Lease.SetMetadata], [Lease.Write]) are checked by Azure against
 // the lease ID, so a former holder cannot overwrite a newer one's state.
 //
+// Epochs count per lock blob. Each Elector, Mutex, Semaphore slot and
+// DoOnce key has its own lock blob, and its epochs order its own terms
+// only: they look alike across blobs (all start near the blob's creation
+// time in milliseconds) but do not compare. When one fenced store takes
+// writes from the holders of several lock blobs, fence per (lock blob,
+// epoch) pair: keep the highest epoch seen for each lock name, and reject
+// a write whose epoch is lower than the one kept for its own lock.
+//
 // Epochs are large numbers: the first term on a lock blob gets the blob's
 // creation time on Azure's clock, in milliseconds since 1970, plus one;
 // later terms count up from there. So if a lock blob is deleted and created
@@ -80,7 +88,8 @@
 // mutual exclusion under the timing assumptions above; they do not give it
 // against pauses. For anything that must never be done twice or out of
 // order, pass [Token.Epoch] to the system you write to and have it reject
-// writes with an epoch lower than the highest it has seen. That fencing is
+// writes with an epoch lower than the highest it has seen for the same lock
+// (see [Token]). That fencing is
 // what makes the lease safe for correctness rather than only for efficiency.
 //
 // A system suspend stops the monotonic clock on Linux, so a process resumed
@@ -98,7 +107,12 @@
 //
 // Each lease operation is one Azure "other" transaction. A leader renews
 // every RenewInterval and a follower polls every PollInterval, so with the
-// defaults (5 s) each instance makes about 520,000 requests a month.
+// defaults (5 s) each instance makes about 520,000 requests a month. Each
+// term also writes the lock blob's metadata once when it begins (the
+// epoch), and, for an Elector, a Mutex (or Semaphore) and DoOnce, once
+// more just before its release, to record that it released cleanly
+// ([Status.Released]); a bare [Lease] does not, and a hand-off is not a
+// release.
 // Renewals come up to 10 % early (the first after an acquisition up to
 // half an interval early), so that leases taken together do not renew
 // together.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/azlease/azlease/internal/timing"
@@ -38,7 +39,19 @@ type OnceStatus struct {
 	// InspectOnce then fail with an error wrapping [ErrOnceCorrupt] until
 	// [ResetOnce] clears it.
 	Attempts int
-	// Epoch is the fencing epoch of the term that wrote the marker.
+	// MaxAttempts is the attempt limit recorded for the key with its first
+	// attempt: the MaxAttempts (from 1 to 1000) of the DoOnce call that
+	// made it. The first value recorded wins: every later DoOnce on the key
+	// uses it instead of its own DoOnceOptions.MaxAttempts (and logs a
+	// warning when the two differ), until [ResetOnce] clears the marker.
+	// Zero means none is recorded: the key was never attempted, or its
+	// marker was written by an azlease that did not record it (the next
+	// attempt records its caller's). A recorded value outside 1 to 1000 (or
+	// not a number) makes the marker corrupt.
+	MaxAttempts int
+	// Epoch is the fencing epoch of the term that wrote the marker. Epochs
+	// count per lock blob: this one is the marker blob's, comparable only
+	// with other epochs of the same key (see [Token]).
 	Epoch uint64
 	// Time is when the marker was written, by the writer's wall clock.
 	Time time.Time
@@ -70,14 +83,36 @@ var ErrOnceCorrupt = errors.New("azlease: corrupt DoOnce marker")
 // OnceFailedError means a DoOnce key has used up its attempts: every caller
 // gets it until the marker is reset ([ResetOnce]).
 type OnceFailedError struct {
-	Key       string
-	Attempts  int
-	Holder    string // who made the last attempt
-	LastError string
+	Key      string
+	Attempts int
+	// MaxAttempts is the limit that applied: the one recorded with the
+	// key's first attempt ([OnceStatus.MaxAttempts]), or, when none is
+	// recorded, this caller's DoOnceOptions.MaxAttempts.
+	MaxAttempts int
+	// CallerMaxAttempts is this caller's DoOnceOptions.MaxAttempts (3 when
+	// zero); the error's text says so when it is not the limit that
+	// applied.
+	CallerMaxAttempts int
+	Holder            string // who made the last attempt
+	LastError         string
 }
 
 func (e *OnceFailedError) Error() string {
-	return fmt.Sprintf("azlease: once %q failed after %d attempts (last by %s: %s)", e.Key, e.Attempts, e.Holder, e.LastError)
+	if e == nil {
+		return "<nil>"
+	}
+	attempts := "attempts"
+	if e.Attempts == 1 {
+		attempts = "attempt"
+	}
+	limit := ""
+	switch {
+	case e.MaxAttempts > 0 && e.CallerMaxAttempts > 0 && e.CallerMaxAttempts != e.MaxAttempts:
+		limit = fmt.Sprintf(" (MaxAttempts %d, recorded with the key's first attempt; this caller's %d does not apply)", e.MaxAttempts, e.CallerMaxAttempts)
+	case e.MaxAttempts > 0:
+		limit = fmt.Sprintf(" (MaxAttempts %d)", e.MaxAttempts)
+	}
+	return fmt.Sprintf("azlease: once %q failed after %d %s%s; last by %s: %s", e.Key, e.Attempts, attempts, limit, e.Holder, e.LastError)
 }
 
 // Unwrap returns ErrOnceFailed.
@@ -92,9 +127,14 @@ const (
 	metaOnceEpoch    = "azleaseonceepoch"
 	metaOnceTime     = "azleaseoncetime"
 	metaOnceError    = "azleaseonceerror"
+	metaOnceLimit    = "azleaseoncemaxattempts"
 )
 
-var onceKeys = []string{metaOnceState, metaOnceHolder, metaOnceAttempts, metaOnceEpoch, metaOnceTime, metaOnceError}
+var onceKeys = []string{metaOnceState, metaOnceHolder, metaOnceAttempts, metaOnceEpoch, metaOnceTime, metaOnceError, metaOnceLimit}
+
+// maxOnceAttempts is the largest DoOnceOptions.MaxAttempts, and so the
+// largest limit a valid marker records.
+const maxOnceAttempts = 1000
 
 // maxErrorText bounds the error text kept in the marker, in bytes (metadata
 // is 8 KiB in all).
@@ -106,17 +146,21 @@ const maxErrorText = 1024
 const maxMarkerAttempts = 1_000_000
 
 // parseMarker reads a DoOnce marker from metadata. The control fields, which
-// decide whether fn may run (state and attempts), must both be present and
-// valid, or both absent (no marker: pending); anything else is corrupt, an
-// error wrapping ErrOnceCorrupt. The informational fields (holder, epoch,
-// time, error text) read as absent when malformed. A pending marker with no
-// attempts and no error reads as no marker, as withMarker writes it, so that
-// parseMarker(withMarker(md, st)) == st for every st parseMarker returns.
+// decide whether fn may run (state, attempts and the recorded limit), are
+// checked: state and attempts must both be present and valid, or, with the
+// limit, all absent (no marker: pending); the limit is optional (markers of
+// older versions lack it) but valid when present. Anything else is corrupt,
+// an error wrapping ErrOnceCorrupt. The informational fields (holder,
+// epoch, time, error text) read as absent when malformed. A pending marker
+// with no attempts, no error and no limit reads as no marker, as withMarker
+// writes it, so that parseMarker(withMarker(md, st)) == st for every st
+// parseMarker returns.
 func parseMarker(md map[string]*string) (OnceStatus, error) {
 	st := OnceStatus{State: OncePending}
 	state, hasState := lookup(md, metaOnceState)
 	attempts, hasAttempts := lookup(md, metaOnceAttempts)
-	if hasState || hasAttempts {
+	limit, hasLimit := lookup(md, metaOnceLimit)
+	if hasState || hasAttempts || hasLimit {
 		switch s := OnceState(state); {
 		case !hasState:
 			return OnceStatus{}, corruptMarker(metaOnceState, "is missing")
@@ -133,6 +177,13 @@ func parseMarker(md map[string]*string) (OnceStatus, error) {
 			return OnceStatus{}, corruptMarker(metaOnceAttempts, fmt.Sprintf("is %q, not a whole number from 0 to %d", echo(attempts), maxMarkerAttempts))
 		}
 		st.Attempts = n
+		if hasLimit {
+			n, err := strconv.Atoi(limit)
+			if err != nil || n < 1 || n > maxOnceAttempts {
+				return OnceStatus{}, corruptMarker(metaOnceLimit, fmt.Sprintf("is %q, not a whole number from 1 to %d", echo(limit), maxOnceAttempts))
+			}
+			st.MaxAttempts = n
+		}
 	}
 	if v, ok := lookup(md, metaOnceHolder); ok {
 		st.Holder, _ = url.QueryUnescape(v)
@@ -149,10 +200,16 @@ func parseMarker(md map[string]*string) (OnceStatus, error) {
 		e, _ := url.QueryUnescape(v)
 		st.LastError = clipError(e)
 	}
-	if st.State == OncePending && st.Attempts == 0 && st.LastError == "" {
+	if noMarker(st) {
 		return OnceStatus{State: OncePending}, nil // a reset marker is no marker
 	}
 	return st, nil
+}
+
+// noMarker reports whether st records nothing: pending, no attempts, no
+// error and no limit. withMarker writes no marker keys for it.
+func noMarker(st OnceStatus) bool {
+	return st.State == OncePending && st.Attempts == 0 && st.LastError == "" && st.MaxAttempts == 0
 }
 
 // corruptMarker is the error for a marker whose control field name has
@@ -188,7 +245,7 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 			out[k] = v
 		}
 	}
-	if st.State == OncePending && st.Attempts == 0 && st.LastError == "" {
+	if noMarker(st) {
 		return out // a reset marker is no marker
 	}
 	set := func(k, v string) { out[k] = &v }
@@ -200,30 +257,51 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 	if st.LastError != "" {
 		set(metaOnceError, url.QueryEscape(clipError(st.LastError)))
 	}
+	if st.MaxAttempts > 0 {
+		set(metaOnceLimit, strconv.Itoa(st.MaxAttempts))
+	}
 	return out
 }
 
 // DoOnce runs fn so that, across every process calling DoOnce with the same
 // key, fn completes successfully once: the first caller to take the key's
-// lease runs it, and the others wait (polling, bounded by their ctx) until it
-// is done, then learn by whom and when. Use a key per deployment, such as
-// "migrate-" + version: a key that is done stays done (until [ResetOnce]).
+// lease runs it, and the others wait (polling, bounded by their ctx and by
+// DoOnceOptions.UnreachableTimeout) until it is done, then learn by whom and
+// when. Use a key per deployment, such as "migrate-" + version: a key that
+// is done stays done (until [ResetOnce]).
 //
 // fn gets a context that ends if the lease is lost (or ctx ends), and the
 // fencing [Token] of its term. The guarantee is at-least-once with exclusion:
 // no two runs of fn overlap while the timing assumptions in the package
 // documentation hold, but fn may run more than once if a runner dies (or
 // loses its lease) after its side effects and before it marks the key done.
-// Make fn's side effects idempotent, or guard them with the token's epoch.
+// Make fn's side effects idempotent, or guard them with the token's epoch
+// (the marker blob's: see [Token] on comparing epochs).
 //
 // If a runner dies, its lease expires and a waiting caller takes over; the
 // attempt counts. If fn returns an error, the caller that ran it gets the
 // error, the marker records the failure, and another waiting caller retries,
 // until MaxAttempts attempts have been made: then every caller gets a
-// [*OnceFailedError]. The marker is written only under the lease, so a
-// runner that lost its lease cannot mark the key done. The caller whose fn
-// failed gets, along with fn's error, the marker as it recorded the failure
-// (OnceResult.Status).
+// [*OnceFailedError]. The limit is the first caller's: it is recorded with
+// the key's first attempt ([OnceStatus.MaxAttempts]). The marker is written
+// only under the lease, so a runner that lost its lease cannot mark the key
+// done. The caller whose fn failed gets, along with fn's error, the marker
+// as it recorded the failure (OnceResult.Status), or the zero OnceStatus if
+// the failure could not be recorded (the next runner then counts the
+// attempt as one whose runner died).
+//
+// When fn completed but the write marking the key done failed without a
+// definitive answer (its answer lost, storage unreachable), the write may
+// still have been applied, or may be applied later while the lease ID is
+// still the key's. DoOnce then settles it before answering: it releases the
+// lease ID (after which no write carrying it can be applied) and reads the
+// marker, retrying until it learns the outcome. It returns Ran true if the
+// marker says done in this runner's term; Ran false and nil if another
+// runner completed the key meanwhile (this call's fn ran too); an error
+// saying the completion could not be recorded if it was not; and an error
+// saying it may not have been recorded only if storage stayed unreachable
+// for UnreachableTimeout, or ctx ended (a ctx that had ended before fn
+// returned leaves one round of release and read).
 func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
@@ -264,7 +342,7 @@ func (o *once) do(ctx context.Context, fn func(ctx context.Context, tok Token) e
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
-				return OnceResult{}, err
+				return OnceResult{}, o.ended(ctx, err)
 			}
 			if !errors.Is(err, ErrTransient) {
 				return OnceResult{}, err
@@ -273,28 +351,52 @@ func (o *once) do(ctx context.Context, fn func(ctx context.Context, tok Token) e
 			o.log.Debug("azlease: once: poll failed", slog.Any("error", err))
 		case st.State == OnceDone:
 			return OnceResult{Status: st}, nil
-		case (st.State == OnceFailed || st.State == OncePending) && st.Attempts >= o.cfg.maxAttempts:
+		case (st.State == OnceFailed || st.State == OncePending) && st.Attempts >= o.limit(st):
 			return OnceResult{}, o.failed(st)
 		case !st.Locked:
 			if res, done, err := o.run(ctx, fn); done {
 				return res, err
 			}
 		}
+		if err := o.lease.health.unreachable(time.Now(), o.cfg.unreachable, o.t.endpoint()); err != nil {
+			return OnceResult{}, fmt.Errorf("azlease: once %q: %w", o.key, err)
+		}
 		if !sleepCtx(ctx, timing.Jitter(o.cfg.poll, o.cfg.jitter, mrand.Float64())) {
-			if last != nil {
-				return OnceResult{}, fmt.Errorf("azlease: once %q: %w; last attempt: %w", o.key, context.Cause(ctx), last)
-			}
-			return OnceResult{}, fmt.Errorf("azlease: once %q: %w", o.key, context.Cause(ctx))
+			return OnceResult{}, o.ended(ctx, last)
 		}
 	}
 }
 
+// ended is the error of a call whose ctx ended: its cause, and the last
+// failed attempt if there was one (last may be nil).
+func (o *once) ended(ctx context.Context, last error) error {
+	if last != nil {
+		return fmt.Errorf("azlease: once %q: %w; last attempt: %w", o.key, context.Cause(ctx), lastAttempt(last))
+	}
+	return fmt.Errorf("azlease: once %q: %w", o.key, context.Cause(ctx))
+}
+
+// once is one DoOnce, InspectOnce or ResetOnce call on a key.
 type once struct {
 	key   string
 	t     target
 	cfg   onceConfig
 	lease *Lease
 	log   *slog.Logger
+
+	// unstarted is this call's own claim of an attempt whose "running"
+	// write failed without a definitive answer, so that fn never ran: if
+	// the call later finds that claim in the marker, it is not an attempt
+	// whose runner died, and does not count.
+	unstarted *claim
+	warned    bool // the recorded limit's mismatch with this caller's was logged
+}
+
+// claim is a "running" marker a call wrote (or may have written) over prev.
+type claim struct {
+	prev    OnceStatus
+	epoch   uint64
+	attempt int
 }
 
 func newOnce(cc *container.Client, key string, opts *DoOnceOptions) (*once, error) {
@@ -314,20 +416,43 @@ func newOnce(cc *container.Client, key string, opts *DoOnceOptions) (*once, erro
 }
 
 func (o *once) status(ctx context.Context, limit time.Time) (OnceStatus, error) {
+	m, _, err := o.read(ctx, limit)
+	return m, err
+}
+
+// read reads the marker and the lock blob's epoch (the latest term's), with
+// no lease, retrying transient failures until limit.
+func (o *once) read(ctx context.Context, limit time.Time) (OnceStatus, uint64, error) {
 	st, err := o.lease.inspect(ctx, limit)
 	if err != nil {
-		return OnceStatus{}, err
+		return OnceStatus{}, 0, err
 	}
 	m, err := parseMarker(st.raw)
 	if err != nil {
-		return OnceStatus{}, opError("read", o.t.container, o.t.blob, ErrPermanent, err)
+		return OnceStatus{}, 0, opError("read", o.t.container, o.t.blob, ErrPermanent, err)
 	}
 	m.Locked = st.Leased
-	return m, nil
+	return m, st.Epoch, nil
+}
+
+// limit is the attempt limit that applies to the key whose marker is st:
+// the one recorded with its first attempt, else this caller's. A mismatch
+// is logged once per call.
+func (o *once) limit(st OnceStatus) int {
+	if st.MaxAttempts == 0 {
+		return o.cfg.maxAttempts
+	}
+	if st.MaxAttempts != o.cfg.maxAttempts && !o.warned {
+		o.warned = true
+		o.log.Warn("azlease: once: the key's MaxAttempts, recorded with its first attempt, differs from this caller's; the recorded one applies",
+			slog.Int("recorded", st.MaxAttempts), slog.Int("caller", o.cfg.maxAttempts))
+	}
+	return st.MaxAttempts
 }
 
 func (o *once) failed(st OnceStatus) error {
-	return &OnceFailedError{Key: o.key, Attempts: st.Attempts, Holder: st.Holder, LastError: st.LastError}
+	return &OnceFailedError{Key: o.key, Attempts: st.Attempts, MaxAttempts: o.limit(st), CallerMaxAttempts: o.cfg.maxAttempts,
+		Holder: st.Holder, LastError: st.LastError}
 }
 
 // run tries to take the key's lease and, if it gets it, runs fn under it. done
@@ -337,36 +462,49 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	switch {
 	case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrTransient) && ctx.Err() == nil:
 		return OnceResult{}, false, nil
+	case err != nil && ctx.Err() != nil:
+		return OnceResult{}, true, o.ended(ctx, err)
 	case err != nil:
 		return OnceResult{}, true, err
 	}
 	bg := context.WithoutCancel(ctx) // to release even if ctx has ended
 	defer func() { _ = o.lease.Release(bg) }()
+	write := func(ctx context.Context, st OnceStatus) error {
+		return o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, st) })
+	}
 
 	m, err := parseMarker(o.lease.metadata())
-	switch {
-	case err != nil:
+	if err != nil {
 		return OnceResult{}, true, opError("read", o.t.container, o.t.blob, ErrPermanent, err)
+	}
+	if u := o.unstarted; u != nil && m.State == OnceRunning && m.Epoch == u.epoch && m.Attempts == u.attempt {
+		m = u.prev // this call's own claim, whose fn never ran: not an attempt
+	}
+	o.unstarted = nil
+	limit := o.limit(m)
+	switch {
 	case m.State == OnceDone:
 		return OnceResult{Status: m}, true, nil
-	case (m.State == OnceFailed || m.State == OncePending) && m.Attempts >= o.cfg.maxAttempts:
+	case (m.State == OnceFailed || m.State == OncePending) && m.Attempts >= limit:
 		return OnceResult{}, true, o.failed(m)
-	case m.State == OnceRunning && m.Attempts >= o.cfg.maxAttempts:
+	case m.State == OnceRunning && m.Attempts >= limit:
 		// The last allowed attempt's runner died or lost its lease.
-		m.State, m.Epoch, m.Time = OnceFailed, tok.Epoch, markerTime()
+		m.State, m.Epoch, m.Time, m.MaxAttempts = OnceFailed, tok.Epoch, markerTime(), limit
 		m.LastError = fmt.Sprintf("the runner %s did not finish attempt %d (it died or lost its lease)", m.Holder, m.Attempts)
-		if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, m) }); err != nil {
+		if err := write(ctx, m); err != nil {
 			return OnceResult{}, false, nil
 		}
 		return OnceResult{}, true, o.failed(m)
 	}
 
 	attempt := m.Attempts + 1
-	running := OnceStatus{State: OnceRunning, Holder: o.cfg.lease.identity, Attempts: attempt, Epoch: tok.Epoch, Time: markerTime()}
-	if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, running) }); err != nil {
+	running := OnceStatus{State: OnceRunning, Holder: o.cfg.lease.identity, Attempts: attempt, MaxAttempts: limit, Epoch: tok.Epoch, Time: markerTime()}
+	if err := write(ctx, running); err != nil {
 		if errors.Is(err, ErrPermanent) {
 			return OnceResult{}, true, err
 		}
+		// The claim may have been recorded although fn will not run.
+		o.unstarted = &claim{prev: m, epoch: tok.Epoch, attempt: attempt}
 		return OnceResult{}, false, nil // lost or out of time: look again
 	}
 	o.log.Info("azlease: once: running", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
@@ -390,27 +528,109 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		// and the next runner counts the attempt as one whose runner died.
 		// A run that completed despite the cancellation is recorded below.)
 		back := m
+		back.MaxAttempts = limit // recorded with this attempt: it stays the key's
 		back.LastError = fmt.Sprintf("attempt %d by %s was abandoned by its caller", attempt, o.cfg.lease.identity)
-		if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, back) }); err != nil {
+		if err := write(bg, back); err != nil {
 			o.log.Warn("azlease: once: could not undo an abandoned attempt", slog.Any("error", err))
 		}
 		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned by its caller: %w", o.key, attempt, errors.Join(context.Cause(ctx), ferr))
 	case ferr != nil:
 		failed := running
 		failed.State, failed.Time, failed.LastError = OnceFailed, markerTime(), clipError(ferr.Error())
-		if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, failed) }); err != nil {
-			o.log.Warn("azlease: once: could not record the failure", slog.Any("error", err))
-		}
 		o.log.Info("azlease: once: attempt failed", slog.Int("attempt", attempt), slog.Any("error", ferr))
+		if err := write(bg, failed); err != nil {
+			// Whether it was recorded is unknown: do not claim it was.
+			o.log.Warn("azlease: once: could not record the failure; the next runner counts the attempt as one whose runner died", slog.Any("error", err))
+			return OnceResult{}, true, ferr
+		}
 		return OnceResult{Status: failed}, true, ferr
 	}
 	doneSt := running
 	doneSt.State, doneSt.Time = OnceDone, markerTime()
-	if err := o.lease.updateMetadata(bg, func(md map[string]*string) map[string]*string { return withMarker(md, doneSt) }); err != nil {
-		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but completion could not be recorded; another process may run it again: %w", o.key, err)
+	if err := write(bg, doneSt); err != nil {
+		return o.settle(ctx, tok, err)
 	}
 	o.log.Info("azlease: once: done", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
 	return OnceResult{Ran: true, Status: doneSt}, true, nil
+}
+
+// settle finds out whether the "done" marker of the term tok, whose write
+// failed with werr, was recorded. The write may have been applied although
+// its answer was lost, or be applied later: a write carrying tok's lease ID
+// can land only while that ID is the lock blob's lease, and Azure renews
+// even an expired lease for its ID if nobody leased the blob since. So the
+// marker read is final only once that ID is known to be dead: Azure
+// released it (or said it is not the lease's), or the blob shows a later
+// term's epoch. Until then settle retries, releasing and reading, until ctx
+// ends or storage has been unreachable for UnreachableTimeout; a ctx that
+// has ended already leaves one round. The done marker of this term is the
+// answer as soon as it is read: nothing of this runner's can undo it. (Not
+// covered: an attempt of the acquisition that began this term, whose
+// retries reuse its lease ID, applied late after the release: it would
+// grant the ID again. That needs two requests of one term applied late,
+// the second after the first.)
+func (o *once) settle(ctx context.Context, tok Token, werr error) (OnceResult, bool, error) {
+	o.log.Warn("azlease: once: fn completed but marking the key done failed; finding out whether it was recorded", slog.Any("error", werr))
+	sctx, rounds := ctx, 0
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*o.cfg.lease.attemptTimeout)
+		defer cancel()
+		rounds = 1
+	}
+	unknown := func(why error) (OnceResult, bool, error) {
+		// No release after this: it would overrun the caller's ctx or the
+		// bound, and the lease, no longer renewed, frees itself.
+		o.lease.forget(tok.LeaseID)
+		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its completion may not have been recorded (%w); if it was not, another process may run it again; marking it done failed: %w", o.key, why, lastAttempt(werr))
+	}
+	released := false
+	var last error
+	for n := 1; ; n++ {
+		if !released {
+			// unsure: Azure's "not the lease's" means dead too.
+			if err := o.lease.releaseID(sctx, tok.LeaseID, time.Now().Add(o.cfg.lease.attemptTimeout), true); err == nil {
+				released = true
+				o.lease.forget(tok.LeaseID)
+			} else {
+				last = err
+			}
+		}
+		st, epoch, err := o.read(sctx, time.Now().Add(o.cfg.lease.attemptTimeout))
+		switch {
+		case err != nil && errors.Is(err, ErrPermanent):
+			return unknown(err)
+		case err != nil:
+			last = err
+		case st.State == OnceDone && st.Epoch == tok.Epoch:
+			o.log.Info("azlease: once: done (marking it done had been applied)", slog.Int("attempt", st.Attempts), slog.Uint64("epoch", tok.Epoch))
+			return OnceResult{Ran: true, Status: st}, true, nil
+		case st.State == OnceDone:
+			o.log.Warn("azlease: once: fn completed, but another runner completed the key after this one's lease ended",
+				slog.String("holder", st.Holder), slog.Uint64("epoch", st.Epoch))
+			return OnceResult{Status: st}, true, nil
+		case released || epoch > tok.Epoch || st.Epoch > tok.Epoch:
+			return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its completion could not be recorded (the marker says %s, epoch %d); another process may run it again: %w", o.key, st.State, st.Epoch, werr)
+		}
+		ended := func(cause error) (OnceResult, bool, error) {
+			if last != nil {
+				return unknown(fmt.Errorf("%w; last attempt: %w", cause, lastAttempt(last)))
+			}
+			return unknown(cause)
+		}
+		switch {
+		case sctx.Err() != nil:
+			return ended(context.Cause(sctx))
+		case n == rounds:
+			return ended(errors.New("the caller's context had ended before fn returned"))
+		}
+		if err := o.lease.health.unreachable(time.Now(), o.cfg.unreachable, o.t.endpoint()); err != nil {
+			return unknown(err)
+		}
+		if !sleepCtx(sctx, timing.Backoff(n, retryBase, retryMax, mrand.Float64())) {
+			return ended(context.Cause(sctx))
+		}
+	}
 }
 
 // InspectOnce reads the marker of a DoOnce key. It needs only read access.
@@ -422,19 +642,37 @@ func InspectOnce(ctx context.Context, cc *container.Client, key string, opts *Do
 	return o.status(ctx, time.Now().Add(2*o.cfg.lease.attemptTimeout))
 }
 
+// ErrNothingToReset is what [ResetOnce] returns for a key that has no
+// marker: never used (its marker blob does not exist, and ResetOnce does
+// not create it), or already reset. Nothing was written. Treat it as
+// success where "the key runs again next time" is all that matters, and
+// as a mistake (a misspelt key, a wrong Prefix or container) where the key
+// was meant to exist.
+var ErrNothingToReset = errors.New("azlease: nothing to reset: the key has no DoOnce marker (never used, or already reset)")
+
 // ResetOnce clears the marker of a DoOnce key, so that the next DoOnce call
 // runs fn again: an operator re-running a migration, or clearing a corrupt
-// marker ([ErrOnceCorrupt]). It takes the key's lease to do so, and returns
-// an error wrapping [ErrLeaseHeld] while a runner holds it.
+// marker ([ErrOnceCorrupt]). It also clears the recorded MaxAttempts: the
+// next attempt records its caller's. It takes the key's lease to do so,
+// and returns an error wrapping [ErrLeaseHeld] while a runner holds it.
+// When the key has no marker it returns [ErrNothingToReset] and creates
+// nothing (no container, no blob).
 func ResetOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions) error {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
 		return err
 	}
+	o.lease.cfg.create = false // a key never used stays so
 	if _, err := o.lease.Acquire(ctx); err != nil {
+		if bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound) {
+			return fmt.Errorf("%w: %s", ErrNothingToReset, o.key)
+		}
 		return err
 	}
 	defer func() { _ = o.lease.Release(context.WithoutCancel(ctx)) }()
+	if !hasMarker(o.lease.metadata()) {
+		return fmt.Errorf("%w: %s", ErrNothingToReset, o.key)
+	}
 	if err := o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string {
 		return withMarker(md, OnceStatus{State: OncePending})
 	}); err != nil {
@@ -442,4 +680,14 @@ func ResetOnce(ctx context.Context, cc *container.Client, key string, opts *DoOn
 	}
 	o.log.Info("azlease: once: reset")
 	return nil
+}
+
+// hasMarker reports whether md holds any of the marker's keys.
+func hasMarker(md map[string]*string) bool {
+	for _, k := range onceKeys {
+		if _, ok := lookup(md, k); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -482,3 +482,334 @@ func TestDoOnceFailureReturnsTheMarker(t *testing.T) {
 		assert.Equal(t, res.Status.Time.String(), st.Time.String())
 	})
 }
+
+// doneWriteLost returns a fault hook that loses the answer of client's
+// first write marking a DoOnce key done (the write is applied), and from
+// then on cuts client off (its requests hang) until heal is closed. dropped
+// is closed when the write is applied.
+func doneWriteLost(client string, dropped, heal chan struct{}) azleasetest.FaultFunc {
+	return markerWriteLost(client, azlease.OnceDone, dropped, heal)
+}
+
+// markerWriteLost is doneWriteLost for the first write of a marker in state.
+func markerWriteLost(client string, state azlease.OnceState, dropped, heal chan struct{}) azleasetest.FaultFunc {
+	var once sync.Once
+	return func(r azleasetest.Request) azleasetest.Fault {
+		if r.Client != client {
+			return azleasetest.Fault{}
+		}
+		select {
+		case <-dropped:
+			select {
+			case <-heal:
+				return azleasetest.Fault{}
+			default:
+				return azleasetest.Fault{Action: azleasetest.Hang}
+			}
+		default:
+		}
+		if r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == string(state) {
+			f := azleasetest.Fault{}
+			once.Do(func() {
+				f = azleasetest.Fault{Action: azleasetest.ApplyThenDrop}
+				close(dropped)
+			})
+			return f
+		}
+		return azleasetest.Fault{}
+	}
+}
+
+// TestDoOnceDoneWriteAnswerLost is issue 19's scenario: the runner's write
+// marking the key done is applied but its answer is lost, and the runner
+// stays cut off from storage until after its lease's deadline. It used to
+// return "completion could not be recorded" with Ran false while the marker
+// said done by it, so no caller ever got Ran true. Now it settles the
+// outcome once storage answers again (it releases its lease ID, then reads
+// the marker) and returns Ran true; the waiter learns the key is done.
+func TestDoOnceDoneWriteAnswerLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		dropped, heal := make(chan struct{}), make(chan struct{})
+		e.SetFaults(doneWriteLost("runner", dropped, heal))
+		var tok azlease.Token
+		var runs atomic.Int32
+		type result struct {
+			res azlease.OnceResult
+			err error
+		}
+		runner := make(chan result, 1)
+		go func() {
+			res, err := azlease.DoOnce(context.Background(), e.client("runner"), "migrate", &azlease.DoOnceOptions{Identity: "runner"},
+				func(_ context.Context, tk azlease.Token) error {
+					runs.Add(1)
+					tok = tk
+					time.Sleep(20 * time.Second) // renewed meanwhile
+					return nil
+				})
+			runner <- result{res, err}
+		}()
+		waiter := make(chan result, 1)
+		go func() {
+			time.Sleep(time.Second)
+			res, err := azlease.DoOnce(context.Background(), e.client("waiter"), "migrate", &azlease.DoOnceOptions{Identity: "waiter"},
+				func(context.Context, azlease.Token) error {
+					runs.Add(1)
+					return nil
+				})
+			waiter <- result{res, err}
+		}()
+
+		<-dropped
+		dropAt := time.Now()
+		time.Sleep(20 * time.Second) // past the runner's validity deadline (at most 14.25 s after its last renewal)
+		close(heal)
+
+		r := <-runner
+		require.NoError(t, r.err)
+		assert.True(t, r.res.Ran, "the marker says done by this runner's term")
+		assert.Equal(t, azlease.OnceDone, r.res.Status.State)
+		assert.Equal(t, "runner", r.res.Status.Holder)
+		assert.Equal(t, tok.Epoch, r.res.Status.Epoch)
+		assert.Less(t, time.Since(dropAt), 30*time.Second, "it answers soon after storage answers again")
+
+		w := <-waiter
+		require.NoError(t, w.err)
+		assert.False(t, w.res.Ran)
+		assert.Equal(t, "runner", w.res.Status.Holder)
+		assert.Equal(t, int32(1), runs.Load())
+
+		st, err := azlease.InspectOnce(context.Background(), e.client("x"), "migrate", nil)
+		require.NoError(t, err)
+		assert.Equal(t, azlease.OnceDone, st.State)
+		assert.Equal(t, tok.Epoch, st.Epoch)
+		assert.False(t, st.Locked, "the runner released its lease")
+	})
+}
+
+// TestDoOnceDoneWriteUnknownUntilUnreachable: as above, but storage stays
+// unreachable: the runner says its completion may not have been recorded,
+// with an error wrapping ErrUnreachable (and so ErrTransient) that names the
+// endpoint, once every request has failed for UnreachableTimeout; or, when
+// ctx ends first, with ctx's error. It was in fact recorded, which a read
+// afterwards shows.
+func TestDoOnceDoneWriteUnknownUntilUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    azlease.DoOnceOptions
+		ctx     time.Duration // 0: context.Background()
+		wantErr error
+		within  time.Duration // after the write was applied
+	}{
+		{name: "default bound", wantErr: azlease.ErrUnreachable, within: 80 * time.Second},
+		{name: "10s bound", opts: azlease.DoOnceOptions{UnreachableTimeout: 10 * time.Second}, wantErr: azlease.ErrUnreachable, within: 30 * time.Second},
+		{name: "no bound, ctx ends", opts: azlease.DoOnceOptions{UnreachableTimeout: -1}, ctx: 3 * time.Minute, wantErr: context.DeadlineExceeded, within: 3 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				dropped, heal := make(chan struct{}), make(chan struct{})
+				e.SetFaults(doneWriteLost("runner", dropped, heal))
+				ctx := context.Background()
+				if tc.ctx > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+					defer cancel()
+				}
+				dropAt := make(chan time.Time, 1)
+				go func() {
+					<-dropped
+					dropAt <- time.Now()
+				}()
+				opts := tc.opts
+				opts.Identity = "runner"
+				res, err := azlease.DoOnce(ctx, e.client("runner"), "migrate", &opts, func(context.Context, azlease.Token) error { return nil })
+				require.ErrorIs(t, err, tc.wantErr)
+				require.ErrorIs(t, err, azlease.ErrTransient)
+				assert.ErrorContains(t, err, "may not have been recorded")
+				if tc.wantErr == azlease.ErrUnreachable {
+					assert.ErrorContains(t, err, "http://127.0.0.1:10000/")
+				}
+				assert.False(t, res.Ran)
+				assert.LessOrEqual(t, time.Since(<-dropAt), tc.within)
+				close(heal)
+
+				st, err := azlease.InspectOnce(context.Background(), e.client("x"), "migrate", nil)
+				require.NoError(t, err)
+				assert.Equal(t, azlease.OnceDone, st.State, "it had been recorded; the runner could not know")
+			})
+		})
+	}
+}
+
+// TestDoOnceLostClaimIsNotAnAttempt: the runner's write claiming the first
+// attempt ("running") is applied but its answer is lost, and the runner is
+// cut off until its lease's deadline, so fn never runs. When the same call
+// takes the key again, its own unstarted claim does not count: with
+// MaxAttempts 1, fn still runs (it used to fail the key for good, "the
+// runner did not finish attempt 1").
+func TestDoOnceLostClaimIsNotAnAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		dropped, heal := make(chan struct{}), make(chan struct{})
+		e.SetFaults(markerWriteLost("runner", azlease.OnceRunning, dropped, heal))
+		go func() {
+			<-dropped
+			time.Sleep(20 * time.Second)
+			close(heal)
+		}()
+		var runs atomic.Int32
+		res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{MaxAttempts: 1, Identity: "runner"},
+			func(context.Context, azlease.Token) error {
+				runs.Add(1)
+				return nil
+			})
+		require.NoError(t, err)
+		assert.True(t, res.Ran)
+		assert.Equal(t, 1, res.Status.Attempts)
+		assert.Equal(t, int32(1), runs.Load())
+	})
+}
+
+// TestDoOnceMaxAttemptsIsTheFirstCallers (issue 18 §4): the limit is
+// recorded with a key's first attempt, and a later caller with a larger
+// MaxAttempts does not rerun a key that failed for good under the smaller
+// one; it gets a *OnceFailedError saying which limit applied, and a Warn.
+// A later caller with a smaller one still gets the recorded, larger limit.
+// ResetOnce clears the limit with the marker.
+func TestDoOnceMaxAttemptsIsTheFirstCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		boom := errors.New("boom")
+		var runs atomic.Int32
+		fail := func(context.Context, azlease.Token) error {
+			runs.Add(1)
+			return boom
+		}
+		_, err := azlease.DoOnce(ctx, e.client("a"), "small", &azlease.DoOnceOptions{MaxAttempts: 1, Identity: "a"}, fail)
+		require.ErrorIs(t, err, boom)
+		st, err := azlease.InspectOnce(ctx, e.client("x"), "small", nil)
+		require.NoError(t, err)
+		assert.Equal(t, 1, st.MaxAttempts)
+
+		var logs logBuffer
+		_, err = azlease.DoOnce(ctx, e.client("b"), "small", &azlease.DoOnceOptions{MaxAttempts: 5, Logger: logs.logger()}, fail)
+		var fe *azlease.OnceFailedError
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, 1, fe.Attempts)
+		assert.Equal(t, 1, fe.MaxAttempts)
+		assert.Equal(t, 5, fe.CallerMaxAttempts)
+		assert.Equal(t, `azlease: once "small" failed after 1 attempt (MaxAttempts 1, recorded with the key's first attempt; this caller's 5 does not apply); last by a: boom`, err.Error())
+		assert.Equal(t, int32(1), runs.Load(), "not rerun")
+		assert.Equal(t, 1, logs.count("level=WARN", "recorded=1", "caller=5"), logs.String())
+
+		// The other way round: recorded 3, a caller with 1 still retries.
+		for i := range 2 {
+			_, err = azlease.DoOnce(ctx, e.client("a"), "large", &azlease.DoOnceOptions{MaxAttempts: 3 - 2*i}, fail)
+			require.ErrorIs(t, err, boom)
+		}
+		st, err = azlease.InspectOnce(ctx, e.client("x"), "large", nil)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Attempts)
+		assert.Equal(t, 3, st.MaxAttempts)
+		_, err = azlease.DoOnce(ctx, e.client("a"), "large", nil, fail)
+		require.ErrorIs(t, err, boom)
+		_, err = azlease.DoOnce(ctx, e.client("a"), "large", nil, fail)
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, `azlease: once "large" failed after 3 attempts (MaxAttempts 3); last by `+fe.Holder+`: boom`, err.Error())
+
+		require.NoError(t, azlease.ResetOnce(ctx, e.client("op"), "small", nil))
+		st, err = azlease.InspectOnce(ctx, e.client("x"), "small", nil)
+		require.NoError(t, err)
+		assert.Equal(t, azlease.OnceStatus{State: azlease.OncePending}, st, "the limit is cleared with the marker")
+		res, err := azlease.DoOnce(ctx, e.client("b"), "small", &azlease.DoOnceOptions{MaxAttempts: 5}, func(context.Context, azlease.Token) error { return nil })
+		require.NoError(t, err)
+		assert.True(t, res.Ran)
+		assert.Equal(t, 5, res.Status.MaxAttempts)
+	})
+}
+
+// TestResetOnceNothingToReset (issue 18 §4): ResetOnce of a key that was
+// never used creates nothing (no container, no blob) and says there was
+// nothing to reset; so does a second reset.
+func TestResetOnceNothingToReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		cc, err := e.ContainerClient("nocontainer", "op")
+		require.NoError(t, err)
+		err = azlease.ResetOnce(ctx, cc, "k", nil)
+		require.ErrorIs(t, err, azlease.ErrNothingToReset)
+		assert.ErrorContains(t, err, "k")
+		_, err = cc.GetProperties(raw(ctx), nil)
+		require.Error(t, err, "the container was not created")
+
+		err = azlease.ResetOnce(ctx, e.client("op"), "k", nil)
+		require.ErrorIs(t, err, azlease.ErrNothingToReset)
+		st, err := azlease.Inspect(ctx, e.client("x"), "once/k")
+		require.NoError(t, err)
+		assert.False(t, st.Exists, "the marker blob was not created")
+
+		_, err = azlease.DoOnce(ctx, e.client("a"), "k", nil, func(context.Context, azlease.Token) error { return nil })
+		require.NoError(t, err)
+		require.NoError(t, azlease.ResetOnce(ctx, e.client("op"), "k", nil))
+		require.ErrorIs(t, azlease.ResetOnce(ctx, e.client("op"), "k", nil), azlease.ErrNothingToReset, "already reset")
+	})
+}
+
+// TestDoOnceSettleReleasesBeforeTrustingARead: a read of the marker is not
+// final while the runner's lease ID may still act. Here the runner's first
+// renewal and its write marking the key done both get no answer and arrive
+// late, and the runner is cut off past its deadline. When it can reach
+// storage again its lease has expired and the marker says running; but the
+// late renewal revives the expired lease (Azure renews an expired lease for
+// its ID if nobody leased the blob since), and the late write then marks the
+// key done. Trusting that first read would answer "not recorded" for a key
+// that ends up done by this runner, with no Ran true anywhere (here the
+// runner's releases fail until 30 s in, so that it cannot release the ID
+// before the late requests arrive). Releasing the lease ID before trusting
+// a read makes the answer and the marker agree whatever lands when: here
+// the late write marks the key done, and the runner, still trying to
+// release, then reads that and answers Ran true.
+func TestDoOnceSettleReleasesBeforeTrustingARead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		t0 := time.Now()
+		var renewed, doneSent, cut atomic.Bool
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client != "runner" {
+				return azleasetest.Fault{}
+			}
+			switch {
+			case r.Op == azleasetest.OpRenewLease && renewed.CompareAndSwap(false, true):
+				cut.Store(true)
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 18 * time.Second} // given up 5.5 to 6 s in: lands by 24 s
+			case r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == "done" && doneSent.CompareAndSwap(false, true):
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 20 * time.Second} // sent 6 s in, given up at 9 s: lands 29 s in
+			case cut.Load() && time.Since(t0) < 18*time.Second:
+				return azleasetest.Fault{Action: azleasetest.Hang}
+			case r.Op == azleasetest.OpReleaseLease && time.Since(t0) < 30*time.Second:
+				return azleasetest.Fault{Action: azleasetest.Fail} // 503: released only later
+			}
+			return azleasetest.Fault{}
+		})
+		res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+			func(context.Context, azlease.Token) error {
+				time.Sleep(6 * time.Second) // after the first renewal (2.5 to 5 s in)
+				return nil
+			})
+		require.True(t, doneSent.Load())
+		time.Sleep(time.Until(t0.Add(time.Minute))) // every late request has landed, or failed
+		st, ierr := azlease.InspectOnce(context.Background(), e.client("x"), "k", nil)
+		require.NoError(t, ierr)
+		if st.State == azlease.OnceDone {
+			require.NoError(t, err)
+			assert.True(t, res.Ran, "the marker says done by this runner: it must say Ran")
+		} else {
+			require.ErrorContains(t, err, "could not be recorded")
+			assert.False(t, res.Ran)
+		}
+		assert.Equal(t, azlease.OnceDone, st.State, "the late write landed before the release")
+	})
+}

@@ -44,7 +44,8 @@ type LeaderInfo struct {
 	Leased bool
 	// Holder is the leader's identity (ElectorOptions.Identity).
 	Holder string
-	// Epoch is the term's fencing epoch.
+	// Epoch is the term's fencing epoch, the Elector's lock blob's (see
+	// [Token]: epochs of different lock blobs do not compare).
 	Epoch uint64
 	// Acquired is when the term began, by the holder's wall clock; for
 	// display only.
@@ -335,7 +336,9 @@ func leaderInfo(st Status) LeaderInfo {
 	return LeaderInfo{Leased: st.Leased, Holder: st.Holder, Epoch: st.Epoch, Acquired: st.Acquired}
 }
 
-// Check reports the Elector's health, for liveness probes. It fails:
+// Check reports the Elector's health, for liveness probes. It passes while
+// the Elector starts, before any request has reached storage, for up to a
+// lease duration (see [Elector.HealthHandler]: "starting"). It fails:
 //   - when the Elector is not running (with the reason it stopped, if any);
 //   - when, following, every request to storage has failed for longer than
 //     the lease duration (a wrong key, a firewall, an outage), with the
@@ -394,6 +397,15 @@ func (e *Elector) Check() error {
 // HealthHandler returns an http.Handler for liveness probes: 200 with a
 // one-line state while [Elector.Check] passes ("ok: leading, epoch N", or
 // "ok: following worker-2 (epoch N)"), 503 with the reason otherwise.
+//
+// Until some request has reached storage it answers 200 "starting: has not
+// reached storage yet", with the failures so far: not "ok", since nothing
+// is known to work, but not a failure either, so that a liveness probe
+// does not restart a fresh instance while it starts. That lasts at most a
+// lease duration of failures: then Check fails and the handler answers
+// 503, as for an instance that lost storage later. A readiness probe that
+// must wait for storage should test the body's "ok:" prefix, or
+// [Elector.IsLeader] for "ready only while leading".
 func (e *Elector) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if err := e.Check(); err != nil {
@@ -403,6 +415,18 @@ func (e *Elector) HealthHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if t := e.Term(); t != nil {
 			fmt.Fprintf(w, "ok: leading, epoch %d\n", t.Epoch())
+			return
+		}
+		if h := e.lease.health.snapshot(); !h.reached {
+			if h.streak > 0 {
+				requests := "requests"
+				if h.streak == 1 {
+					requests = "request"
+				}
+				fmt.Fprintf(w, "starting: has not reached storage yet (%d %s failed; last: %v)\n", h.streak, requests, h.last)
+				return
+			}
+			fmt.Fprintln(w, "starting: has not reached storage yet")
 			return
 		}
 		e.mu.Lock()
@@ -490,7 +514,11 @@ func (e *Elector) refused(ctx context.Context, err error) bool {
 	e.mu.Lock()
 	e.runErr = err
 	e.mu.Unlock()
-	e.log.Error("azlease: storage refused the elector's first requests; stopping", slog.Any("error", err))
+	msg := "azlease: storage refused the elector's first requests; stopping"
+	if errors.Is(err, ErrEndpointNotFound) {
+		msg = "azlease: the storage endpoint's host name does not resolve; stopping"
+	}
+	e.log.Error(msg, slog.Any("error", err))
 	return true
 }
 

@@ -59,11 +59,28 @@ var (
 	// not verify. The [*Error] keeps the Azure error code and request ID.
 	ErrPermanent = errors.New("azlease: permanent failure")
 
+	// ErrEndpointNotFound refines ErrPermanent: the storage endpoint's host
+	// name does not resolve (DNS "no such host"): a misspelt account name or
+	// URL, or a private endpoint whose DNS zone this machine cannot see.
+	// Storage was never reached, so nothing refused the request; retrying
+	// will not help until the name or the DNS is fixed.
+	ErrEndpointNotFound = fmt.Errorf("%w: the storage endpoint's host name does not resolve", ErrPermanent)
+
 	// ErrTransient means the request failed in a way that may pass: a
 	// timeout, a lost connection, throttling (503 ServerBusy) or a server
 	// error (5xx). azlease retries these within the time it has; this error
 	// means that time ran out.
 	ErrTransient = errors.New("azlease: transient failure")
+
+	// ErrUnreachable refines ErrTransient: a caller waited while every
+	// request to storage failed (no answer, a transport error, or a 408,
+	// 429 or 5xx answer) for longer than its bound
+	// ([MutexOptions.UnreachableTimeout], [DoOnceOptions.UnreachableTimeout]),
+	// so it stopped waiting although its context had not ended. The error's
+	// text names the container URL (without any SAS token), how long and
+	// how many requests failed, and the last failure, which it wraps (an
+	// [*Error]).
+	ErrUnreachable = fmt.Errorf("%w: storage unreachable", ErrTransient)
 
 	// ErrInvalidOptions is wrapped by every [*OptionError].
 	ErrInvalidOptions = errors.New("azlease: invalid options")
@@ -82,9 +99,10 @@ var (
 	// lease is no longer renewed.
 	ErrMaxHoldExceeded = fmt.Errorf("%w: held longer than MaxHold", ErrLeaseLost)
 
-	// ErrNotInitialized means a method was called on a zero or nil [Mutex]
-	// or [Elector]: they must be created with [NewMutex] and [NewElector].
-	// The error names the constructor.
+	// ErrNotInitialized means a method was called on a zero or nil [Lease],
+	// [Mutex], [Semaphore] or [Elector]: they must be created with
+	// [NewLease], [NewMutex], [NewSemaphore] and [NewElector]. The error
+	// names the constructor.
 	ErrNotInitialized = errors.New("azlease: not created with its constructor")
 )
 
@@ -112,13 +130,23 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	where := e.Container + "/" + e.Blob
-	kind := e.kind.Error()
+	kind := "azlease: error" // an Error azlease did not make
+	if e.kind != nil {
+		kind = e.kind.Error()
+	}
 	if e.Code != "" {
 		return fmt.Sprintf("%s (%s %s: %d %s, request %s)", kind, e.Op, where, e.StatusCode, e.Code, e.RequestID)
 	}
-	// Transport errors quote the request URL, which may carry a SAS token.
-	return fmt.Sprintf("%s (%s %s: %s)", kind, e.Op, where, redactSAS(e.Err.Error()))
+	cause := "no cause given"
+	if e.Err != nil {
+		// Transport errors quote the request URL, which may carry a SAS token.
+		cause = redactSAS(e.Err.Error())
+	}
+	return fmt.Sprintf("%s (%s %s: %s)", kind, e.Op, where, cause)
 }
 
 // redactSAS hides the signature of any SAS token in s.
@@ -141,8 +169,20 @@ func redactSAS(s string) string {
 	}
 }
 
-// Unwrap returns the sentinel error and the underlying error.
-func (e *Error) Unwrap() []error { return []error{e.kind, e.Err} }
+// Unwrap returns the sentinel error and the underlying error (those that
+// are set: none for a zero or nil *Error).
+func (e *Error) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
+	var errs []error
+	for _, err := range []error{e.kind, e.Err} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
 
 // PanicError is what a leader [Task] that panicked returns, as the Elector
 // sees it: the Elector recovers the panic in the goroutine it runs the task
@@ -156,11 +196,17 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("azlease: leader task panicked: %v", e.Value)
 }
 
 // Unwrap returns Value when it is an error, and nil otherwise.
 func (e *PanicError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
 	err, _ := e.Value.(error)
 	return err
 }
@@ -174,6 +220,9 @@ type OptionError struct {
 }
 
 func (e *OptionError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return "azlease: invalid " + e.Field + ": " + e.Reason
 }
 
@@ -312,12 +361,27 @@ func neverSent(err error) bool {
 // or its certificate does not verify. Refused or unreachable connections
 // are not: a service can come back.
 func misconfigured(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) && dns.IsNotFound {
-		return true
-	}
 	var cert *tls.CertificateVerificationError
-	return errors.As(err, &cert)
+	return hostNotFound(err) || errors.As(err, &cert)
+}
+
+// hostNotFound reports whether err says the endpoint's host name does not
+// resolve: [ErrEndpointNotFound].
+func hostNotFound(err error) bool {
+	var dns *net.DNSError
+	return errors.As(err, &dns) && dns.IsNotFound
+}
+
+// lastAttempt is the failure of the last attempt inside err: the *Error it
+// wraps, when it wraps one. A try cut short by the caller's context already
+// says "ctx ended; last attempt: …", which the waiting loops would
+// otherwise repeat.
+func lastAttempt(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
 }
 
 // asHeld turns the *Error of a lease lost right after it was acquired
@@ -335,6 +399,9 @@ func asHeld(err error) error {
 
 // opError builds the *Error for a failed operation; kind is the sentinel.
 func opError(op, containerName, blobName string, kind, err error) *Error {
+	if kind == ErrPermanent && hostNotFound(err) {
+		kind = ErrEndpointNotFound
+	}
 	e := &Error{Op: op, Container: containerName, Blob: blobName, Err: err, kind: kind}
 	var re *azcore.ResponseError
 	if errors.As(err, &re) {

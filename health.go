@@ -3,10 +3,16 @@ package azlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 )
+
+// Whether requests reach storage: storageHealth follows the streak of failed
+// requests of a Lease (or of a Mutex's Locks, or a Semaphore's slots) for the
+// logs, the metrics, Elector.Check, and the bound on how long a caller waits
+// while storage is unreachable (unreachable).
 
 // failuresBeforeWarning is how many requests in a row must fail before the
 // failures are logged at Warn: one or two failures are retried quietly.
@@ -69,7 +75,12 @@ func (h *storageHealth) failed(log *slog.Logger, op string, err error) {
 	if !report {
 		return
 	}
-	if permanent {
+	switch {
+	case errors.Is(err, ErrEndpointNotFound):
+		log.Error("azlease: the storage endpoint's host name does not resolve; check the account name or URL, and DNS",
+			slog.String("op", op), slog.Any("error", err))
+		return
+	case permanent:
 		log.Error("azlease: storage refuses requests; check the account, key or role, and the container",
 			slog.String("op", op), slog.Any("error", err))
 		return
@@ -100,4 +111,27 @@ func (h *storageHealth) record(ctx context.Context, log *slog.Logger, op string,
 	default:
 		h.failed(log, op, err)
 	}
+}
+
+// defaultUnreachable is what a zero UnreachableTimeout means
+// (MutexOptions, DoOnceOptions).
+const defaultUnreachable = time.Minute
+
+// unreachable decides whether a caller that waits on storage (Mutex.Lock,
+// Semaphore.Acquire, DoOnce) should stop waiting: every request has failed
+// (record's "failed": no answer, a transport error, a 408, 429 or 5xx
+// answer) for at least bound, counted from the first failure of the
+// current streak, at now. It returns nil otherwise, and always when bound
+// is negative (no bound). The error wraps ErrUnreachable and the last
+// failure, and names endpoint (the container URL, SAS redacted).
+func (h *storageHealth) unreachable(now time.Time, bound time.Duration, endpoint string) error {
+	if h == nil || bound < 0 {
+		return nil
+	}
+	s := h.snapshot()
+	if s.streak == 0 || now.Sub(s.since) < bound {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: every request failed for %v (%d in a row, bound %v); last failure: %w",
+		ErrUnreachable, endpoint, now.Sub(s.since).Round(time.Millisecond), s.streak, bound, s.last)
 }

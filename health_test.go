@@ -130,6 +130,42 @@ func TestElectorUnreachableIsReported(t *testing.T) {
 	})
 }
 
+// TestElectorHealthStarting (issue 19 item 3): before any request has
+// reached storage, the health handler says "starting" (200, so a liveness
+// probe lets a fresh instance start), not "ok: following"; after a lease
+// duration of failures it fails (503); once storage answers, "ok".
+func TestElectorHealthStarting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		e.Partition("a", azleasetest.Blackhole)
+		el, err := azlease.NewElector(e.client("a"), "leader", nil)
+		require.NoError(t, err)
+		require.NoError(t, el.Start(context.Background(), nil))
+
+		time.Sleep(time.Second) // the first poll is still waiting
+		code, body := probe(el.HealthHandler())
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "starting: has not reached storage yet\n", body)
+		require.NoError(t, el.Check())
+
+		time.Sleep(6 * time.Second)
+		code, body = probe(el.HealthHandler())
+		assert.Equal(t, http.StatusOK, code)
+		assert.True(t, strings.HasPrefix(body, "starting: has not reached storage yet (1 request failed; last: azlease: transient failure (read locks/leader: context deadline exceeded)"), body)
+
+		time.Sleep(15 * time.Second)
+		code, body = probe(el.HealthHandler())
+		assert.Equal(t, http.StatusServiceUnavailable, code, body)
+
+		e.Heal("a")
+		time.Sleep(10 * time.Second)
+		code, body = probe(el.HealthHandler())
+		assert.Equal(t, http.StatusOK, code)
+		assert.True(t, strings.HasPrefix(body, "ok: leading, epoch "), body)
+		require.NoError(t, el.Stop(context.Background()))
+	})
+}
+
 // TestElectorOutageIsReportedAndRecovers: an Elector that worked meets an
 // outage: one Warn, Check failing after a lease duration of failures, then
 // recovery logged at Info and Check passing again. Follower health names the

@@ -50,6 +50,8 @@ const (
 // retrying it with the same lease ID before anything is reported.
 //
 // A Lease is safe for concurrent use; its lease operations run one at a time.
+// A zero or nil Lease is not usable: its methods return [ErrNotInitialized]
+// (or a zero result: not held, no token, duration 0).
 type Lease struct {
 	t   target
 	cfg leaseConfig
@@ -106,6 +108,16 @@ func newLease(t target, cfg leaseConfig) *Lease {
 	}
 }
 
+// initErr is ErrNotInitialized, naming the constructor, for a zero or nil
+// Lease. Every exported method checks it (or returns a zero result)
+// before touching anything NewLease sets up.
+func (l *Lease) initErr() error {
+	if l == nil || l.bc == nil {
+		return fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)
+	}
+	return nil
+}
+
 // see records that epoch was seen on the lock blob.
 func (l *Lease) see(epoch uint64) {
 	for {
@@ -116,12 +128,21 @@ func (l *Lease) see(epoch uint64) {
 	}
 }
 
-// Duration returns the lease duration Azure enforces.
-func (l *Lease) Duration() time.Duration { return l.cfg.duration }
+// Duration returns the lease duration Azure enforces (0 for a Lease not
+// created with NewLease).
+func (l *Lease) Duration() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.cfg.duration
+}
 
 // ValidUntil returns the instant until which the lease is certainly held (on
 // the local monotonic clock), or the zero time when it is not held.
 func (l *Lease) ValidUntil() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.termStarted() {
@@ -132,6 +153,9 @@ func (l *Lease) ValidUntil() time.Time {
 
 // Held reports whether the lease is certainly held now.
 func (l *Lease) Held() bool {
+	if l == nil {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.termStarted() && time.Now().Before(l.validUntil)
@@ -140,6 +164,9 @@ func (l *Lease) Held() bool {
 // Token returns the current term's fencing token; ok is false when the lease
 // is not certainly held.
 func (l *Lease) Token() (tok Token, ok bool) {
+	if l == nil {
+		return Token{}, false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.termStarted() || !time.Now().Before(l.validUntil) {
@@ -169,6 +196,9 @@ func (l *Lease) termStarted() bool {
 // lease frees itself within its duration).
 // A Lease that still holds a valid lease returns [ErrAlreadyHeld].
 func (l *Lease) Acquire(ctx context.Context) (Token, error) {
+	if err := l.initErr(); err != nil {
+		return Token{}, err
+	}
 	return l.acquireWithin(ctx, l.cfg.duration)
 }
 
@@ -242,7 +272,7 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration) (Token,
 	l.prevUnreleased = prev.epoch > 0 && !prev.released
 	tok := l.token
 	l.mu.Unlock()
-	l.cfg.log.Info("azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
+	l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
 	return tok, nil
 }
 
@@ -394,6 +424,9 @@ func (l *Lease) ensure(ctx, actx context.Context, notFound error) error {
 // lease ID returns an error wrapping [ErrLeaseLost] (or [ErrLeaseBroken]) at
 // once.
 func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
@@ -475,6 +508,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 // deadline), a later Release (or Acquire) tries again; meanwhile the lease
 // is not held, and it frees itself when it expires.
 func (l *Lease) Release(ctx context.Context) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	return l.release(ctx, l.cfg.markRelease)
@@ -499,7 +535,7 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 	err := l.releaseID(ctx, id, limit, state != held)
 	switch {
 	case err == nil && state == held:
-		l.cfg.log.Info("azlease: released")
+		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: released")
 	case err != nil && !errors.Is(err, ErrLeaseLost):
 		// The lease may still be held under id: keep it, never for a
 		// term, so that a later Release or Acquire gives it back.
@@ -545,6 +581,9 @@ func (l *Lease) releaseID(ctx context.Context, id string, limit time.Time, unsur
 // Lease held the lease, it no longer does. Breaking a blob that has no lease
 // returns 0 and nil.
 func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration, error) {
+	if err := l.initErr(); err != nil {
+		return 0, err
+	}
 	if period < 0 || period > MaxDuration || period%time.Second != 0 {
 		return 0, optionErr("period", "%v: must be whole seconds from 0s to 60s", period)
 	}
@@ -575,7 +614,7 @@ func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration,
 		id := l.id
 		l.mu.Unlock()
 		l.markLost(id, l.errorf("break", ErrLeaseBroken, errors.New("broken by this Lease's own Break")))
-		l.cfg.log.Info("azlease: broke the lease", slog.Duration("acquirable_in", remaining))
+		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: broke the lease", slog.Duration("acquirable_in", remaining))
 	}
 	return remaining, err
 }
@@ -588,8 +627,12 @@ func (l *Lease) Break(ctx context.Context, period time.Duration) (time.Duration,
 // until an Acquire call uses it, and after a failed call only if every
 // request carrying it was answered; otherwise (a lost answer, a cancelled
 // request) it is never proposed again, and NextLeaseID returns a new one.
-// Treat it as a secret: whoever knows it can hold the lease.
+// Treat it as a secret: whoever knows it can hold the lease. A Lease not
+// created with NewLease returns "".
 func (l *Lease) NextLeaseID() string {
+	if l.initErr() != nil {
+		return "" // a Lease not created with NewLease acquires nothing
+	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
@@ -613,6 +656,9 @@ func (l *Lease) NextLeaseID() string {
 // happened; this Lease gives its old lease ID back at its next Release or
 // Acquire, and the lease otherwise expires on its own.
 func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	canon, ok := azname.GUID(proposedID)
 	if !ok {
 		return optionErr("proposedID", "%q: must be a GUID", proposedID)
@@ -655,7 +701,7 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 	})
 	switch {
 	case err == nil:
-		l.cfg.log.Info("azlease: handed the lease off")
+		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: handed the lease off")
 	case !errors.Is(err, ErrLeaseLost):
 		l.mu.Lock()
 		if l.state == notHeld && l.id == "" {
@@ -690,6 +736,16 @@ func (l *Lease) markStale(id string) {
 	defer l.mu.Unlock()
 	if l.id == id && l.state == held {
 		l.state = stale
+	}
+}
+
+// forget drops id, a lease ID known to be dead (Azure released it, or said
+// it is not the lease's): there is nothing left to release under it.
+func (l *Lease) forget(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.id == id {
+		l.state, l.id, l.md = notHeld, "", nil
 	}
 }
 

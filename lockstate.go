@@ -114,6 +114,9 @@ func (l *Lease) markReleased(ctx context.Context, id string, validUntil time.Tim
 // C# identifiers and must not start with "azlease"; Azure stores names
 // case-insensitively and returns them in changed case.
 func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	return l.setMetadataAs(ctx, l.currentID(), md)
 }
 
@@ -165,6 +168,9 @@ func (l *Lease) metadata() map[string]*string {
 // keeps its metadata. Like [Lease.SetMetadata], it fails with
 // [ErrLeaseLost] when this holder's lease is gone.
 func (l *Lease) Write(ctx context.Context, content []byte) error {
+	if err := l.initErr(); err != nil {
+		return err
+	}
 	return l.writeAs(ctx, l.currentID(), content)
 }
 

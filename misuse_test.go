@@ -81,7 +81,8 @@ func TestZeroElectorFailsWithAnError(t *testing.T) {
 
 // TestDoOnceCorruptMarker: a marker whose attempt count is negative or huge
 // (foreign or damaged metadata) used to overflow Attempts+1 and disable
-// MaxAttempts (fn ran 4 times with MaxAttempts 3). Now every DoOnce and
+// MaxAttempts (fn ran 4 times with MaxAttempts 3); a recorded limit outside
+// 1 to 1000 is corrupt too. Now every DoOnce and
 // InspectOnce on the key fails with a permanent error that says to run
 // ResetOnce, fn never runs, and after ResetOnce MaxAttempts holds.
 func TestDoOnceCorruptMarker(t *testing.T) {
@@ -90,6 +91,8 @@ func TestDoOnceCorruptMarker(t *testing.T) {
 		{"azleaseoncestate": "pending", "azleaseonceattempts": "9223372036854775807"},
 		{"azleaseoncestate": "failed", "azleaseonceattempts": "-9223372036854775808"},
 		{"azleaseoncestate": "finished", "azleaseonceattempts": "1"},
+		{"azleaseoncestate": "failed", "azleaseonceattempts": "1", "azleaseoncemaxattempts": "0"},
+		{"azleaseoncestate": "failed", "azleaseonceattempts": "1", "azleaseoncemaxattempts": "1001"},
 	} {
 		t.Run(bad["azleaseoncestate"]+"/"+bad["azleaseonceattempts"], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

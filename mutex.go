@@ -27,15 +27,17 @@ import (
 //
 // A Mutex is safe for concurrent use. Each Lock or TryLock is a separate
 // holder with its own lease, so two goroutines of one process exclude each
-// other as two processes do.
+// other as two processes do. A Lock's fencing epoch is its lock blob's:
+// epochs of two Mutexes do not compare (see [Token]).
 type Mutex struct {
 	t   target
 	cfg holdConfig
 	// seen is the highest epoch any of this Mutex's locks has seen, so that
 	// epochs keep growing even if the lock blob is created again.
 	seen atomic.Uint64
-	// health follows whether its requests reach storage, across its locks.
-	health storageHealth
+	// health follows whether its requests reach storage, across its locks
+	// (and, for a Semaphore's slot, across the Semaphore's slots).
+	health *storageHealth
 }
 
 // NewMutex returns a Mutex on the lock blob name in the container cc points
@@ -49,7 +51,7 @@ func NewMutex(cc *container.Client, name string, opts *MutexOptions) (*Mutex, er
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{t: t, cfg: cfg}, nil
+	return &Mutex{t: t, cfg: cfg, health: new(storageHealth)}, nil
 }
 
 // Lock is a held Mutex: one term of its lease. It embeds the [Term], whose
@@ -101,7 +103,7 @@ func (m *Mutex) initErr() error {
 // newLease returns a Lease for one Lock, sharing the Mutex's memory of epochs.
 func (m *Mutex) newLease() *Lease {
 	l := newLease(m.t, m.cfg.lease)
-	l.seen, l.health = &m.seen, &m.health
+	l.seen, l.health = &m.seen, m.health
 	return l
 }
 
@@ -135,7 +137,9 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration) (lo
 
 // Lock waits until it takes the mutex or ctx ends, trying every
 // PollInterval (with jitter). Errors that persist are returned, except
-// transient ones, which it keeps retrying until ctx ends.
+// transient ones, which it keeps retrying until ctx ends, or until every
+// request has failed for MutexOptions.UnreachableTimeout (1 minute by
+// default): then it returns an error wrapping [ErrUnreachable].
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 	if err := m.initErr(); err != nil {
 		return nil, err
@@ -148,7 +152,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 		if last == nil {
 			return nil, fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, context.Cause(ctx))
 		}
-		return nil, fmt.Errorf("azlease: lock %s/%s: %w; last attempt: %w", m.t.container, m.t.blob, context.Cause(ctx), last)
+		return nil, fmt.Errorf("azlease: lock %s/%s: %w; last attempt: %w", m.t.container, m.t.blob, context.Cause(ctx), lastAttempt(last))
 	}
 	for {
 		lock, ok, err := m.tryLock(ctx, l, l.cfg.duration)
@@ -167,17 +171,31 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 		case err != nil:
 			m.cfg.lease.log.Debug("azlease: lock attempt failed; retrying", slog.Any("error", err))
 		}
+		if err := m.unreachable(); err != nil {
+			l.tm.waited(time.Since(start), "error")
+			return nil, err
+		}
 		if !sleepCtx(ctx, timing.Jitter(m.cfg.poll, m.cfg.jitter, mrand.Float64())) {
 			return gaveUp()
 		}
 	}
 }
 
+// unreachable is the error that ends Lock's wait once every request to
+// storage has failed for MutexOptions.UnreachableTimeout, or nil.
+func (m *Mutex) unreachable() error {
+	if err := m.health.unreachable(time.Now(), m.cfg.unreachable, m.t.endpoint()); err != nil {
+		return fmt.Errorf("azlease: lock %s/%s: %w", m.t.container, m.t.blob, err)
+	}
+	return nil
+}
+
 // Unlock releases the lock so another holder can take it at once; the lock's
-// context ends first (cause [ErrStopped]). It returns an error wrapping
-// [ErrLeaseLost] if the lock was lost while held, because then the critical
-// section may not have been exclusive to its end; a newer holder is never
-// affected.
+// context ends first (cause [ErrStopped]), and the release is marked clean
+// in the lock blob ([Status.Released], one write before the release). It
+// returns an error wrapping [ErrLeaseLost] if the lock was lost while held,
+// because then the critical section may not have been exclusive to its
+// end; a newer holder is never affected.
 //
 // Unlock sends its release even when ctx has already ended (at shutdown, a
 // deferred Unlock often gets a cancelled context): it then makes one attempt

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -513,4 +514,85 @@ func TestZeroLockTerm(t *testing.T) {
 	assert.Zero(t, lk.ValidUntil())
 	lk.Heartbeat()
 	require.ErrorIs(t, lk.Write(context.Background(), nil), azlease.ErrNotHeld)
+}
+
+// TestCleanReleaseIsRecordedForEveryHolder (issue 19 item 5): a Mutex that
+// unlocked, a Semaphore slot and a DoOnce runner record a clean release, as
+// an Elector does, so they no longer read as crashed; a bare Lease does not
+// (documented), nor does a hand-off.
+func TestCleanReleaseIsRecordedForEveryHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		released := func(blob string) bool {
+			t.Helper()
+			st, err := azlease.Inspect(ctx, e.client("x"), blob)
+			require.NoError(t, err)
+			require.True(t, st.Exists)
+			require.False(t, st.Leased)
+			return st.Released
+		}
+		m, err := azlease.NewMutex(e.client("a"), "m", nil)
+		require.NoError(t, err)
+		require.NoError(t, m.Do(ctx, func(context.Context, *azlease.Lock) error { return nil }))
+		assert.True(t, released("m"), "Mutex")
+
+		s, err := azlease.NewSemaphore(e.client("a"), "s", 1, nil)
+		require.NoError(t, err)
+		lk, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, lk.Unlock(ctx))
+		assert.True(t, released(lk.Name()), "Semaphore")
+
+		_, err = azlease.DoOnce(ctx, e.client("a"), "k", nil, func(context.Context, azlease.Token) error { return nil })
+		require.NoError(t, err)
+		assert.True(t, released("once/k"), "DoOnce")
+
+		l := newLease(t, e.client("a"), "bare", nil)
+		_, err = l.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		assert.False(t, released("bare"), "a bare Lease does not record it")
+
+		// A crash (the lease left to expire) after a clean release reads as
+		// not released: the marker is the epoch's.
+		lk, err = m.Lock(ctx)
+		require.NoError(t, err)
+		e.Partition("a", azleasetest.Blackhole)
+		time.Sleep(20 * time.Second)
+		e.Heal("a")
+		assert.False(t, released("m"), "the crashed holder's term")
+		require.Error(t, lk.Unlock(ctx))
+	})
+}
+
+// TestMutexDoLogsOnePair (issue 19 item 5): a Mutex.Do logs "locked" and
+// "unlocked" at Info and its Lease's own lines at Debug; a bare Lease logs
+// its own at Info.
+func TestMutexDoLogsOnePair(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var logs logBuffer
+		debug := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		m, err := azlease.NewMutex(e.client("a"), "m", &azlease.MutexOptions{Logger: debug})
+		require.NoError(t, err)
+		require.NoError(t, m.Do(ctx, func(context.Context, *azlease.Lock) error { return nil }))
+		// Besides the first use's "created the container" and "created the
+		// lock blob", one pair.
+		assert.Equal(t, 4, logs.count("level=INFO"), logs.String())
+		assert.Equal(t, 2, logs.count("level=INFO", "azlease: created the"), logs.String())
+		assert.Equal(t, 1, logs.count("level=INFO", "azlease: locked"))
+		assert.Equal(t, 1, logs.count("level=INFO", "azlease: unlocked"))
+		assert.Equal(t, 1, logs.count("level=DEBUG", "azlease: acquired"))
+		assert.Equal(t, 1, logs.count("level=DEBUG", "azlease: released"))
+
+		var bare logBuffer
+		l := newLease(t, e.client("a"), "bare", &azlease.LeaseOptions{Logger: bare.logger()})
+		_, err = l.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, 1, bare.count("level=INFO", "azlease: acquired"), bare.String())
+		assert.Equal(t, 1, bare.count("level=INFO", "azlease: released"), bare.String())
+	})
 }

@@ -112,10 +112,21 @@ type leaseConfig struct {
 	log            *slog.Logger
 	meters         metric.MeterProvider
 	noLockName     bool
-	// markRelease writes a clean-release marker before releasing (Elector).
+	// markRelease writes a clean-release marker before releasing (Elector,
+	// Mutex, DoOnce; not a bare Lease).
 	markRelease bool
 	// role names the holder kind in metrics: lease, elector, mutex, once.
 	role string
+}
+
+// transitions is the level of a Lease's own lines (acquired, released,
+// handed off, broke): Info for a bare Lease, Debug for the Lease of an
+// Elector, Mutex or DoOnce, which log their own transitions at Info.
+func (c leaseConfig) transitions() slog.Level {
+	if c.role == "lease" {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 // config validates o. Errors name fields with prefix (LeaseOptions.,
@@ -221,6 +232,15 @@ type target struct {
 	cc        *container.Client
 	container string
 	blob      string
+}
+
+// endpoint is the container's URL for error messages, without any SAS
+// token.
+func (t target) endpoint() string {
+	if t.cc == nil {
+		return ""
+	}
+	return redactURL(t.cc.URL())
 }
 
 // newTarget validates the container client and blob name every constructor
@@ -489,6 +509,22 @@ type MutexOptions struct {
 	// 0.2; negative means none; at most 0.5.
 	Jitter float64
 
+	// UnreachableTimeout bounds how long Lock (and a Semaphore's Acquire)
+	// goes on waiting while storage cannot be reached: once every request
+	// to storage has failed for this long (no answer, a transport error, or
+	// a 408, 429 or 5xx answer), counted from the end of the first failed
+	// request in a row, it returns an error wrapping [ErrUnreachable] (and
+	// so [ErrTransient]) that names the container URL (without any SAS
+	// token) and the last failure, although its ctx has not ended. It
+	// checks between tries, so it returns up to one try (at most one lease
+	// duration of retries) after the bound. Any answer from storage, even
+	// "held elsewhere", starts the count again: a caller waiting for a busy
+	// lock is not affected. Zero means 1 minute; negative means no bound
+	// (wait until ctx ends); otherwise from 1 s to 24 h ([MaxWait]).
+	// TryLock and TryAcquire are bounded on their own (2 × AttemptTimeout
+	// per slot tried).
+	UnreachableTimeout time.Duration
+
 	// MaxHold, when positive, bounds how long a Lock is held: once it has
 	// been held this long, its term ends (cause [ErrMaxHoldExceeded]) and
 	// its lease is no longer renewed, so the mutex frees itself within the
@@ -527,6 +563,23 @@ type holdConfig struct {
 	poll       time.Duration
 	jitter     float64
 	maxHold    time.Duration // Mutex only: 0 is no limit
+	// unreachable bounds waiting while storage is unreachable (Mutex,
+	// DoOnce): negative is no bound.
+	unreachable time.Duration
+}
+
+// unreachableBound validates an UnreachableTimeout: zero is the default,
+// negative is no bound (-1), otherwise from 1 s to MaxWait.
+func unreachableBound(field string, d time.Duration) (time.Duration, error) {
+	switch {
+	case d == 0:
+		return defaultUnreachable, nil
+	case d < 0:
+		return -1, nil
+	case d < time.Second || d > MaxWait:
+		return 0, optionErr(field, "%v: must be from 1s to %v, or negative for no bound", d, MaxWait)
+	}
+	return d, nil
 }
 
 // holdOptions validates the fields Mutex and DoOnce options share with
@@ -573,7 +626,11 @@ func (o *MutexOptions) config() (holdConfig, error) {
 		return hc, err
 	}
 	hc.lease.role = "mutex"
-	hc.maxHold, err = bounded("MutexOptions.MaxHold", o.MaxHold, 0, 0, MaxWait)
+	hc.lease.markRelease = true
+	if hc.maxHold, err = bounded("MutexOptions.MaxHold", o.MaxHold, 0, 0, MaxWait); err != nil {
+		return hc, err
+	}
+	hc.unreachable, err = unreachableBound("MutexOptions.UnreachableTimeout", o.UnreachableTimeout)
 	return hc, err
 }
 
@@ -622,6 +679,22 @@ type DoOnceOptions struct {
 	// 0.2; negative means none; at most 0.5.
 	Jitter float64
 
+	// UnreachableTimeout bounds how long DoOnce goes on while storage
+	// cannot be reached: once every request to storage has failed for this
+	// long (no answer, a transport error, or a 408, 429 or 5xx answer),
+	// counted from the end of the first failed request in a row, it returns
+	// an error wrapping [ErrUnreachable] (and so [ErrTransient]) that names
+	// the container URL (without any SAS token) and the last failure,
+	// although its ctx has not ended. It applies while DoOnce waits for the
+	// key, and while a runner whose fn completed tries to learn whether its
+	// completion was recorded (see [DoOnce]); not while fn runs. It checks
+	// between polls, so it returns up to one poll (and its retries) after
+	// the bound. Any answer from storage, even "held elsewhere", starts the
+	// count again: a caller waiting for a busy key is not affected. Zero
+	// means 1 minute; negative means no bound (wait until ctx ends);
+	// otherwise from 1 s to 24 h ([MaxWait]).
+	UnreachableTimeout time.Duration
+
 	// NoCreate turns off creating the container and marker blob.
 	NoCreate bool
 
@@ -660,6 +733,10 @@ func (o *DoOnceOptions) config() (onceConfig, error) {
 		return onceConfig{}, err
 	}
 	hc.lease.role = "once"
+	hc.lease.markRelease = true
+	if hc.unreachable, err = unreachableBound("DoOnceOptions.UnreachableTimeout", o.UnreachableTimeout); err != nil {
+		return onceConfig{}, err
+	}
 	c := onceConfig{holdConfig: hc, prefix: o.Prefix, maxAttempts: o.MaxAttempts}
 	if c.prefix == "" {
 		c.prefix = "once/"

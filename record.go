@@ -35,6 +35,17 @@ const (
 // paused or partitioned former holder from doing damage after its lease
 // expired: timing alone cannot.
 //
+// Epochs count per lock blob: an epoch orders the terms of one lock blob,
+// and nothing else. Two lock blobs (two Mutexes, the slots of a Semaphore,
+// an Elector's blob and a DoOnce key's marker) count independently, from
+// numbers that look alike (each starts near its blob's creation time in
+// milliseconds), so an epoch of one says nothing about an epoch of
+// another: a DoOnce token's 946684800007 is neither newer nor older than an
+// Elector's 946684800003. A store that takes fenced writes from the
+// holders of several lock blobs must fence per (lock blob, epoch) pair:
+// keep the highest epoch seen for each lock name, and compare an incoming
+// epoch only with the one kept for its own lock.
+//
 // The lease ID lets its holder write the lock blob itself; treat it as a
 // secret. Token's String and LogValue omit it.
 type Token struct {
@@ -48,7 +59,8 @@ func (t Token) String() string { return "epoch " + strconv.FormatUint(t.Epoch, 1
 // LogValue logs only the epoch: the lease ID is a write capability.
 func (t Token) LogValue() slog.Value { return slog.GroupValue(slog.Uint64("epoch", t.Epoch)) }
 
-// HistoryEntry is one past term of a lock blob.
+// HistoryEntry is one past term of a lock blob. Its Epoch is the blob's
+// own (see [Token]).
 type HistoryEntry struct {
 	Holder   string
 	Epoch    uint64
@@ -223,11 +235,20 @@ type Status struct {
 	State string
 	// Holder, Epoch and Acquired describe the latest term: the current one
 	// when Leased is true. Acquired is the holder's wall clock, for display.
+	// Epoch is this lock blob's, comparable only with its own (see [Token]).
 	Holder   string
 	Epoch    uint64
 	Acquired time.Time
 	// Released is true when the holder of Epoch released the lease cleanly,
-	// after stopping its work.
+	// after stopping its work: an Elector that stopped or whose task
+	// returned, a Mutex's (or Semaphore's) Unlock, a DoOnce runner that
+	// finished. Each records it with one metadata write just before its
+	// release, in one attempt: if that write fails, the release still
+	// happens and Released reads false. A bare [Lease]'s Release does not
+	// record it (it costs a request the low-level type leaves to its
+	// user), nor does [Lease.HandOff], which passes the lease on rather
+	// than releasing it: their holders read as not released, like a holder
+	// that crashed.
 	Released bool
 	// History lists past terms, newest first.
 	History []HistoryEntry
@@ -261,6 +282,9 @@ func Inspect(ctx context.Context, cc *container.Client, blobName string) (Status
 // failures for at most 2 × AttemptTimeout (6 s by default) and never past
 // ctx's deadline.
 func (l *Lease) Inspect(ctx context.Context) (Status, error) {
+	if err := l.initErr(); err != nil {
+		return Status{}, err
+	}
 	return l.inspect(ctx, time.Now().Add(2*l.cfg.attemptTimeout))
 }
 

@@ -170,7 +170,8 @@ func (t *Term) Token() Token {
 	return t.token
 }
 
-// Epoch returns the term's fencing epoch, Token().Epoch.
+// Epoch returns the term's fencing epoch, Token().Epoch. Epochs count per
+// lock blob: compare it only with epochs of the same lock (see [Token]).
 func (t *Term) Epoch() uint64 { return t.Token().Epoch }
 
 // StartedAt returns when the term began, on the local clock.

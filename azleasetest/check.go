@@ -33,7 +33,7 @@ type Interval struct {
 }
 
 // Recorder collects intervals from concurrent goroutines. The zero value is
-// ready to use.
+// ready to use; a nil *Recorder records nothing.
 type Recorder struct {
 	mu        sync.Mutex
 	intervals []Interval
@@ -55,6 +55,9 @@ func (r *Recorder) Begin(holder string) (end func()) {
 
 // Add records a complete interval.
 func (r *Recorder) Add(iv Interval) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.intervals = append(r.intervals, iv)
@@ -63,6 +66,9 @@ func (r *Recorder) Add(iv Interval) {
 // Intervals returns a copy of the intervals recorded so far, in the order
 // they ended.
 func (r *Recorder) Intervals() []Interval {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.intervals)
@@ -75,6 +81,10 @@ func (r *Recorder) Intervals() []Interval {
 // lists the violations and the grants. It may be called from any goroutine.
 func (s *Server) CheckExclusive(tb testing.TB, blob string, intervals []Interval) {
 	tb.Helper()
+	if !s.usable() {
+		tb.Errorf("blob %q: %v", blob, errNotCreated)
+		return
+	}
 	if err := CheckIntervals(s.History(blob), intervals); err != nil {
 		tb.Errorf("blob %q: %v", blob, err)
 	}
@@ -186,6 +196,9 @@ type ExclusionError struct {
 
 // Count returns how many violations are of kind.
 func (e *ExclusionError) Count(kind ViolationKind) int {
+	if e == nil {
+		return 0
+	}
 	n := 0
 	for _, v := range e.Violations {
 		if v.Kind == kind {
@@ -197,6 +210,9 @@ func (e *ExclusionError) Count(kind ViolationKind) int {
 
 // Error lists the first violations and the grants.
 func (e *ExclusionError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d violation(s) of exclusive holding:", len(e.Violations))
 	for i, v := range e.Violations {

@@ -115,6 +115,9 @@ type FaultFunc func(Request) Fault
 // [Server.ApplyLate], [Server.LoseResponses]) leave alone; a
 // [Server.Slow] delay adds to its Delay. nil removes the hook.
 func (s *Server) SetFaults(f FaultFunc) {
+	if !s.usable() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = f

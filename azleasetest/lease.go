@@ -111,6 +111,9 @@ func (s *Server) History(blob string) []Grant {
 // lease ID. The last grant's End is when the lease will expire if nobody
 // renews it.
 func (s *Server) Grants(container, blob string) []Grant {
+	if !s.usable() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gs := s.grants[container+"/"+blob]
@@ -451,6 +454,9 @@ func newGUID(seq uint64) string {
 // only at its next request that it lost it, and anyone can acquire it now.
 // It returns an error if the blob does not exist or has no lease.
 func (s *Server) Break(blob string) error {
+	if !s.usable() {
+		return errNotCreated
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.containers[Container]

@@ -128,6 +128,9 @@ func checkShare(method string, share float64) {
 // paused or isolated machine's would) or to isolate it from the network.
 // The name "" cuts every client off.
 func (s *Server) Partition(name string, mode PartitionMode) {
+	if !s.usable() {
+		return
+	}
 	if mode != Blackhole && mode != Refuse {
 		panic(fmt.Sprintf("azleasetest: Partition: unknown mode %v", mode))
 	}
@@ -140,6 +143,9 @@ func (s *Server) Partition(name string, mode PartitionMode) {
 // ""). Requests sent from now on are served; requests that were hanging
 // stay hung until their clients give up.
 func (s *Server) Heal(name string) {
+	if !s.usable() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.rules.partitions, name)
@@ -149,6 +155,9 @@ func (s *Server) Heal(name string) {
 // request is answered 503 ServerBusy and not applied. For an outage in
 // which requests get no answer at all, use Partition("", Blackhole).
 func (s *Server) Outage() {
+	if !s.usable() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rules.outage = true
@@ -156,6 +165,9 @@ func (s *Server) Outage() {
 
 // Restore ends the [Server.Outage].
 func (s *Server) Restore() {
+	if !s.usable() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rules.outage = false
@@ -167,6 +179,9 @@ func (s *Server) Restore() {
 // retry. A share of 0 turns it off. It panics on a share outside [0, 1] or
 // another status.
 func (s *Server) FailRequests(share float64, status int) {
+	if !s.usable() {
+		return
+	}
 	checkShare("FailRequests", share)
 	if status != http.StatusInternalServerError && status != http.StatusServiceUnavailable {
 		panic(fmt.Sprintf("azleasetest: FailRequests: status %d is neither 500 nor 503", status))
@@ -182,6 +197,9 @@ func (s *Server) FailRequests(share float64, status int) {
 // whether it did. A share of 0 turns it off; it panics on a share outside
 // [0, 1].
 func (s *Server) LoseResponses(name string, share float64) {
+	if !s.usable() {
+		return
+	}
 	checkShare("LoseResponses", share)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -202,6 +220,9 @@ func (s *Server) LoseResponses(name string, share float64) {
 // share of 0 turns it off; it panics on a share outside [0, 1] or a
 // negative after.
 func (s *Server) ApplyLate(name string, share float64, after time.Duration) {
+	if !s.usable() {
+		return
+	}
 	checkShare("ApplyLate", share)
 	if after < 0 {
 		panic(fmt.Sprintf("azleasetest: ApplyLate: negative delay %v", after))
@@ -220,6 +241,9 @@ func (s *Server) ApplyLate(name string, share float64, after time.Duration) {
 // deadline passes first gives up, and the request is not applied. Zero
 // turns it off; it panics on a negative d.
 func (s *Server) Slow(name string, d time.Duration) {
+	if !s.usable() {
+		return
+	}
 	if d < 0 {
 		panic(fmt.Sprintf("azleasetest: Slow: negative delay %v", d))
 	}
@@ -237,6 +261,9 @@ func (s *Server) Slow(name string, d time.Duration) {
 // [Server.SetFaults]. Requests already hanging or waiting to be applied late
 // are not affected, and the clock keeps its rate ([Server.SetClockRate]).
 func (s *Server) ClearFaults() {
+	if !s.usable() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rng := s.rules.rng

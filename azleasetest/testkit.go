@@ -44,8 +44,13 @@ func NewServer(tb testing.TB, opts *Options) *Server {
 // The container exists from the first call on (creating it again answers
 // 409 ContainerAlreadyExists, as Azure does). The client signs its requests
 // with the server's account key and keeps azblob's default retry policy, as
-// a client built from a connection string does.
+// a client built from a connection string does. A Server not created with
+// New or NewServer returns nil (which azlease's constructors refuse with an
+// error).
 func (s *Server) Client(name string) *container.Client {
+	if !s.usable() {
+		return nil
+	}
 	s.ensureContainer(Container)
 	cc, err := s.ContainerClient(Container, name)
 	if err != nil { // only a malformed account name can get here

@@ -118,6 +118,9 @@ func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (ab
 // [AccountKey] and keeps azblob's default retry policy (azlease sets retries
 // per call).
 func (s *Server) ContainerClient(name, client string) (*container.Client, error) {
+	if !s.usable() {
+		return nil, errNotCreated
+	}
 	cred, err := container.NewSharedKeyCredential(s.account, AccountKey)
 	if err != nil {
 		return nil, err
@@ -143,6 +146,9 @@ type Endpoint struct {
 // ("127.0.0.1:0" picks a free port), in a goroutine the endpoint's Close
 // waits for. Close the endpoint to stop serving.
 func (s *Server) Listen(addr string) (*Endpoint, error) {
+	if !s.usable() {
+		return nil, errNotCreated
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -169,13 +175,20 @@ func (s *Server) Listen(addr string) (*Endpoint, error) {
 // endpoint, with the account and key the server checks: what processes
 // under test take as AZURE_STORAGE_CONNECTION_STRING, for instance.
 func (e *Endpoint) ConnectionString() string {
+	if e == nil || e.srv == nil {
+		return "" // not returned by Listen
+	}
 	return "DefaultEndpointsProtocol=http;AccountName=" + e.account + ";AccountKey=" + AccountKey +
 		";BlobEndpoint=" + e.URL + ";"
 }
 
 // Close stops the listener, closes open connections and waits for the
-// serving goroutine to end.
+// serving goroutine to end. An Endpoint not returned by Listen has nothing
+// to close: nil.
 func (e *Endpoint) Close() error {
+	if e == nil || e.srv == nil {
+		return nil
+	}
 	err := e.srv.Close()
 	if serr := <-e.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr

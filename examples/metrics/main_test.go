@@ -99,7 +99,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`msg=span name="azblob lease acquire" kind=internal`,
 		`msg=span name="HTTP PUT" kind=client`,
 		`msg=span name="azblob lease release"`,
-		"azlease: released",
+		"azlease: stepping down",
 	} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, logs.String())
