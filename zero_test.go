@@ -21,10 +21,11 @@ import (
 
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/shards"
 )
 
 // Issue 19 item 2: no exported type panics when misused. For every exported
-// type of azlease and azleasetest, every method is called on the type's
+// type of azlease, azleasetest and shards, every method is called on the type's
 // zero value (through a pointer to it) and, for methods with a pointer
 // receiver, on a nil pointer, with zero arguments (context.Background() for
 // a context, a recording testing.TB, an httptest recorder and request). No
@@ -84,11 +85,20 @@ var zeroTypes = map[string]map[string]reflect.Type{
 		"Violation":      reflect.TypeFor[azleasetest.Violation](),
 		"ViolationKind":  reflect.TypeFor[azleasetest.ViolationKind](),
 	},
+	"shards": {
+		"Assignment":   reflect.TypeFor[shards.Assignment](),
+		"Group":        reflect.TypeFor[shards.Group](),
+		"MemberStatus": reflect.TypeFor[shards.MemberStatus](),
+		"Options":      reflect.TypeFor[shards.Options](),
+		"Shard":        reflect.TypeFor[shards.Shard](),
+		"ShardStatus":  reflect.TypeFor[shards.ShardStatus](),
+		"Work":         reflect.TypeFor[shards.Work](),
+	},
 }
 
 // constructed are the types whose zero value is unusable: their methods
 // that return an error return ErrNotInitialized.
-var constructed = []string{"Lease", "Mutex", "Semaphore", "Elector"}
+var constructed = []string{"Lease", "Mutex", "Semaphore", "Elector", "Group"}
 
 func TestZeroValuesNeverPanic(t *testing.T) {
 	for dir, types := range zeroTypes {
