@@ -593,3 +593,17 @@ func TestOnceRecordsStderr(t *testing.T) {
 	assert.Contains(t, st.stdout(), "the command exited with status 3")
 	assert.NotContains(t, st.stdout(), "boom", "--stderr-tail 0 records no stderr")
 }
+
+// TestResetOnceOfANeverUsedKey: reset-once says there was nothing to reset,
+// and creates nothing.
+func TestResetOnceOfANeverUsedKey(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	p := w.run(20*time.Second, "reset-once", "never-used")
+	assert.Equal(t, 0, p.status(), p.stderr())
+	assert.Contains(t, p.stdout(), "nothing to reset")
+	st := w.run(10*time.Second, "status", "--json", "once/never-used")
+	var s statusJSON
+	require.NoError(t, json.Unmarshal([]byte(st.stdout()), &s), st.stdout())
+	assert.False(t, s.Exists, "no marker blob was created")
+}

@@ -353,6 +353,9 @@ func (g *globals) resetOnce(c *cobra.Command, key string) error {
 	case err == nil:
 		fmt.Fprintf(g.stdout, "reset %s: the next 'azlease once %s' runs its command\n", key, key)
 		return nil
+	case errors.Is(err, azlease.ErrNothingToReset):
+		fmt.Fprintf(g.stdout, "%s has no marker: nothing to reset (it was never run, or was reset already)\n", key)
+		return nil
 	case r.stopped() != nil:
 		return r.interrupted(what)
 	case isHeld(err):
