@@ -607,3 +607,19 @@ func TestResetOnceOfANeverUsedKey(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(st.stdout()), &s), st.stdout())
 	assert.False(t, s.Exists, "no marker blob was created")
 }
+
+// TestOnceFirstMaxAttemptsWins: a later caller with a larger --max-attempts
+// does not rerun a key that failed for good under the first caller's limit,
+// and says which limit applied.
+func TestOnceFirstMaxAttemptsWins(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	log := w.path("log")
+	first := w.run(20*time.Second, "once", "--max-attempts", "1", "seed", "--", "sh", "-c", "echo ran >> "+log+"; exit 3")
+	assert.Equal(t, 3, first.status())
+	assert.Contains(t, oneLineAfterLogs(first), "that was attempt 1 of 1, so the key has failed for good")
+	later := w.run(20*time.Second, "once", "--max-attempts", "5", "seed", "--", "sh", "-c", "echo ran again >> "+log)
+	assert.Equal(t, exitOnceFailed, later.status(), later.stderr())
+	assert.Contains(t, oneLineAfterLogs(later), "failed for good after 1 attempt (--max-attempts 1, recorded by the key's first caller; this one's 5 does not apply)")
+	assert.Equal(t, []string{"ran"}, lines(t, log))
+}

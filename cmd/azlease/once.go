@@ -171,14 +171,21 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts,
 	case res != nil && res.signalled != nil:
 		return exitf(signalStatus(res.signalled), "%s: %s before the command ran", what, signalError{res.signalled})
 	case errors.As(err, &of):
-		return exitf(exitOnceFailed, "%s: failed for good after %s (last by %s: %s); 'azlease reset-once %s' lets it run again",
-			what, attempts(of.Attempts), of.Holder, of.LastError, key)
+		limit := ""
+		if of.MaxAttempts > 0 && of.MaxAttempts != maxAttempts {
+			limit = fmt.Sprintf(" (--max-attempts %d, recorded by the key's first caller; this one's %d does not apply)", of.MaxAttempts, maxAttempts)
+		}
+		return exitf(exitOnceFailed, "%s: failed for good after %s%s (last by %s: %s); 'azlease reset-once %s' lets it run again",
+			what, attempts(of.Attempts), limit, of.Holder, of.LastError, key)
 	case res != nil && res.err != nil:
 		return res.err
 	case res != nil && (res.lost != nil || errors.Is(err, azlease.ErrLeaseLost)):
 		return exitf(exitLost, "%s: %s", what, line(err))
 	case res != nil && res.code != 0:
 		st := out.Status
+		if st.MaxAttempts > 0 {
+			maxAttempts = st.MaxAttempts // the key's recorded limit
+		}
 		switch s := r.stopped(); {
 		case s != nil:
 			fmt.Fprintf(g.stderr, "azlease: %s: the command exited with status %d after %s; the attempt does not count\n", what, res.code, signalName(s))
