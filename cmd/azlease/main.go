@@ -17,7 +17,8 @@
 //	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME (--timeout D, --no-wait, -n N slots)
 //	azlease lead NAME -- CMD [ARGS...]   run CMD only while this instance leads (--restart)
 //	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N)
-//	azlease status NAME                  holder, epoch, history, once marker (--json, -n N)
+//	azlease shards NAME --count K -- CMD one CMD per shard this instance owns, K shards spread over every instance
+//	azlease status NAME                  holder, epoch, history, once marker (--json, -n N, --shards)
 //	azlease watch NAME                   a line per leadership change, until interrupted
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again

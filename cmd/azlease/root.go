@@ -53,14 +53,19 @@ func newRoot(g *globals) *cobra.Command {
 		Short: "Run a program under an Azure Blob Storage lease: under a lock, as the leader, or once across the fleet",
 		Long: `azlease runs a program under an Azure Blob Storage lease, from the shell:
 
-  azlease lock NAME -- CMD...   run CMD while holding the lock NAME (or one of N slots)
-  azlease lead NAME -- CMD...   run CMD only while this instance leads; a standby takes over
-  azlease once KEY -- CMD...    run CMD once across every caller; the others wait for it
+  azlease lock NAME -- CMD...     run CMD while holding the lock NAME (or one of N slots)
+  azlease lead NAME -- CMD...     run CMD only while this instance leads; a standby takes over
+  azlease once KEY -- CMD...      run CMD once across every caller; the others wait for it
+  azlease shards NAME --count K -- CMD...
+                                  spread K shards over every instance; one CMD per shard owned
 
-CMD starts only once the lease is held, and stops (SIGTERM, then SIGKILL after
---kill-after) as soon as it is lost. Its environment carries AZLEASE_NAME,
-AZLEASE_IDENTITY and AZLEASE_EPOCH, a fencing epoch that grows with every
-acquisition: pass it to what CMD writes, and have that reject lower epochs.
+CMD starts only once the lease is held, and its whole process group has received
+SIGKILL before the lease can pass to anyone else, whatever CMD does with SIGTERM and
+even while azlease is paused or after it died: unless a renewal moves the lease's
+validity deadline D on, SIGTERM at D - --kill-after - 1s, SIGKILL at D - 1s ('azlease
+lead --help' has the table). Its environment carries AZLEASE_NAME, AZLEASE_IDENTITY
+and AZLEASE_EPOCH, a fencing epoch that grows with every acquisition: pass it to
+what CMD writes, and have that reject lower epochs.
 
 The storage account comes from $AZURE_STORAGE_CONNECTION_STRING, --connection-string,
 --account-url (Microsoft Entra ID) or --sas-url. "UseDevelopmentStorage=true" means
