@@ -623,3 +623,61 @@ func TestOnceFirstMaxAttemptsWins(t *testing.T) {
 	assert.Contains(t, oneLineAfterLogs(later), "failed for good after 1 attempt (--max-attempts 1, recorded by the key's first caller; this one's 5 does not apply)")
 	assert.Equal(t, []string{"ran"}, lines(t, log))
 }
+
+// TestShardsCommand: two 'azlease shards' share four shards, two each, each
+// shard's command seeing its shard and epoch; 'status --shards' shows the
+// assignment; SIGTERM stops the commands and releases the shards (128+15).
+func TestShardsCommand(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	log := w.path("log")
+	script := fmt.Sprintf(`echo "$AZLEASE_IDENTITY $AZLEASE_SHARD $AZLEASE_EPOCH" >> %s; trap 'exit 0' TERM; while :; do sleep 0.1; done`, log)
+	a := w.az("shards", "--identity", "a", "--poll-interval", "200ms", "grp", "--count", "4", "--", "sh", "-c", script)
+	b := w.az("shards", "--identity", "b", "--poll-interval", "200ms", "grp", "--count", "4", "--", "sh", "-c", script)
+	var s assignmentJSON
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st := w.run(10*time.Second, "status", "--json", "--shards", "--count", "4", "grp")
+		s = assignmentJSON{}
+		require.NoError(t, json.Unmarshal([]byte(st.stdout()), &s), st.stdout())
+		if s.Balanced && len(s.Members) == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("not balanced: %s", st.stdout())
+		}
+	}
+	for _, m := range s.Members {
+		assert.Equal(t, 2, m.Owns, "%+v", m)
+		assert.Equal(t, 2, m.Share)
+	}
+	seen := map[string]bool{}
+	for _, sh := range s.Shards {
+		assert.Contains(t, []string{"a", "b"}, sh.Owner)
+		assert.NotZero(t, sh.Epoch)
+		seen[sh.Name] = true
+	}
+	assert.Len(t, seen, 4)
+	text := w.run(10*time.Second, "status", "--shards", "grp")
+	assert.Contains(t, text.stdout(), "2 members, 4 shards, balanced")
+	waitLines(t, log, "", 4, 10*time.Second)
+	for _, l := range lines(t, log) {
+		f := strings.Fields(l)
+		require.Len(t, f, 3, l)
+		assert.NotZero(t, lastNumber(t, l), "the shard's epoch reaches the command")
+	}
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	a.expect(128+int(syscall.SIGTERM), 20*time.Second)
+	b.expect(128+int(syscall.SIGTERM), 20*time.Second)
+	st := w.run(10*time.Second, "status", "--json", "--shards", "grp")
+	var left assignmentJSON
+	require.NoError(t, json.Unmarshal([]byte(st.stdout()), &left), st.stdout())
+	assert.Empty(t, left.Members, "both left")
+	for _, sh := range left.Shards {
+		assert.Empty(t, sh.Owner, "released: %+v", sh)
+	}
+
+	p := w.run(10*time.Second, "shards", "grp", "--", "true")
+	assert.Equal(t, exitUsage, p.status())
+	assert.Contains(t, oneLine(t, p), "count")
+}
