@@ -42,9 +42,16 @@ const (
 // 400 or more, or none), in the order they were sent.
 type counter struct {
 	mu      sync.Mutex
-	ops     []string // every request's operation, in order
+	ops     []string // every request's operation, in the order answered
 	failed  []string // the failed ones, as "op status"
+	sends   []sent   // every request, when it was sent
 	latency time.Duration
+}
+
+// sent is a request's operation and send instant.
+type sent struct {
+	op string
+	at time.Time
 }
 
 // countedClient returns a container client for the emulator whose requests
@@ -70,6 +77,9 @@ type opCounter struct {
 
 func (t *opCounter) Do(req *http.Request) (*http.Response, error) {
 	op := opOf(req)
+	t.c.mu.Lock()
+	t.c.sends = append(t.c.sends, sent{op, time.Now()})
+	t.c.mu.Unlock()
 	if d := t.c.latency; d > 0 {
 		timer := time.NewTimer(d)
 		select {
@@ -144,6 +154,13 @@ func (c *counter) since(ops, failed int) ([]string, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.ops[ops:]), slices.Clone(c.failed[failed:])
+}
+
+// sent returns every request's send instant so far.
+func (c *counter) sent() []sent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sends)
 }
 
 // only reports whether every element of ops is op.
