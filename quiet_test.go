@@ -26,6 +26,7 @@ import (
 
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/internal/azurite"
 )
 
 // Operations as the counter names them.
@@ -587,4 +588,92 @@ func TestElectorFollowerIsQuiet(t *testing.T) {
 		assert.Equal(t, []string{opRead, opAcquire, opWrite}, ops[len(ops)-3:], "the takeover: the poll's read stands in for the epoch write's")
 		require.NoError(t, follower.Stop(ctx))
 	})
+}
+
+// roundTripperFunc adapts a function to http.RoundTripper.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestAzuriteWaitersLookFirst: on the real wire, a Mutex.Lock waiter and a
+// Semaphore.Acquire waiter (two slots) make only reads or listings while
+// the lock is held, none failing, and take it with read (or list),
+// acquire, write: Azurite keeps the ETag through lease operations and
+// lists it as Get Blob Properties gives it (without quotes), so the epoch
+// write from the look is not refused.
+func TestAzuriteWaitersLookFirst(t *testing.T) {
+	t.Parallel()
+	az := azurite.Require(t)
+	name := unique("quiet")
+	ctx := context.Background()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	counted := func(c *counter) *container.Client {
+		oc := &opCounter{next: &http.Client{Transport: tr}, c: c}
+		cc, err := az.ContainerClient(name, &http.Client{Transport: roundTripperFunc(oc.Do)})
+		require.NoError(t, err)
+		return cc
+	}
+	opts := &azlease.MutexOptions{PollInterval: 100 * time.Millisecond}
+	for _, tc := range []struct {
+		name string
+		look string
+		hold func() []*azlease.Lock
+		wait func(cc *container.Client) (*azlease.Lock, error)
+	}{
+		{"Mutex.Lock", opRead, func() []*azlease.Lock {
+			m, err := azlease.NewMutex(azuriteClient(t, name), "job", nil)
+			require.NoError(t, err)
+			l, ok, err := m.TryLock(ctx)
+			require.NoError(t, err)
+			require.True(t, ok)
+			return []*azlease.Lock{l}
+		}, func(cc *container.Client) (*azlease.Lock, error) {
+			m, err := azlease.NewMutex(cc, "job", opts)
+			require.NoError(t, err)
+			return m.Lock(ctx)
+		}},
+		{"Semaphore.Acquire", opList, func() []*azlease.Lock {
+			s, err := azlease.NewSemaphore(azuriteClient(t, name), "pool", 2, nil)
+			require.NoError(t, err)
+			var locks []*azlease.Lock
+			for range 2 {
+				l, ok, err := s.TryAcquire(ctx)
+				require.NoError(t, err)
+				require.True(t, ok)
+				locks = append(locks, l)
+			}
+			return locks
+		}, func(cc *container.Client) (*azlease.Lock, error) {
+			s, err := azlease.NewSemaphore(cc, "pool", 2, opts)
+			require.NoError(t, err)
+			return s.Acquire(ctx)
+		}},
+	} {
+		held := tc.hold()
+		var c counter
+		cc := counted(&c)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			l, err := tc.wait(cc)
+			assert.NoError(t, err, tc.name)
+			got <- l
+		}()
+		time.Sleep(time.Second)
+		o0, _ := c.mark()
+		require.NoError(t, held[0].Unlock(ctx))
+		l := <-got
+		ops, failed := c.since(0, 0)
+		assert.Empty(t, failed, "%s: no failed request", tc.name)
+		assert.GreaterOrEqual(t, o0, 3, "%s: it polled while the lock was held", tc.name)
+		assert.True(t, only(ops[:o0], tc.look), "%s: %v", tc.name, tally(ops[:o0]))
+		require.GreaterOrEqual(t, len(ops), 3)
+		assert.Equal(t, []string{tc.look, opAcquire, opWrite}, ops[len(ops)-3:], "%s: the takeover", tc.name)
+		assert.Equal(t, held[0].Name(), l.Name())
+		assert.Equal(t, held[0].Epoch()+1, l.Epoch(), tc.name)
+		require.NoError(t, l.Unlock(ctx))
+		for _, h := range held[1:] {
+			require.NoError(t, h.Unlock(ctx))
+		}
+	}
 }
