@@ -264,7 +264,7 @@ type Status struct {
 	// error instead of a Status, so Err is nil in what it returns.
 	Err error
 
-	raw map[string]*string // all metadata as read, for DoOnce's marker
+	raw map[string]*string // all metadata as read, for DoOnce's marker and an epoch write after a look
 	// etag and created are the blob's ETag (quoted, as the ETag header
 	// carries it) and creation time as read, or zero when unknown: with raw
 	// they let an acquisition that follows the read write the next epoch
