@@ -113,6 +113,15 @@
 // more just before its release, to record that it released cleanly
 // ([Status.Released]); a bare [Lease] does not, and a hand-off is not a
 // release.
+//
+// Every waiter looks before it acquires: a follower, a DoOnce waiter and a
+// [Mutex.Lock] read the lock blob once per poll, a [Semaphore.Acquire]
+// lists its slots with one request per poll whatever n, and [Claim] lists
+// its names once; each acquires only what it found free, so none makes a
+// request that fails while the lock is held, and the read stands in for the
+// one the epoch write would make, so a takeover costs three requests (read,
+// acquire, write). [Mutex.TryLock] and [Semaphore.TryAcquire] acquire
+// directly: one request per lock tried, refused with 409 when held.
 // Renewals come up to 10 % early (the first after an acquisition up to
 // half an interval early), so that leases taken together do not renew
 // together.

@@ -486,7 +486,9 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 		default:
 			// Stopping cancels ctx; a lease granted meanwhile is still
 			// given back, as part of the graceful stop.
-			tok, err := e.lease.Acquire(context.WithValue(ctx, cleanUpAfterCancelKey{}, true))
+			// The epoch write starts from what the poll read (one
+			// request fewer), unless the blob was written since.
+			tok, err := e.lease.acquireWithin(context.WithValue(ctx, cleanUpAfterCancelKey{}, true), e.lease.cfg.duration, &st)
 			if err == nil {
 				return tok, true
 			}

@@ -199,11 +199,13 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 	if err := l.initErr(); err != nil {
 		return Token{}, err
 	}
-	return l.acquireWithin(ctx, l.cfg.duration)
+	return l.acquireWithin(ctx, l.cfg.duration, nil)
 }
 
 // acquireWithin is Acquire retrying transient failures for at most budget.
-func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration) (Token, error) {
+// seen, when not nil, is the lock blob as a look just before found it free:
+// the epoch write then starts from it instead of reading (see bumpEpoch).
+func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *Status) (Token, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 
@@ -250,7 +252,7 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration) (Token,
 
 	// The epoch write leaves time for a renewal attempt before the
 	// deadline, so a term never starts with its validity used up.
-	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout))
+	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout), seen)
 	if err != nil {
 		// The lease is ours but no term could start: give it back now
 		// rather than leave it to expire, even if ctx has ended.

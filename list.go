@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 )
@@ -165,6 +166,15 @@ func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(sta
 	return out, nil
 }
 
+// quotedETag is a listed ETag in the form of the ETag header, for
+// If-Match: List Blobs gives it without the header's quotes.
+func quotedETag(e azcore.ETag) azcore.ETag {
+	if e == "" || strings.HasPrefix(string(e), `"`) || strings.HasPrefix(string(e), `W/"`) {
+		return e
+	}
+	return azcore.ETag(`"` + string(e) + `"`)
+}
+
 // errNoName means a List Blobs answer held a blob without a name: the
 // answer is malformed, and nothing in it can be trusted.
 var errNoName = errors.New("List Blobs answered a blob without a name")
@@ -184,9 +194,17 @@ func statusesOf(containerName, prefix string, items []*container.BlobItem) ([]St
 			continue
 		}
 		st := Status{Name: name, Exists: true, Metadata: userMetadata(it.Metadata), raw: it.Metadata}
-		if p := it.Properties; p != nil && p.LeaseState != nil {
-			st.State = string(*p.LeaseState)
-			st.Leased = st.State == "leased" || st.State == "breaking"
+		if p := it.Properties; p != nil {
+			if p.LeaseState != nil {
+				st.State = string(*p.LeaseState)
+				st.Leased = st.State == "leased" || st.State == "breaking"
+			}
+			if p.ETag != nil {
+				st.etag = quotedETag(*p.ETag)
+			}
+			if p.CreationTime != nil {
+				st.created = *p.CreationTime
+			}
 		}
 		r, err := parseRecord(it.Metadata)
 		if err != nil {

@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 
 	"github.com/azlease/azlease/internal/azname"
@@ -30,44 +32,84 @@ import (
 // epochs grow strictly from one term to the next. A retried write after an
 // ambiguous failure may skip an epoch; it never repeats one.
 //
+// seen, when not nil, is the blob as a read made just before the acquire
+// found it (a waiter's look): its first write then starts from seen's
+// record and is conditional on seen's ETag, which lease operations do not
+// change, so it needs no read of its own. If anyone wrote the blob since,
+// Azure refuses it (412 ConditionNotMet) and it reads and writes at once, as
+// without seen.
+//
 // prev is the record as first read: after an ambiguous write, a retry reads
 // this holder's own record, which says nothing about the previous term.
-func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
+func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen *Status) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
 	read, warned := false, false
+	known := seen != nil && seen.Exists && seen.Err == nil && seen.etag != "" && !alwaysReread.Load()
 	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
-		props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
-		if err != nil {
-			return l.writeOutcome(ctx, id, "read", err)
+		for {
+			var (
+				meta    map[string]*string
+				tag     azcore.ETag
+				created time.Time
+			)
+			fromSeen := known
+			known = false // a look is used for one write at most
+			if fromSeen {
+				meta, tag, created = seen.raw, seen.etag, seen.created
+			} else {
+				props, err := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
+				if err != nil {
+					return l.writeOutcome(ctx, id, "read", err)
+				}
+				meta = props.Metadata
+				if props.ETag != nil {
+					tag = *props.ETag
+				}
+				if props.CreationTime != nil {
+					created = *props.CreationTime
+				}
+			}
+			cur, err := parseRecord(meta)
+			if err != nil {
+				return true, l.errorf("write", ErrPermanent, err)
+			}
+			if !read {
+				prev, read = cur, true
+			}
+			seenEpoch := l.seen.Load()
+			if cur.epoch < seenEpoch && !warned {
+				warned = true
+				l.cfg.log.Warn("azlease: the lock blob's epoch is lower than one this process saw on it before (was it deleted and created again?); continuing above the highest",
+					slog.Uint64("blob_epoch", cur.epoch), slog.Uint64("highest_seen", seenEpoch))
+			}
+			next = cur.next(nextEpoch(cur.epoch, created, seenEpoch), l.cfg.identity, time.Now(), l.cfg.history)
+			md = next.format(meta)
+			var ifMatch *azcore.ETag
+			if tag != "" {
+				ifMatch = &tag
+			}
+			resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, ifMatch)})
+			if err != nil {
+				if fromSeen && bloberror.HasCode(err, bloberror.ConditionNotMet) && ctx.Err() == nil && actx.Err() == nil {
+					// Written since the look: nothing was applied (a 412
+					// is definitive). Read, and write from what it says.
+					read = false
+					continue
+				}
+				return l.writeOutcome(ctx, id, "write", err)
+			}
+			etag = *resp.ETag
+			l.see(next.epoch)
+			return true, nil
 		}
-		cur, err := parseRecord(props.Metadata)
-		if err != nil {
-			return true, l.errorf("write", ErrPermanent, err)
-		}
-		if !read {
-			prev, read = cur, true
-		}
-		var created time.Time
-		if props.CreationTime != nil {
-			created = *props.CreationTime
-		}
-		seen := l.seen.Load()
-		if cur.epoch < seen && !warned {
-			warned = true
-			l.cfg.log.Warn("azlease: the lock blob's epoch is lower than one this process saw on it before (was it deleted and created again?); continuing above the highest",
-				slog.Uint64("blob_epoch", cur.epoch), slog.Uint64("highest_seen", seen))
-		}
-		next = cur.next(nextEpoch(cur.epoch, created, seen), l.cfg.identity, time.Now(), l.cfg.history)
-		md = next.format(props.Metadata)
-		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, props.ETag)})
-		if err != nil {
-			return l.writeOutcome(ctx, id, "write", err)
-		}
-		etag = *resp.ETag
-		l.see(next.epoch)
-		return true, nil
 	})
 	return prev, next, md, etag, err
 }
+
+// alwaysReread makes bumpEpoch ignore what a look saw, so that every
+// acquisition reads the record again under its lease, as it did before
+// waiters looked first. Only the benchmark that measures that change side
+// by side sets it (export_test.go); the library never does.
+var alwaysReread atomic.Bool
 
 // writeOutcome classifies the failure of a read or write made under the
 // lease ID id.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
@@ -88,7 +89,7 @@ func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
 		return nil, false, err
 	}
 	l := m.newLease()
-	return m.tryLock(ctx, l, 2*l.cfg.attemptTimeout)
+	return m.tryLock(ctx, l, 2*l.cfg.attemptTimeout, nil)
 }
 
 // initErr is ErrNotInitialized, naming the constructor, for a zero or nil
@@ -109,8 +110,9 @@ func (m *Mutex) newLease() *Lease {
 
 // tryLock tries once with l, which Lock reuses across its tries (a lease ID
 // refused with a definitive answer is proposed again by the next try).
-func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration) (lock *Lock, ok bool, err error) {
-	tok, err := l.acquireWithin(ctx, budget)
+// seen, when not nil, is what a look just before found (see bumpEpoch).
+func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration, seen *Status) (lock *Lock, ok bool, err error) {
+	tok, err := l.acquireWithin(ctx, budget, seen)
 	switch {
 	case errors.Is(err, ErrLeaseHeld):
 		return nil, false, nil
@@ -135,11 +137,16 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration) (lo
 	return lock, true, nil
 }
 
-// Lock waits until it takes the mutex or ctx ends, trying every
-// PollInterval (with jitter). Errors that persist are returned, except
-// transient ones, which it keeps retrying until ctx ends, or until every
-// request has failed for MutexOptions.UnreachableTimeout (1 minute by
-// default): then it returns an error wrapping [ErrUnreachable].
+// Lock waits until it takes the mutex or ctx ends. Each poll, every
+// PollInterval (with jitter), reads the lock blob (one Get Blob Properties
+// request) and tries to acquire only when the read finds the lease free, so
+// a waiter makes one request per poll and none that fails while the mutex
+// is held elsewhere; the acquisition then costs what a TryLock's does (the
+// read stands in for the one its epoch write would make). Errors that
+// persist are returned, except transient ones, which it keeps retrying
+// until ctx ends, or until every request has failed for
+// MutexOptions.UnreachableTimeout (1 minute by default): then it returns an
+// error wrapping [ErrUnreachable].
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 	if err := m.initErr(); err != nil {
 		return nil, err
@@ -155,7 +162,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 		return nil, fmt.Errorf("azlease: lock %s/%s: %w; last attempt: %w", m.t.container, m.t.blob, context.Cause(ctx), lastAttempt(last))
 	}
 	for {
-		lock, ok, err := m.tryLock(ctx, l, l.cfg.duration)
+		lock, ok, err := m.lookThenLock(ctx, l, l.cfg.duration)
 		if err != nil {
 			last = err
 		}
@@ -179,6 +186,18 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 			return gaveUp()
 		}
 	}
+}
+
+// lookThenLock is one poll of Lock: it reads the lock blob, retrying
+// transient failures for at most budget, and tries to acquire (for at most
+// budget) only if the lease is free (available, expired or broken; a
+// missing blob is created). ok is false and err nil when the lease is held.
+func (m *Mutex) lookThenLock(ctx context.Context, l *Lease, budget time.Duration) (lock *Lock, ok bool, err error) {
+	st, err := l.inspect(ctx, time.Now().Add(budget))
+	if err != nil || st.Leased {
+		return nil, false, err
+	}
+	return m.tryLock(ctx, l, budget, &st)
 }
 
 // unreachable is the error that ends Lock's wait once every request to
@@ -283,6 +302,22 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lock *Lock)
 // workers split a list of jobs. When every lock is held it returns an error
 // wrapping [ErrLeaseHeld]. Each name is a lock blob in the container cc
 // points at.
+//
+// It looks before it acquires: one List Blobs request returns the lease
+// state and record of every blob whose name starts with the names' longest
+// common prefix (filtered to the names given), and Claim then tries to
+// acquire, in order, only the names the listing shows free (available,
+// expired, broken, or not created yet). A Claim over names that are all
+// held costs that one request, and none fails; taking a free one costs what
+// a TryLock costs (the listing stands in for the read its epoch write would
+// make). The listing costs a request per 5,000 blobs under the common
+// prefix, and reads the whole container when the names share no prefix:
+// give the names of one Claim a common prefix ("jobs/…") when the
+// container holds many other blobs. A name taken between the listing and
+// its acquisition is refused (one request) and Claim goes on to the next.
+// The listing's transient failures are retried for at most 2 ×
+// AttemptTimeout, as are each acquisition's; a listing that fails returns
+// its error.
 func Claim(ctx context.Context, cc *container.Client, names []string, opts *MutexOptions) (string, *Lock, error) {
 	if len(names) == 0 {
 		return "", nil, optionErr("names", "empty list")
@@ -295,9 +330,29 @@ func Claim(ctx context.Context, cc *container.Client, names []string, opts *Mute
 		}
 		mutexes[i] = m
 	}
+	cfg := mutexes[0].cfg
+	budget := 2 * cfg.lease.attemptTimeout
+	prefix := commonPrefix(names)
+	listed, err := newListLease(mutexes[0].t, prefix, cfg.lease).listPrefix(ctx, prefix, time.Now().Add(budget))
+	if err != nil {
+		return "", nil, fmt.Errorf("azlease: claim: %w", err)
+	}
+	seen := make(map[string]Status, len(listed))
+	for _, st := range listed {
+		seen[st.Name] = st
+	}
 	var errs []error
 	for i, m := range mutexes {
-		lock, ok, err := m.TryLock(ctx)
+		st, ok := seen[names[i]]
+		if !ok {
+			st = Status{Name: names[i]} // not created yet: free
+		}
+		if st.Leased {
+			continue
+		}
+		l := m.newLease()
+		l.see(st.Epoch)
+		lock, ok, err := m.tryLock(ctx, l, budget, &st)
 		if ok {
 			return names[i], lock, nil
 		}
@@ -312,4 +367,21 @@ func Claim(ctx context.Context, cc *container.Client, names []string, opts *Mute
 		return "", nil, errors.Join(errs...)
 	}
 	return "", nil, fmt.Errorf("%w: all %d locks are held", ErrLeaseHeld, len(names))
+}
+
+// commonPrefix is the longest prefix every name shares, cut back to a whole
+// UTF-8 character so that it is a valid listing prefix.
+func commonPrefix(names []string) string {
+	p := names[0]
+	for _, n := range names[1:] {
+		i := 0
+		for i < len(p) && i < len(n) && p[i] == n[i] {
+			i++
+		}
+		p = p[:i]
+	}
+	for len(p) > 0 && !utf8.ValidString(p) {
+		p = p[:len(p)-1]
+	}
+	return p
 }

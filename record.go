@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 )
 
@@ -263,7 +264,13 @@ type Status struct {
 	// error instead of a Status, so Err is nil in what it returns.
 	Err error
 
-	raw map[string]*string // all metadata as read, for DoOnce's marker
+	raw map[string]*string // all metadata as read, for DoOnce's marker and an epoch write after a look
+	// etag and created are the blob's ETag (quoted, as the ETag header
+	// carries it) and creation time as read, or zero when unknown: with raw
+	// they let an acquisition that follows the read write the next epoch
+	// without reading again (bumpEpoch, conditional on etag).
+	etag    azcore.ETag
+	created time.Time
 }
 
 // Inspect reads the status of the lock blob blobName in the container cc
@@ -312,6 +319,12 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		st = Status{
 			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
 			History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
+		}
+		if props.ETag != nil {
+			st.etag = *props.ETag
+		}
+		if props.CreationTime != nil {
+			st.created = *props.CreationTime
 		}
 		l.see(r.epoch)
 		if props.LeaseState != nil {

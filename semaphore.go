@@ -14,9 +14,10 @@ import (
 	"github.com/azlease/azlease/internal/timing"
 )
 
-// MaxSlots is the most holders a [Semaphore] admits at once. Each try to
-// acquire a Semaphore costs up to one request per slot, so large values make
-// waiting expensive.
+// MaxSlots is the most holders a [Semaphore] admits at once. A waiting
+// Acquire reads every slot with one request per poll whatever n, but a
+// TryAcquire tries the slots one by one (up to one request per slot), so
+// large values make trying expensive.
 const MaxSlots = 256
 
 // Semaphore admits up to n holders at once across every process that uses
@@ -24,18 +25,23 @@ const MaxSlots = 256
 // tolerates some parallelism but not unbounded parallelism (at most two
 // database migrations, four concurrent exports).
 //
-// It is n Mutexes on the lock blobs "name/slot-0" to "name/slot-<n-1>". A
-// holder holds one slot: a [Lock] with its own lease, renewed automatically,
-// its own context that ends when the slot is lost, and its own fencing
-// token. Epochs count per slot, so a token fences writes among the holders
-// of one slot ([Lock.Name] says which): use the slot's name and epoch
-// together when the systems written to must reject stale holders (see
+// It is n Mutexes on the lock blobs "name/slot-0" to "name/slot-<n-1>"
+// ([SlotName]); a Semaphore of one slot is the Mutex on the lock blob name
+// itself, so NewSemaphore(cc, name, 1, opts) and NewMutex(cc, name, opts)
+// (and the command's "azlease lock name" and "azlease lock -n 1 name") are
+// one lock. A holder holds one slot: a [Lock] with its own lease, renewed
+// automatically, its own context that ends when the slot is lost, and its
+// own fencing token. Epochs count per slot, so a token fences writes among
+// the holders of one slot ([Lock.Name] says which): use the slot's name and
+// epoch together when the systems written to must reject stale holders (see
 // [Token]).
 //
 // Every process must use the same n for a name. A process that uses a
 // larger n admits more holders; one that uses a smaller n only sees fewer
-// slots. A Semaphore is safe for concurrent use; each Acquire or TryAcquire
-// is a separate holder. A zero or nil Semaphore is not usable: its methods
+// slots. (Going from one slot to more, or back, changes the lock blobs: the
+// holders of name and of name/slot-0 do not exclude each other.) A
+// Semaphore is safe for concurrent use; each Acquire or TryAcquire is a
+// separate holder. A zero or nil Semaphore is not usable: its methods
 // return [ErrNotInitialized] (Slots returns 0).
 type Semaphore struct {
 	name  string
@@ -43,14 +49,24 @@ type Semaphore struct {
 	cfg   holdConfig
 	// health follows whether its requests reach storage, across its slots.
 	health *storageHealth
+	// list reads every slot with one List Blobs request (more than one
+	// slot): the blobs whose names start with slotPrefix(name).
+	list *Lease
 }
 
-// SlotName returns the lock blob of slot i of the semaphore name.
-func SlotName(name string, i int) string { return name + "/slot-" + strconv.Itoa(i) }
+// SlotName returns the lock blob of slot i of the semaphore name when it has
+// more than one slot: name + "/slot-" + i. A Semaphore of one slot uses the
+// lock blob name itself.
+func SlotName(name string, i int) string { return slotPrefix(name) + strconv.Itoa(i) }
+
+// slotPrefix is what the names of the slots of the semaphore name start
+// with, for listing them.
+func slotPrefix(name string) string { return name + "/slot-" }
 
 // NewSemaphore returns a Semaphore of n slots (1 to [MaxSlots]) on the lock
 // blobs SlotName(name, 0) … SlotName(name, n-1) in the container cc points
-// at. opts configures every slot as it configures a [Mutex]; nil means the
+// at, or, when n is 1, on the lock blob name itself (the [Mutex] on name).
+// opts configures every slot as it configures a Mutex; nil means the
 // defaults. It makes no request.
 func NewSemaphore(cc *container.Client, name string, n int, opts *MutexOptions) (*Semaphore, error) {
 	if n < 1 || n > MaxSlots {
@@ -65,11 +81,20 @@ func NewSemaphore(cc *container.Client, name string, n int, opts *MutexOptions) 
 	}
 	s := &Semaphore{name: name, slots: make([]*Mutex, n), cfg: cfg, health: new(storageHealth)}
 	for i := range s.slots {
-		t, err := newTarget(cc, SlotName(name, i), "name")
+		blobName := name
+		if n > 1 {
+			blobName = SlotName(name, i)
+		}
+		t, err := newTarget(cc, blobName, "name")
 		if err != nil {
 			return nil, err
 		}
 		s.slots[i] = &Mutex{t: t, cfg: cfg, health: s.health}
+	}
+	if n > 1 {
+		ct := s.slots[0].t
+		s.list = newListLease(ct, slotPrefix(name), cfg.lease)
+		s.list.health = s.health
 	}
 	return s, nil
 }
@@ -94,9 +119,13 @@ func (s *Semaphore) initErr() error {
 // TryAcquire takes a free slot if there is one, without waiting for a
 // holder: ok is false and err is nil when every slot is held, a normal
 // outcome. It tries the slots in turn from a random one, so that many
-// callers spread over the slots; a try costs one request per slot it
-// finds held. A failure that persists on a slot (see [Mutex.TryLock]) ends
-// the try with that error rather than going on to the next slot.
+// callers spread over the slots, acquiring directly: it costs one request
+// per slot it finds held (n requests, each refused with 409
+// LeaseAlreadyPresent, when every slot is held) and takes the first free
+// one. Acquire, which waits, reads every slot with one request per poll
+// instead, and acquires only a slot it found free. A failure that persists
+// on a slot (see [Mutex.TryLock]) ends the try with that error rather than
+// going on to the next slot.
 //
 // The Lock's context ends when the slot is lost; it carries ctx's values but
 // not its cancellation. Unlock it to free the slot.
@@ -120,19 +149,35 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 	return nil, false, nil
 }
 
-// Acquire waits until it takes a slot or ctx ends, trying every
-// PollInterval (with jitter). Waiters are not served in order: whichever
-// polls first after a slot frees takes it. Transient failures are retried
-// until ctx ends, and the error then says what the last one was, or until
-// every request has failed for MutexOptions.UnreachableTimeout (an error
-// wrapping [ErrUnreachable]); other failures are returned at once.
+// Acquire waits until it takes a slot or ctx ends. Each poll, every
+// PollInterval (with jitter), is one request whatever n: one List Blobs
+// request returns every slot's lease state and record (with one slot, a
+// read of the lock blob, as [Mutex.Lock] makes); it then tries, from a
+// random one, only the slots the listing shows free (available, expired,
+// broken, or not created yet), so a waiter makes no request that fails
+// while every slot is held. Taking a free slot costs what a TryLock costs
+// (the listing stands in for the read its epoch write would make). Waiters
+// are not served in order: whichever polls first after a slot frees takes
+// it. Transient failures are retried until ctx ends, and the error then says
+// what the last one was, or until every request has failed for
+// MutexOptions.UnreachableTimeout (an error wrapping [ErrUnreachable]);
+// other failures are returned at once.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	if err := s.initErr(); err != nil {
 		return nil, err
 	}
+	// One Lease per slot for the whole wait, as Mutex.Lock keeps one: a
+	// lease ID refused with a definitive answer is proposed again.
+	leases := make([]*Lease, len(s.slots))
+	lease := func(i int) *Lease {
+		if leases[i] == nil {
+			leases[i] = s.slots[i].newLease()
+		}
+		return leases[i]
+	}
 	var last error
 	for {
-		lock, ok, err := s.TryAcquire(ctx)
+		lock, ok, err := s.lookThenAcquire(ctx, lease)
 		switch {
 		case ok:
 			return lock, nil
@@ -153,6 +198,64 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	}
 }
 
+// lookThenAcquire is one poll of Acquire: it reads every slot, then tries
+// the free ones from a random one. Each request's transient failures are
+// retried for at most 2 × AttemptTimeout, as in TryAcquire.
+func (s *Semaphore) lookThenAcquire(ctx context.Context, lease func(int) *Lease) (lock *Lock, ok bool, err error) {
+	budget := 2 * s.cfg.lease.attemptTimeout
+	n := len(s.slots)
+	if n == 1 {
+		return s.slots[0].lookThenLock(ctx, lease(0), budget)
+	}
+	sts, err := s.look(ctx, budget)
+	if err != nil {
+		return nil, false, err
+	}
+	start := mrand.IntN(n)
+	for k := range n {
+		i := (start + k) % n
+		if sts[i].Leased {
+			continue
+		}
+		l := lease(i)
+		l.see(sts[i].Epoch)
+		lock, ok, err := s.slots[i].tryLock(ctx, l, budget, &sts[i])
+		switch {
+		case ok:
+			return lock, true, nil
+		case err != nil:
+			return nil, false, err
+		case ctx.Err() != nil:
+			return nil, false, fmt.Errorf("azlease: semaphore %s: %w", s.name, context.Cause(ctx))
+		}
+		// Taken since the listing: try the next free one.
+	}
+	return nil, false, nil
+}
+
+// look reads every slot with one List Blobs request (a request per 5,000
+// blobs whose names start with the slots' prefix, which for slots of a
+// larger n, or blobs of the user's named alike, can be more): sts[i] is
+// slot i's status, with Exists false when its lock blob does not exist yet.
+func (s *Semaphore) look(ctx context.Context, budget time.Duration) ([]Status, error) {
+	listed, err := s.list.listPrefix(ctx, slotPrefix(s.name), time.Now().Add(budget))
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(s.slots))
+	sts := make([]Status, len(s.slots))
+	for i, m := range s.slots {
+		index[m.t.blob] = i
+		sts[i] = Status{Name: m.t.blob}
+	}
+	for _, st := range listed {
+		if i, ok := index[st.Name]; ok {
+			sts[i] = st
+		}
+	}
+	return sts, nil
+}
+
 // unreachable is the error that ends Acquire's wait once every request to
 // storage has failed for MutexOptions.UnreachableTimeout, or nil.
 func (s *Semaphore) unreachable() error {
@@ -170,7 +273,8 @@ func (s *Semaphore) waitErr(ctx context.Context, last error) error {
 }
 
 // Name returns the name of the lock blob the Lock holds: the Mutex's name,
-// or for a [Semaphore], the slot's ([SlotName]); "" for a zero or nil Lock.
+// or for a [Semaphore], the slot's ([SlotName]; the semaphore's own name
+// when it has one slot); "" for a zero or nil Lock.
 func (lk *Lock) Name() string {
 	if lk == nil || lk.lease == nil {
 		return ""

@@ -144,12 +144,29 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 	}
 	out := toJSON(name, containerName, st)
 	if slots > 1 {
-		for i := range slots {
-			s, err := read(azlease.SlotName(name, i))
-			if err != nil {
-				return err
+		// Every slot with one List Blobs request (a request per 5,000
+		// blobs named NAME/slot-…); a slot not listed does not exist yet.
+		listed, err := azlease.InspectPrefix(ctx, cc, strings.TrimSuffix(azlease.SlotName(name, 0), "0"))
+		if err != nil {
+			if ie := r.interrupted(what); ie != nil {
+				return ie
 			}
-			out.Slots = append(out.Slots, toJSON(azlease.SlotName(name, i), containerName, s))
+			return classify(what, err)
+		}
+		byName := make(map[string]azlease.Status, len(listed))
+		for _, st := range listed {
+			byName[st.Name] = st
+		}
+		for i := range slots {
+			slot := azlease.SlotName(name, i)
+			st, ok := byName[slot]
+			switch {
+			case !ok:
+				st = azlease.Status{Name: slot}
+			case st.Err != nil:
+				return classify(what, st.Err) // as Inspect refuses a malformed record
+			}
+			out.Slots = append(out.Slots, toJSON(slot, containerName, st))
 		}
 	}
 	// The DoOnce marker of key name lives on its own blob, "once/" + name;

@@ -2,7 +2,8 @@
 // round trips on the emulator (in process and over loopback HTTP) and on the
 // pinned Azurite, DoOnce latency, graceful handoff and crash failover on
 // Azurite, and the client-side cost of holding 1,000 mutexes. It folds in the
-// simulation report and `go test -bench` output that `make bench` produces
+// simulation report, the waiters' costs before and after they looked first
+// (TestWaiterCosts) and `go test -bench` output that `make bench` produces
 // first. Everything talks to loopback addresses only.
 package main
 
@@ -37,12 +38,13 @@ import (
 func main() {
 	out := flag.String("out", "bench/results.md", "results file")
 	sim := flag.String("sim", "", "simulation report to include")
+	wait := flag.String("wait", "", "report of TestWaiterCosts (waiters before and after looking first) to include")
 	gobench := flag.String("gobench", "", "`go test -bench` output to include")
 	many := flag.String("many", "", "table of internal/manybench (holding many leases) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *gobench, *many, *n, *quick); err != nil {
+	if err := run(*out, *sim, *wait, *gobench, *many, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -71,7 +73,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, gobench, many string, n int, quick bool) error {
+func run(out, sim, wait, gobench, many string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -212,7 +214,11 @@ func run(out, sim, gobench, many string, n int, quick bool) error {
 		b.Write(body)
 	}
 
-	for _, inc := range []struct{ title, path string }{{"Simulation: azlease and a naive acquire-renew loop side by side", sim}, {"go test -bench", gobench}} {
+	for _, inc := range []struct{ title, path string }{
+		{"Waiting: requests while the lock is held, before and after waiters looked first", wait},
+		{"Simulation: azlease and a naive acquire-renew loop side by side", sim},
+		{"go test -bench", gobench},
+	} {
 		if inc.path == "" {
 			continue
 		}
