@@ -133,10 +133,16 @@ func watchState(st azlease.Status) string {
 // watchTracker follows one lock blob from poll to poll and decides what
 // to print.
 type watchTracker struct {
-	name    string
-	last    *azlease.Status // what the lines printed so far describe; nil before the first
-	pending *azlease.Status // a lease whose term was not recorded yet, seen once
+	name      string
+	last      *azlease.Status // what the lines printed so far describe; nil before the first
+	pending   *azlease.Status // a lease whose term was not recorded yet, seen unchanged since pendingAt
+	pendingAt time.Time
 }
+
+// unrecordedGrace is how long a lease whose term is not recorded must stay
+// so before watch prints it: a new holder records its term right after
+// taking the lease, in one write whose first attempt may take up to 3 s.
+const unrecordedGrace = attemptTimeout
 
 // observe returns the lines to print for the status cur, polled at now:
 // none if nothing a line shows changed; else the terms that began after the
@@ -147,9 +153,9 @@ type watchTracker struct {
 // under it, so a poll between the two sees the lease held with the previous
 // term's record. Such a status (leased, with no term recorded, with a term
 // recorded as released, or with the term last seen not leased) is printed
-// only when a second poll sees it unchanged: that is then not a new holder
-// about to record its term, but, say, a holder that renewed its expired
-// lease.
+// only when polls have seen it unchanged for unrecordedGrace: that is then
+// not a new holder about to record its term, but, say, a holder that
+// renewed its expired lease.
 func (w *watchTracker) observe(now time.Time, cur azlease.Status) []watchEvent {
 	prev := w.last
 	if prev != nil && sameLine(*prev, cur) {
@@ -158,7 +164,10 @@ func (w *watchTracker) observe(now time.Time, cur azlease.Status) []watchEvent {
 	}
 	unrecorded := cur.Leased && (cur.Epoch == 0 || cur.Released || (prev != nil && !prev.Leased && prev.Epoch == cur.Epoch))
 	if unrecorded && (w.pending == nil || !sameLine(*w.pending, cur)) {
-		w.pending = &cur
+		w.pending, w.pendingAt = &cur, now
+		return nil
+	}
+	if unrecorded && now.Sub(w.pendingAt) < unrecordedGrace {
 		return nil
 	}
 	w.pending = nil

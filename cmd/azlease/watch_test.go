@@ -43,13 +43,14 @@ func TestWatchTracker(t *testing.T) {
 	poll(15, leased(a5))
 	poll(16, leased(d8, c7, b6, a5))                         // two terms began and ended between polls
 	poll(17, with(leased(d8, c7, b6, a5), "expired", false)) // d stopped renewing
-	poll(18, leased(d8, c7, b6, a5))                         // leased at the epoch last seen expired: once, not printed
-	poll(19, leased(d8, c7, b6, a5))                         // twice: d renewed its expired lease
-	poll(20, with(leased(d8, c7, b6, a5), "available", true))
-	poll(21, with(leased(d8, c7, b6, a5), "leased", true)) // taken again, d's record still says released
-	poll(22, leased(e9, d8, c7, b6, a5))                   // recorded
-	poll(23, with(leased(e9, d8, c7, b6, a5), "breaking", false))
-	poll(24, with(leased(e9, d8, c7, b6, a5), "broken", false))
+	poll(18, leased(d8, c7, b6, a5))                         // leased at the epoch last seen expired: not printed yet
+	poll(19, leased(d8, c7, b6, a5))                         // still: it may be a new holder about to record its term
+	poll(21, leased(d8, c7, b6, a5))                         // unchanged for 3 s: d renewed its expired lease
+	poll(22, with(leased(d8, c7, b6, a5), "available", true))
+	poll(23, with(leased(d8, c7, b6, a5), "leased", true)) // taken again, d's record still says released
+	poll(24, leased(e9, d8, c7, b6, a5))                   // recorded
+	poll(25, with(leased(e9, d8, c7, b6, a5), "breaking", false))
+	poll(26, with(leased(e9, d8, c7, b6, a5), "broken", false))
 	want := []string{
 		"2026-11-24T10:00:10.000Z jobs free epoch=0",
 		"2026-11-24T10:00:14.000Z jobs leased holder=a epoch=5 since=2026-11-24T10:00:01.000Z",
@@ -57,11 +58,11 @@ func TestWatchTracker(t *testing.T) {
 		"2026-11-24T10:00:16.000Z jobs missed holder=c epoch=7 since=2026-11-24T10:00:03.000Z",
 		"2026-11-24T10:00:16.000Z jobs leased holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
 		"2026-11-24T10:00:17.000Z jobs expired holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
-		"2026-11-24T10:00:19.000Z jobs leased holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
-		"2026-11-24T10:00:20.000Z jobs free holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
-		"2026-11-24T10:00:22.000Z jobs leased holder=e epoch=9 since=2026-11-24T10:00:21.000Z",
-		"2026-11-24T10:00:23.000Z jobs breaking holder=e epoch=9 since=2026-11-24T10:00:21.000Z",
-		"2026-11-24T10:00:24.000Z jobs broken holder=e epoch=9 since=2026-11-24T10:00:21.000Z",
+		"2026-11-24T10:00:21.000Z jobs leased holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
+		"2026-11-24T10:00:22.000Z jobs free holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
+		"2026-11-24T10:00:24.000Z jobs leased holder=e epoch=9 since=2026-11-24T10:00:21.000Z",
+		"2026-11-24T10:00:25.000Z jobs breaking holder=e epoch=9 since=2026-11-24T10:00:21.000Z",
+		"2026-11-24T10:00:26.000Z jobs broken holder=e epoch=9 since=2026-11-24T10:00:21.000Z",
 	}
 	assert.Equal(t, want, got)
 
