@@ -2,8 +2,9 @@
 // round trips on the emulator (in process and over loopback HTTP) and on the
 // pinned Azurite, DoOnce latency, graceful handoff and crash failover on
 // Azurite, and the client-side cost of holding 1,000 mutexes. It folds in the
-// simulation report and `go test -bench` output that `make bench` produces
-// first. Everything talks to loopback addresses only.
+// simulation report, the shard balancers side by side (internal/shardbench)
+// and `go test -bench` output that `make bench` produces first. Everything
+// talks to loopback addresses only.
 package main
 
 import (
@@ -39,10 +40,11 @@ func main() {
 	sim := flag.String("sim", "", "simulation report to include")
 	gobench := flag.String("gobench", "", "`go test -bench` output to include")
 	many := flag.String("many", "", "table of internal/manybench (holding many leases) to include")
+	shards := flag.String("shards", "", "table of internal/shardbench (shard balancers side by side) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *gobench, *many, *n, *quick); err != nil {
+	if err := run(*out, *sim, *gobench, *many, *shards, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -71,7 +73,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, gobench, many string, n int, quick bool) error {
+func run(out, sim, gobench, many, shards string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -212,7 +214,11 @@ func run(out, sim, gobench, many string, n int, quick bool) error {
 		b.Write(body)
 	}
 
-	for _, inc := range []struct{ title, path string }{{"Simulation: azlease and a naive acquire-renew loop side by side", sim}, {"go test -bench", gobench}} {
+	for _, inc := range []struct{ title, path string }{
+		{"Simulation: azlease and a naive acquire-renew loop side by side", sim},
+		{"Shard balancers side by side: azlease and the Event Hubs algorithm", shards},
+		{"go test -bench", gobench},
+	} {
 		if inc.path == "" {
 			continue
 		}

@@ -50,14 +50,18 @@
 //
 // # Where it differs from the SDK, and why
 //
-//   - The Go SDK iterates a map of the listed records (ListOwnership
-//     collects them by name), so the order in which step 4 meets free and
-//     stolen records differs on every listing; this implementation shuffles
-//     the listed records with its own seeded source instead, which is what
-//     that order amounts to. Options.NameOrder keeps the listing's name
-//     order (the SDK's ListOwnership before that map, and the order the
-//     research model in /work/shared/research/balancers-ehsim.py meets
-//     records in is insertion order, which is neither).
+//   - The Go SDK collects the listed records in a map (ListOwnership,
+//     keyed by blob name) and groups them by owner in another, so the
+//     order in which step 4 meets free records, and the order of the
+//     owners above max, change from one listing to the next; this
+//     implementation shuffles the listed records with its own seeded
+//     source instead. Either way the records of one owner stay together
+//     among those above max, so a greedy processor steals its n partitions
+//     from the first such owner it meets, not uniformly among them.
+//     Options.NameOrder keeps the listing's name order instead (as an
+//     older ListOwnership returned them), for comparison with the research
+//     model (/work/shared/research/balancers-ehsim.py), which meets
+//     records in a fixed order.
 //   - A cycle whose listing or one of whose writes fails for another
 //     reason changes nothing the processor believes, and the next cycle
 //     tries again; the Go processor's Run returns that error instead (and

@@ -154,10 +154,10 @@ func (a *azleaseGroup) end() {
 // ehProcessor is an ehbalance.Processor reporting its beliefs.
 type ehProcessor struct{ p *ehbalance.Processor }
 
-func ehStarter(strategy ehbalance.Strategy, interval, expiration time.Duration) func(*testing.T, *env, string, uint64) replica {
+func ehStarter(strategy ehbalance.Strategy, interval, expiration time.Duration, nameOrder bool) func(*testing.T, *env, string, uint64) replica {
 	return func(t *testing.T, e *env, id string, seed uint64) replica {
 		p, err := ehbalance.New(client(t, e.srv, id, e.counter(id)), "bench/ownership/", e.names, &ehbalance.Options{
-			OwnerID: id, Strategy: strategy, UpdateInterval: interval, Expiration: expiration, Seed: seed,
+			OwnerID: id, Strategy: strategy, UpdateInterval: interval, Expiration: expiration, Seed: seed, NameOrder: nameOrder,
 			OnOwn:    func(s string) { e.obs.begin(id, s, azleasetest.Interval{Start: time.Now()}) },
 			OnDisown: func(s string) { e.obs.end(id, s, time.Now()) },
 		})
@@ -180,12 +180,12 @@ func variants() []variant {
 	return []variant{
 		{name: "azlease shards", timing: azTiming, interval: azInterval, hold: time.Minute, limit: 5 * time.Minute, azlease: true, start: startAzlease},
 		{name: "EH balanced", timing: ehDefaults, interval: ehInterval, hold: 4 * time.Minute, limit: 15 * time.Minute,
-			start: ehStarter(ehbalance.Balanced, ehInterval, ehExpiry)},
+			start: ehStarter(ehbalance.Balanced, ehInterval, ehExpiry, false)},
 		{name: "EH greedy", timing: ehDefaults, interval: ehInterval, hold: 4 * time.Minute, limit: 15 * time.Minute,
-			start: ehStarter(ehbalance.Greedy, ehInterval, ehExpiry)},
+			start: ehStarter(ehbalance.Greedy, ehInterval, ehExpiry, false)},
 		{name: "EH balanced", timing: azTiming, interval: azInterval, hold: time.Minute, limit: 5 * time.Minute,
-			start: ehStarter(ehbalance.Balanced, azInterval, azExpiry)},
+			start: ehStarter(ehbalance.Balanced, azInterval, azExpiry, false)},
 		{name: "EH greedy", timing: azTiming, interval: azInterval, hold: time.Minute, limit: 5 * time.Minute,
-			start: ehStarter(ehbalance.Greedy, azInterval, azExpiry)},
+			start: ehStarter(ehbalance.Greedy, azInterval, azExpiry, false)},
 	}
 }
