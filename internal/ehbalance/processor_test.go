@@ -78,8 +78,10 @@ func TestOneProcessorBalanced(t *testing.T) {
 		assert.Equal(t, 1, b.count("a"))
 		time.Sleep(3 * 13 * time.Second) // three more cycles at most
 		assert.Equal(t, 4, b.count("a"))
+		assert.Equal(t, []string{"0", "1", "2", "3"}, p.Owned())
 		p.Stop()
 		assert.Zero(t, b.count("a"))
+		assert.Empty(t, p.Owned())
 	})
 }
 
