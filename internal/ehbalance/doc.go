@@ -9,8 +9,8 @@
 //
 // # The algorithm
 //
-// One ownership blob per partition ("PREFIX" + partition), whose metadata
-// "ownerid" names its owner; no leases. Every update interval (10 s by
+// One ownership blob per partition (the blob named prefix + partition),
+// whose metadata "ownerid" names its owner; no leases. Every update interval (10 s by
 // default, each wait drawn from 0.8 to 1.3 times it, the first cycle at
 // once) a processor:
 //
@@ -60,19 +60,20 @@
 //     from the first such owner it meets, not uniformly among them.
 //     Options.NameOrder keeps the listing's name order instead (as an
 //     older ListOwnership returned them), for comparison with the research
-//     model (/work/shared/research/balancers-ehsim.py), which meets
-//     records in a fixed order.
+//     model behind issue 20's figures (balancers-ehsim.py, with the
+//     project's research notes), which meets records in a fixed order.
 //   - A cycle whose listing or one of whose writes fails for another
 //     reason changes nothing the processor believes, and the next cycle
-//     tries again; the Go processor's Run returns that error instead (and
-//     so stops the processor), the .NET processor logs it and goes on.
+//     tries again; the Go processor's Run returns that error instead, which
+//     stops the processor. (The benchmark injects no such failure.)
 //   - The ETag from the listing is sent in If-Match with its quotes: Azure
 //     lists ETags without the quotes its headers carry, and the emulator
-//     compares If-Match literally with the quoted form (the SDK sends the
-//     listed value as it is, which Azure accepts).
+//     compares If-Match literally with the quoted form. (The SDK sends the
+//     listed value as it is; that Azure accepts it is inferred from the
+//     SDK's use, not verified here.)
 //
 // The .NET processor defaults to greedy, a 30 s update interval and a 2 min
-// expiration, and its greedy strategy claims one partition at a time but
-// runs its cycles back to back until balanced; this package implements the
-// Go processor's strategies, with the Go defaults.
+// expiration, and its documentation describes its greedy strategy as one
+// claim at a time with cycles run back to back until balanced; this
+// package implements the Go processor's strategies, with the Go defaults.
 package ehbalance
