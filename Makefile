@@ -100,19 +100,26 @@ MANYBENCH_FLAGS ?= -n 1000,10000 -tls both -reps 3 -dur 20s
 # azblob loops, one repetition (about 3 minutes).
 MANYBENCH50K_FLAGS ?= -n 50000 -tls tls -reps 1 -dur 20s -variants azlease,raw,raw64
 
+# The shard balancers side by side (internal/shardbench: azlease's shards
+# package and the Event Hubs algorithm, every scenario SHARDBENCH_SEEDS times in
+# fake time; about 20 minutes on 2 cores).
+SHARDBENCH_SEEDS ?= 20
+
 # Simulation figures (azlease beside a naive acquire-renew loop), what waiters
-# cost before and after they looked first (issue 19), go test -bench, then
-# the wire measurements, all folded into bench/results.md (committed).
+# cost before and after they looked first (issue 19), the shard balancers,
+# go test -bench, then the wire measurements, all folded into bench/results.md
+# (committed).
 bench: deps
 	@mkdir -p bench
-	@rm -f bench/.sim.md bench/.wait.md bench/.many.md bench/.many50k.md
+	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.many.md bench/.many50k.md
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
 	AZLEASE_WAIT_REPORT=$(CURDIR)/bench/.wait.md $(GO) test -count=1 -run 'TestWaiterCosts' .
+	AZLEASE_SHARDBENCH_REPORT=$(CURDIR)/bench/.shards.md AZLEASE_SHARDBENCH_SEEDS=$(SHARDBENCH_SEEDS) $(GO) test -count=1 -timeout 2h -run 'TestShardBench$$' ./internal/shardbench
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
 	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
 	$(GO) run ./internal/manybench -out bench/.many50k.md -heading "Holding 50,000 leases" $(MANYBENCH50K_FLAGS)
 	@printf '\n' >> bench/.many.md && cat bench/.many50k.md >> bench/.many.md
-	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -gobench bench/.gobench.txt -many bench/.many.md
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -gobench bench/.gobench.txt -many bench/.many.md
 
 # The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
 # DoOnce) and the conformance table against a real storage account, each test

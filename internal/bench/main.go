@@ -3,8 +3,9 @@
 // pinned Azurite, DoOnce latency, graceful handoff and crash failover on
 // Azurite, and the client-side cost of holding 1,000 mutexes. It folds in the
 // simulation report, the waiters' costs before and after they looked first
-// (TestWaiterCosts) and `go test -bench` output that `make bench` produces
-// first. Everything talks to loopback addresses only.
+// (TestWaiterCosts), the shard balancers side by side (internal/shardbench)
+// and `go test -bench` output that `make bench` produces first. Everything
+// talks to loopback addresses only.
 package main
 
 import (
@@ -41,10 +42,11 @@ func main() {
 	wait := flag.String("wait", "", "report of TestWaiterCosts (waiters before and after looking first) to include")
 	gobench := flag.String("gobench", "", "`go test -bench` output to include")
 	many := flag.String("many", "", "table of internal/manybench (holding many leases) to include")
+	shards := flag.String("shards", "", "table of internal/shardbench (shard balancers side by side) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *wait, *gobench, *many, *n, *quick); err != nil {
+	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -73,7 +75,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, wait, gobench, many string, n int, quick bool) error {
+func run(out, sim, wait, gobench, many, shards string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -217,6 +219,7 @@ func run(out, sim, wait, gobench, many string, n int, quick bool) error {
 	for _, inc := range []struct{ title, path string }{
 		{"Waiting: requests while the lock is held, before and after waiters looked first", wait},
 		{"Simulation: azlease and a naive acquire-renew loop side by side", sim},
+		{"Shard balancers side by side: azlease and the Event Hubs algorithm", shards},
 		{"go test -bench", gobench},
 	} {
 		if inc.path == "" {
