@@ -163,6 +163,15 @@ func TestStolenUntilNextCycle(t *testing.T) {
 func TestRaceForNeverOwned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := azleasetest.NewServer(t, nil)
+		// Every claim waits a moment, so that all three have listed the
+		// (empty) ownership before any claim lands, whatever order the
+		// bubble runs their goroutines in: they race for the same records.
+		srv.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpPutBlob || r.Op == azleasetest.OpSetMetadata {
+				return azleasetest.Fault{Delay: 100 * time.Millisecond}
+			}
+			return azleasetest.Fault{}
+		})
 		b := newBeliefs()
 		conflicts := &statusCounter{}
 		var ps []*Processor
@@ -173,6 +182,7 @@ func TestRaceForNeverOwned(t *testing.T) {
 			require.NoError(t, p.Start(context.Background()))
 			ps = append(ps, p)
 		}
+		time.Sleep(time.Second) // the claims land (fake time)
 		synctest.Wait()
 		st, err := listOwners(srv)
 		require.NoError(t, err)
