@@ -236,21 +236,23 @@ func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, to
 	g.movers.Go(func() { g.move(context.WithoutCancel(ctx), work, o, to) })
 }
 
-// move ends the shard's work, waits for it, and hands the lease to the
-// ID the receiver announced for the shard. Whatever happens, the shard is
-// never handed over while its work may still act: if the work does not
-// return within DrainTimeout, the lease is left to expire.
+// move reads the ID the receiver announced for the shard, and if there is
+// one, ends the shard's work, waits for it, and hands the lease to that ID;
+// if there is none yet, the shard stays, its work undisturbed. Whatever
+// happens, the shard is never handed over while its work may still act: if
+// the work does not return within DrainTimeout, the lease is left to
+// expire.
 func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
-	o.end(errMoving)
-	if !g.settle(ctx, o) {
-		return
-	}
 	id := g.acceptID(ctx, to, o.name)
 	if id == "" {
-		// The receiver has not announced an ID for it (yet): keep it, and
-		// plan again at the next poll.
-		g.keepWorking(o, work)
+		// The receiver has not announced an ID for it (yet): keep it, its
+		// work undisturbed, and plan again at the next poll.
+		o.setMoving("")
 		g.tm.moved("no_receiver")
+		return
+	}
+	o.end(errMoving)
+	if !g.settle(ctx, o) {
 		return
 	}
 	epoch := o.lock.Epoch()
@@ -307,8 +309,13 @@ func (g *Group) dropLost(ctx context.Context, o *owned, cause error) {
 	g.cfg.log.Warn("azlease/shards: lost a shard", slog.String("shard", o.name), slog.Any("cause", cause))
 }
 
-// keepWorking restarts the work of a shard whose move did not happen.
+// keepWorking restarts the work of a shard whose move did not happen, if
+// the shard is still held; otherwise it drops it as lost.
 func (g *Group) keepWorking(o *owned, work Work) {
+	if !o.lock.Valid() {
+		g.dropLost(context.Background(), o, context.Cause(o.lock.Context()))
+		return
+	}
 	o.mu.Lock()
 	o.movingTo = ""
 	o.mu.Unlock()

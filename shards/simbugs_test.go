@@ -4,6 +4,7 @@ package shards_test
 // each, on the simulation's world (simworld_test.go).
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/shards"
 )
@@ -45,5 +47,36 @@ func TestSimHandOffNotTaken(t *testing.T) {
 		w.stopNow(a)
 		s := w.rec.check(w.srv, w.obs, w.group, w.names)
 		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+	})
+}
+
+// TestSimNoReceiverLeavesWorkAlone: a member that announces no lease ID for
+// the shards the plan gives it (here a membership held by hand, as a
+// replica's looks between its join and its next poll, or when its view
+// differs) gets nothing, and the shards' work goes on undisturbed. The
+// owner used to end the work's context first and only then read the
+// receiver's ID: finding none, it called the work again, once per poll,
+// and could even call it again after the term had ended meanwhile
+// (simulation seed 19: a run of the work that started 5 s after its term's
+// validity deadline).
+func TestSimNoReceiverLeavesWorkAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newSimWorld(t, 2, 1)
+		a := w.start("a", shards.Options{}, 0)
+		_, ok, why := w.waitBalanced(map[string]bool{"a": true}, 10*time.Second, 100*time.Millisecond)
+		require.True(t, ok, why)
+		ml, err := azlease.NewLease(w.obs, "g/members/x", &azlease.LeaseOptions{Identity: "x"})
+		require.NoError(t, err)
+		lk, err := ml.Hold(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, lk.SetMetadata(context.Background(), map[string]string{"shardweight": "1"}))
+		since := time.Now()
+		time.Sleep(30 * time.Second)
+		terms, restarts, _ := countChanges(w.rec.allRuns(), since)
+		require.NoError(t, lk.Unlock(context.Background()))
+		w.stopNow(a)
+		terms2, restarts2, _ := countChanges(w.rec.allRuns(), since)
+		require.Zero(t, terms+restarts, "while x announced nothing")
+		require.Zero(t, terms2+restarts2, "as a stopped") // a's runs that ended at its stop started before since
 	})
 }
