@@ -35,13 +35,13 @@ func TestSimHandOffNotTaken(t *testing.T) {
 		})
 		o := shards.Options{}
 		a := w.start("a", o, 0)
-		_, ok, why := w.waitBalanced(map[string]bool{"a": true}, 10*time.Second, 100*time.Millisecond)
+		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
 		require.True(t, ok, why)
 		b := w.start("b", o, 0)
 		time.Sleep(45 * time.Second) // a hands b its share; b cannot take it; the lease expires
 		w.stopNow(b)
 		P := longestPoll(shards.DefaultPollInterval)
-		d, ok, why := w.waitBalanced(map[string]bool{"a": true}, 15*time.Second+2*P+time.Second, 100*time.Millisecond)
+		d, ok, why := w.waitBalanced(w.liveIDs(), 15*time.Second+2*P+time.Second, 100*time.Millisecond)
 		require.True(t, ok, "a alone again does not take back the shard handed to b: %s", why)
 		t.Logf("balanced %v after b stopped", d)
 		w.stopNow(a)
@@ -63,7 +63,7 @@ func TestSimNoReceiverLeavesWorkAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newSimWorld(t, 2, 1)
 		a := w.start("a", shards.Options{}, 0)
-		_, ok, why := w.waitBalanced(map[string]bool{"a": true}, 10*time.Second, 100*time.Millisecond)
+		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
 		require.True(t, ok, why)
 		ml, err := azlease.NewLease(w.obs, "g/members/x", &azlease.LeaseOptions{Identity: "x"})
 		require.NoError(t, err)

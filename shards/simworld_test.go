@@ -252,11 +252,11 @@ func (w *simWorld) live() []*simReplica {
 	return out
 }
 
-// liveIDs is the identities of the live replicas.
-func (w *simWorld) liveIDs() map[string]bool {
-	out := map[string]bool{}
+// liveIDs returns the live replicas by identity.
+func (w *simWorld) liveIDs() map[string]*simReplica {
+	out := map[string]*simReplica{}
 	for _, r := range w.live() {
-		out[r.id] = true
+		out[r.id] = r
 	}
 	return out
 }
@@ -287,9 +287,42 @@ func (w *simWorld) shutdown() {
 	w.mu.Unlock()
 }
 
+// maybeBalanced is a necessary condition for balance, from the work that
+// runs, without a request: every shard's work runs at a live replica, each
+// running floor(K·w/W) or one more.
+func (w *simWorld) maybeBalanced(want map[string]*simReplica) bool {
+	running := w.rec.running()
+	if len(running) != len(w.names) || len(want) == 0 {
+		return false
+	}
+	count := map[string]int{}
+	for _, c := range running {
+		r := want[replicaOf(c)]
+		if r == nil || r.client != c {
+			return false
+		}
+		count[r.id]++
+	}
+	total := 0
+	for _, r := range want {
+		total += r.weight
+	}
+	for id, r := range want {
+		floor := len(w.names) * r.weight / total
+		if count[id] < floor || count[id] > floor+1 {
+			return false
+		}
+	}
+	return true
+}
+
 // balance is what the observer sees: whether the group is balanced for the
-// live replicas in want, and if not, why.
-func (w *simWorld) balance(want map[string]bool) (bool, string) {
+// live replicas in want (by identity), with each shard's work running at
+// its owner, and if not, why.
+func (w *simWorld) balance(want map[string]*simReplica) (bool, string) {
+	if !w.maybeBalanced(want) {
+		return false, fmt.Sprintf("the work runs at %v", w.rec.running())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	a, err := shards.Inspect(ctx, w.obs, w.group, w.names)
@@ -302,7 +335,7 @@ func (w *simWorld) balance(want map[string]bool) (bool, string) {
 	seen := 0
 	for _, m := range a.Members {
 		switch {
-		case want[m.Name]:
+		case want[m.Name] != nil:
 			seen++
 			if m.Owns != m.Share {
 				return false, fmt.Sprintf("%s owns %d, share %d", m.Name, m.Owns, m.Share)
@@ -319,9 +352,9 @@ func (w *simWorld) balance(want map[string]bool) (bool, string) {
 		switch {
 		case s.HandingTo != "":
 			return false, fmt.Sprintf("shard %s being handed to %s", s.Name, s.HandingTo)
-		case !want[s.Owner]:
+		case want[s.Owner] == nil:
 			return false, fmt.Sprintf("shard %s owned by %q", s.Name, s.Owner)
-		case replicaOf(running[s.Name]) != s.Owner:
+		case running[s.Name] != want[s.Owner].client:
 			return false, fmt.Sprintf("shard %s owned by %s, work running at %q", s.Name, s.Owner, running[s.Name])
 		}
 	}
@@ -336,7 +369,7 @@ func replicaOf(client string) string {
 
 // waitBalanced polls the observer every step until the group is balanced
 // for want, and returns how long that took, or false after limit.
-func (w *simWorld) waitBalanced(want map[string]bool, limit, step time.Duration) (time.Duration, bool, string) {
+func (w *simWorld) waitBalanced(want map[string]*simReplica, limit, step time.Duration) (time.Duration, bool, string) {
 	start := time.Now()
 	why := ""
 	for time.Since(start) <= limit {
@@ -366,15 +399,19 @@ type statusCounter struct {
 	failures []string // the first 4xx answers
 	total    int
 	byClient map[string]int
+	work     map[string]int // by client: the work's content reads and writes (Get, Put, Get Properties of a shard)
 }
 
 func newStatusCounter() *statusCounter {
-	return &statusCounter{byStatus: map[int]int{}, byClient: map[string]int{}}
+	return &statusCounter{byStatus: map[int]int{}, byClient: map[string]int{}, work: map[string]int{}}
 }
 
-func (c *statusCounter) add(client, what string, status int, code string) {
+func (c *statusCounter) add(client, what string, work bool, status int, code string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if work {
+		c.work[client]++
+	}
 	c.byStatus[status]++
 	c.byClient[client]++
 	c.total++
@@ -400,6 +437,18 @@ func (c *statusCounter) snapshot() (total, failed int, byClient map[string]int) 
 	return c.total, failed, byClient
 }
 
+// workRequests returns, by client, the requests of the work's content
+// reads and writes answered so far.
+func (c *statusCounter) workRequests() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.work))
+	for k, v := range c.work {
+		out[k] = v
+	}
+	return out
+}
+
 func (c *statusCounter) failureLog() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -417,13 +466,15 @@ func (t *countingTransport) Do(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.Do(req)
 	if err == nil {
 		what := req.Method + " " + req.URL.Path
-		if comp := req.URL.Query().Get("comp"); comp != "" {
+		comp := req.URL.Query().Get("comp")
+		if comp != "" {
 			what += "?comp=" + comp
 		}
 		if a := req.Header.Get("x-ms-lease-action"); a != "" {
 			what += " " + a
 		}
-		t.c.add(t.client, what, resp.StatusCode, resp.Header.Get("x-ms-error-code"))
+		work := comp == "" && req.Method != http.MethodDelete && strings.Contains(req.URL.Path, "/shards/")
+		t.c.add(t.client, what, work, resp.StatusCode, resp.Header.Get("x-ms-error-code"))
 	}
 	return resp, err
 }
