@@ -13,9 +13,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,6 +172,8 @@ type simResult struct {
 	requests, failed int
 	late             map[azleasetest.Op]int
 	events           map[string]int
+	last             string        // the kind of the last event before the calm
+	lastAt           time.Duration // how long before the calm it happened
 }
 
 // runSim plays sc. It must run inside a synctest bubble.
@@ -195,6 +199,7 @@ func runSim(t *testing.T, sc simScenario) simResult {
 		join()
 		time.Sleep(time.Duration(sc.rng.IntN(1000/sc.n)) * time.Millisecond)
 	}
+	lastAt := t0
 	var gone []string // identities of stopped and crashed replicas, for restarts
 	for _, ev := range sc.events {
 		time.Sleep(time.Until(t0.Add(ev.at)))
@@ -237,6 +242,7 @@ func runSim(t *testing.T, sc simScenario) simResult {
 			w.setOutage(false)
 		}
 		res.events[ev.kind]++
+		res.last, lastAt = ev.kind, time.Now()
 	}
 	time.Sleep(time.Until(t0.Add(sc.length)))
 
@@ -244,17 +250,30 @@ func runSim(t *testing.T, sc simScenario) simResult {
 	// membership is stable from then on.
 	if len(w.live()) == 0 {
 		join()
+		res.last, lastAt = "join", time.Now()
 	}
 	w.calm()
 	w.stops.Wait()
 	calmAt := time.Now()
+	res.lastAt = calmAt.Sub(lastAt)
 	// The bound: requests still on their way are applied within 2 lease
 	// durations after their sender gave up (an attempt lasts at most 3 s),
 	// and may leave a lease nobody renews, which expires within a lease
 	// duration; from then on it is a crash: D + 2P + 1 s, plus the drain.
+	// With MaxMovesPerPoll m, a replica that holds s shards above its
+	// share hands them on over s/m polls.
 	P := longestPoll(sc.poll)
 	res.bound = 2*sc.lease + 3*time.Second + sc.lease + 2*P + maxDrain + time.Second
 	want := w.liveIDs()
+	if sc.maxMoves > 0 {
+		if a, err := shards.Inspect(context.Background(), w.obs, w.group, w.names); err == nil {
+			surplus := 0
+			for _, m := range a.Members {
+				surplus = max(surplus, m.Owns-m.Share)
+			}
+			res.bound += time.Duration((surplus+sc.maxMoves-1)/sc.maxMoves) * P
+		}
+	}
 	res.balance, res.balanced, res.why = w.waitBalanced(want, res.bound+time.Minute, 100*time.Millisecond)
 	balancedAt := time.Now()
 	time.Sleep(time.Minute)
@@ -309,6 +328,8 @@ func TestShardsSimulation(t *testing.T) {
 	n := simSeeds()
 	var total safety
 	var balances []time.Duration
+	byLast := map[string][]time.Duration{}
+	byLastEvent := map[string][]time.Duration{}
 	late := map[azleasetest.Op]int{}
 	events := map[string]int{}
 	requests, unbalanced, seedsRun := 0, 0, 0
@@ -342,6 +363,8 @@ func TestShardsSimulation(t *testing.T) {
 		total.add(res.safety)
 		if res.balanced {
 			balances = append(balances, res.balance)
+			byLast[res.last] = append(byLast[res.last], res.balance)
+			byLastEvent[res.last] = append(byLastEvent[res.last], res.lastAt)
 		} else {
 			unbalanced++
 		}
@@ -355,4 +378,9 @@ func TestShardsSimulation(t *testing.T) {
 	}
 	t.Logf("%d seeds: %v; %d terms, %d runs of the work, %d checkpoint reads, %d writes (%d acknowledged, %d failed); events %v; %d requests, applied late %v; balanced after the calm: %s, %d seeds not balanced",
 		seedsRun, total, total.terms, total.runs, total.reads, total.writes, total.acks, total.fail, events, requests, late, durations(balances), unbalanced)
+	var lines []string
+	for _, kind := range slices.Sorted(maps.Keys(byLast)) {
+		lines = append(lines, fmt.Sprintf("  last event %-9s %s (it came %s before the calm)", kind+":", durations(byLast[kind]), durations(byLastEvent[kind])))
+	}
+	t.Logf("time to balance after the calm, by the last event before it:\n%s", strings.Join(lines, "\n"))
 }
