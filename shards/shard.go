@@ -114,14 +114,11 @@ func (g *Group) acquire(ctx context.Context, work Work, v view, take []string) {
 func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 	lock, err := g.lease(info.name).Hold(ctx)
 	if err != nil {
-		if info.pendingTo == g.cfg.identity {
-			// Handed here under an ID this replica no longer proposes (it
-			// restarted), or not changed yet: do not ask again for this
-			// term; the lease frees itself if nobody takes it.
-			g.mu.Lock()
-			g.failed[info.name] = info.epoch
-			g.mu.Unlock()
-		}
+		// A shard handed here whose lease does not carry this replica's
+		// ID yet (the marker is written before the lease is changed), or
+		// carries one it no longer proposes (it restarted), is refused as
+		// held: the next poll tries again, until the changed lease is
+		// taken or expires (within a lease duration: nobody renews it).
 		if !errors.Is(err, azlease.ErrLeaseHeld) && ctx.Err() == nil {
 			g.cfg.log.Debug("azlease/shards: could not take a shard", slog.String("shard", info.name), slog.Any("error", err))
 		}
@@ -190,12 +187,6 @@ func (g *Group) ownedState(s string) *owned {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.owned[s]
-}
-
-func (g *Group) failedEpoch(s string) uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.failed[s]
 }
 
 func (g *Group) forget(o *owned) {

@@ -80,3 +80,32 @@ func TestSimNoReceiverLeavesWorkAlone(t *testing.T) {
 		require.Zero(t, terms2+restarts2, "as a stopped") // a's runs that ended at its stop started before since
 	})
 }
+
+// TestSimSlowHandOff: a hand-off whose Change Lease is slow (2.5 s here) is
+// seen by the receiver as pending before its lease carries the receiver's
+// ID: the receiver's attempt to take it is refused. It must try again at
+// its next poll. It used to give up on the shard for the whole term
+// ("handed here under an ID this replica no longer proposes"), so the
+// shard reached it only once the changed lease had expired, a lease
+// duration later, instead of a poll later.
+func TestSimSlowHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newSimWorld(t, 2, 1)
+		const slow = 2500 * time.Millisecond
+		w.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpChangeLease {
+				return azleasetest.Fault{Delay: slow}
+			}
+			return azleasetest.Fault{}
+		})
+		w.start("a", shards.Options{}, 0)
+		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
+		require.True(t, ok, why)
+		w.start("b", shards.Options{}, 0)
+		P := longestPoll(shards.DefaultPollInterval)
+		d, ok, why := w.waitBalanced(w.liveIDs(), time.Minute, 100*time.Millisecond)
+		require.True(t, ok, why)
+		require.LessOrEqual(t, d, 2*P+slow+time.Second, "join with a slow hand-off")
+		t.Logf("balanced %v after b started", d)
+	})
+}
