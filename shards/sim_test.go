@@ -59,7 +59,7 @@ func thorough() bool { return *seedsFlag >= 20 }
 // simEvent is something that happens to the group during a scenario.
 type simEvent struct {
 	at   time.Duration
-	kind string // join, stop, crash, partition, pause, outage, restart
+	kind string // join, stop, crash, partition, pause, outage, restart, break
 	pick int    // which live replica (modulo how many there are)
 	dur  time.Duration
 	how  azleasetest.Action // how a crashed or cut-off replica's requests die
@@ -79,7 +79,8 @@ type simScenario struct {
 	events       []simEvent
 	badStart     time.Duration
 	badLen       time.Duration
-	slowDrains   bool // some replicas' work takes longer than DrainTimeout to return
+	slowDrains   bool    // some replicas' work takes longer than DrainTimeout to return
+	clockRate    float64 // the server's clock speed relative to the replicas'
 	rng          *rand.Rand
 }
 
@@ -103,6 +104,7 @@ func newSimScenario(seed uint64) simScenario {
 		sc.poll = 5 * time.Second
 	}
 	sc.faultRate = rng.Float64() * 0.3
+	sc.clockRate = []float64{1, 1, 1.01, 0.99, 1.04}[rng.IntN(5)]
 	sc.weighted = rng.IntN(4) == 0
 	if rng.IntN(4) == 0 {
 		sc.maxMoves = 1 + rng.IntN(3)
@@ -110,7 +112,7 @@ func newSimScenario(seed uint64) simScenario {
 	if rng.IntN(10) == 0 {
 		sc.slowDrains, sc.drainTimeout = true, 2*time.Second
 	}
-	kinds := []string{"join", "stop", "crash", "partition", "pause", "pause", "outage", "restart"}
+	kinds := []string{"join", "stop", "crash", "partition", "pause", "pause", "outage", "restart", "break"}
 	for at := 20 * time.Second; at < sc.length-10*time.Second; at += time.Duration(10+rng.IntN(35)) * time.Second {
 		ev := simEvent{at: at, kind: kinds[rng.IntN(len(kinds))], pick: rng.IntN(1 << 20), dur: time.Duration(1+rng.IntN(40)) * time.Second}
 		ev.dur = min(ev.dur, sc.length-at) // every pause and partition ends before the calm
@@ -129,8 +131,8 @@ func (sc simScenario) String() string {
 	if sc.badLen > 0 {
 		bad = fmt.Sprintf("%v+%v", sc.badStart, sc.badLen)
 	}
-	return fmt.Sprintf("seed %d: %d shards, %d replicas, lease %v, poll %v, faults %.0f%%, weighted %v, max moves %d, slow drains %v, %d events, bad period %s",
-		sc.seed, sc.k, sc.n, sc.lease, sc.poll, sc.faultRate*100, sc.weighted, sc.maxMoves, sc.slowDrains, len(sc.events), bad)
+	return fmt.Sprintf("seed %d: %d shards, %d replicas, lease %v, poll %v, faults %.0f%%, server clock ×%.2f, weighted %v, max moves %d, slow drains %v, %d events, bad period %s",
+		sc.seed, sc.k, sc.n, sc.lease, sc.poll, sc.faultRate*100, sc.clockRate, sc.weighted, sc.maxMoves, sc.slowDrains, len(sc.events), bad)
 }
 
 // options are a replica's options in the scenario.
@@ -185,6 +187,8 @@ func runSim(t *testing.T, sc simScenario) simResult {
 		mix.badStart, mix.badEnd = t0.Add(sc.badStart), t0.Add(sc.badStart+sc.badLen)
 	}
 	w.setFaults(mix.draw)
+	w.srv.SetClockRate(sc.clockRate)
+	w.rec.flakyUntil = t0.Add(sc.length / 2)
 	res := simResult{events: map[string]int{}}
 	maxDrain := time.Duration(0)
 	next := 0
@@ -221,7 +225,14 @@ func runSim(t *testing.T, sc simScenario) simResult {
 			if len(gone) == 0 || len(live) >= sc.maxLive {
 				continue
 			}
-			id := gone[ev.pick%len(gone)]
+			// An identity that is not live (it may have been restarted
+			// already: identities are unique among live replicas).
+			i := ev.pick % len(gone)
+			id := gone[i]
+			if w.liveIDs()[id] != nil {
+				continue
+			}
+			gone = slices.Delete(gone, i, i+1)
 			d := sc.drain()
 			maxDrain = max(maxDrain, d)
 			w.start(id, sc.options(), d)
@@ -240,6 +251,19 @@ func runSim(t *testing.T, sc simScenario) simResult {
 			w.setOutage(true)
 			time.Sleep(min(ev.dur, 10*time.Second))
 			w.setOutage(false)
+		case "break":
+			// An operator breaks a shard's lease, with a break period of a
+			// lease duration or more (Azure ends the lease at the earlier of
+			// the period's end and its own expiry), which ends before the
+			// calm. A shorter period cuts the lease short of its holder's
+			// validity deadline, which no holder can see in time: that is
+			// an operator taking the shard by force, outside what azlease
+			// guarantees.
+			period := sc.lease + time.Duration(sc.rng.Int64N(int64(time.Minute-sc.lease)/int64(time.Second)+1))*time.Second
+			if ev.at+period > sc.length {
+				continue
+			}
+			w.breakLease(w.names[ev.pick%len(w.names)], period)
 		}
 		res.events[ev.kind]++
 		res.last, lastAt = ev.kind, time.Now()

@@ -62,7 +62,9 @@ type simRecorder struct {
 	written  map[string]map[int64]bool // shard → every value whose write was sent
 	writes   int
 	failed   int           // writes that failed
-	writeGap time.Duration // mean time between checkpoint writes
+	writeGap time.Duration // the checkpoint writes are writeGap/3 to 7·writeGap/3 apart
+	// flakyUntil: runs that start before it may return early or panic.
+	flakyUntil time.Time
 }
 
 func newSimRecorder() *simRecorder {
@@ -92,16 +94,43 @@ func parseCheckpoint(b []byte) (epoch uint64, v int64, err error) {
 
 // work is the work of a replica's process (client): it reads the shard's
 // checkpoint through the term, and while its context lasts increments it
-// and writes it back every 1–5 s (a few times per term); when its context
-// ends it writes a last checkpoint while the term is still valid and
-// returns drain after its context ended.
+// and writes it back every writeGap/3 to 7·writeGap/3 (a few times per
+// term); when its context ends it writes a last checkpoint while the term
+// is still valid and returns drain after its context ended. Until
+// flakyUntil, one run in ten returns an error after its first write and
+// one in thirty panics, as a user's work may: the replica calls it again.
 func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 	return func(ctx context.Context, s *shards.Shard) error {
 		run := workRun{shard: s.Name, client: client, epoch: s.Term.Epoch(), leaseID: s.Term.Token().LeaseID, start: time.Now()}
 		r.mu.Lock()
 		r.current[s.Name] = client
+		flaky := run.start.Before(r.flakyUntil)
 		r.mu.Unlock()
 		rng := rand.New(rand.NewPCG(run.epoch, uint64(run.start.UnixNano())))
+		defer func() {
+			run.end = time.Now()
+			if run.ctxEnd.IsZero() {
+				run.ctxEnd = run.end // returned early
+			}
+			if vu := s.Term.ValidUntil(); vu.Before(run.end) {
+				run.end = vu
+			}
+			r.mu.Lock()
+			if r.current[s.Name] == client {
+				delete(r.current, s.Name)
+			}
+			r.runs = append(r.runs, run)
+			r.mu.Unlock()
+		}()
+		fail := 0
+		if flaky {
+			switch n := rng.IntN(30); {
+			case n == 0:
+				panic("the work panics")
+			case n < 4:
+				fail = 1 // return an error after the first write
+			}
+		}
 
 		cur := int64(-1)
 		sent := time.Now()
@@ -134,7 +163,10 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 			}
 			r.mu.Unlock()
 		}
-		for cur >= 0 {
+		for writes := 0; cur >= 0; writes++ {
+			if fail > 0 && writes == fail {
+				return errors.New("the work gives up")
+			}
 			gap := time.Duration(rng.Int64N(int64(2*r.writeGap))) + r.writeGap/3
 			t := time.NewTimer(gap)
 			select {
@@ -159,16 +191,6 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 			}
 			time.Sleep(time.Until(run.ctxEnd.Add(drain)))
 		}
-		run.end = time.Now()
-		if vu := s.Term.ValidUntil(); vu.Before(run.end) {
-			run.end = vu
-		}
-		r.mu.Lock()
-		if r.current[s.Name] == client {
-			delete(r.current, s.Name)
-		}
-		r.runs = append(r.runs, run)
-		r.mu.Unlock()
 		return nil
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/stretchr/testify/require"
 
+	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/shards"
 )
@@ -224,6 +225,20 @@ func (w *simWorld) setFaults(f azleasetest.FaultFunc) {
 	w.mu.Unlock()
 }
 
+// breakLease breaks a shard's lease as an operator would, with the given
+// break period, in a goroutine the world waits for; its outcome does not
+// matter.
+func (w *simWorld) breakLease(shard string, period time.Duration) {
+	w.logf("break shard %s (period %v)", shard, period)
+	l, err := azlease.NewLease(w.obs, w.group+"/shards/"+shard, nil)
+	require.NoError(w.t, err)
+	w.stops.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = l.Break(ctx, period)
+	})
+}
+
 // calm ends every fault but the crashes: partitions heal, pauses and the
 // outage end, the per-request faults stop.
 func (w *simWorld) calm() {
@@ -290,16 +305,21 @@ func (w *simWorld) shutdown() {
 // maybeBalanced is a necessary condition for balance, from the work that
 // runs, without a request: every shard's work runs at a live replica, each
 // running floor(K·w/W) or one more.
-func (w *simWorld) maybeBalanced(want map[string]*simReplica) bool {
+func (w *simWorld) maybeBalanced(want map[string]*simReplica) (bool, string) {
 	running := w.rec.running()
-	if len(running) != len(w.names) || len(want) == 0 {
-		return false
+	if len(want) == 0 {
+		return false, "no live replica"
+	}
+	for _, s := range w.names {
+		if running[s] == "" {
+			return false, fmt.Sprintf("no work runs for shard %s", s)
+		}
 	}
 	count := map[string]int{}
-	for _, c := range running {
+	for s, c := range running {
 		r := want[replicaOf(c)]
 		if r == nil || r.client != c {
-			return false
+			return false, fmt.Sprintf("the work of shard %s runs at %s, not live", s, c)
 		}
 		count[r.id]++
 	}
@@ -310,18 +330,18 @@ func (w *simWorld) maybeBalanced(want map[string]*simReplica) bool {
 	for id, r := range want {
 		floor := len(w.names) * r.weight / total
 		if count[id] < floor || count[id] > floor+1 {
-			return false
+			return false, fmt.Sprintf("%s (weight %d of %d) runs %d shards", id, r.weight, total, count[id])
 		}
 	}
-	return true
+	return true, ""
 }
 
 // balance is what the observer sees: whether the group is balanced for the
 // live replicas in want (by identity), with each shard's work running at
 // its owner, and if not, why.
 func (w *simWorld) balance(want map[string]*simReplica) (bool, string) {
-	if !w.maybeBalanced(want) {
-		return false, fmt.Sprintf("the work runs at %v", w.rec.running())
+	if ok, why := w.maybeBalanced(want); !ok {
+		return false, why
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
