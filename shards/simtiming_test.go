@@ -159,13 +159,24 @@ func TestShardsTimingTargets(t *testing.T) {
 		{event: "crash", k: 32, n: 5},
 		{event: "crash", k: 128, n: 9},
 	}
+	if thorough() {
+		// The largest group the simulation runs, a run or two: each lists
+		// 1,088 blobs per replica per poll.
+		cases = append(cases,
+			timingCase{event: "cold", k: 1024, n: 64},
+			timingCase{event: "join", k: 1024, n: 63, minMoves: 16},
+			timingCase{event: "crash", k: 1024, n: 64})
+	}
 	var table []string
 	for _, c := range cases {
 		var took, over []time.Duration
 		var moves []int
 		failed := 0
 		runs := n
-		if c.k > 32 && !thorough() {
+		switch {
+		case c.k > 128:
+			runs = max(n/100, 1)
+		case c.k > 32 && !thorough():
 			runs = max(n/6, 1) // each costs about six of those on 32 shards
 		}
 		t.Run(c.name(), func(t *testing.T) {
