@@ -349,10 +349,14 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 	g.tm.observe(a.misplaced)
 
 	// Incoming: shards planned here that another member owns. Their lease
-	// IDs go into the membership, for their owners to hand them to.
+	// IDs go into the membership, for their owners to hand them to. Not
+	// for a shard this replica still holds (a hand-off of it under way,
+	// or a lost term whose work has not returned): it cannot be handed
+	// here, and its Lease may be busy with that term (NextLeaseID would
+	// wait for the hand-off or the renewal in progress).
 	accept := map[string]string{}
 	for _, s := range g.shards {
-		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && len(accept) < maxAccept {
+		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && !g.isOwned(s) && len(accept) < maxAccept {
 			accept[s] = g.lease(s).NextLeaseID()
 		}
 	}

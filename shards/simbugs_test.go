@@ -109,3 +109,46 @@ func TestSimSlowHandOff(t *testing.T) {
 		t.Logf("balanced %v after b started", d)
 	})
 }
+
+// TestSimAcceptWhileHandingOn: a replica whose hand-off of a shard is still
+// under way (its Change Lease hangs and is retried) may see, at its next
+// poll, the plan give that shard back to it (here the receiver stopped).
+// It used to announce a lease ID for the shard from the shard's Lease,
+// whose NextLeaseID waits for the hand-off in progress on that Lease: the
+// poll loop stalled until the hand-off gave up (up to the lease's validity)
+// and, in fake time, forever, since a goroutine waiting on a mutex does not
+// let synctest's clock advance (simulation seed 239 hung). A replica now
+// announces no ID for a shard it still holds.
+func TestSimAcceptWhileHandingOn(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		synctest.Test(t, func(t *testing.T) {
+			w := newSimWorld(t, 2, 1)
+			w.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+				if r.Op == azleasetest.OpChangeLease {
+					return azleasetest.Fault{Action: azleasetest.Hang}
+				}
+				return azleasetest.Fault{}
+			})
+			a := w.start("a", shards.Options{}, 0)
+			_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
+			require.True(t, ok, why)
+			b := w.start("b", shards.Options{}, 0)
+			time.Sleep(3 * time.Second) // a sees b and hands it a shard: the Change Lease hangs
+			w.stopNow(b)
+			time.Sleep(10 * time.Second) // a polls while its hand-off is retried
+			w.setFaults(nil)
+			_, ok, why = w.waitBalanced(w.liveIDs(), time.Minute, 100*time.Millisecond)
+			require.True(t, ok, why)
+			w.stopNow(a)
+			s := w.rec.check(w.srv, w.obs, w.group, w.names)
+			require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // real time: the bubble's clock stopped
+		panic("TestSimAcceptWhileHandingOn hung: a replica's poll waits on a Lease whose hand-off is under way")
+	}
+}
