@@ -45,10 +45,11 @@
 // states and owners together, whatever K is) and computes the same plan
 // from the same facts: shares are floor or ceil of K·w/W; a shard stays
 // with its owner unless the owner holds more than its share; only the
-// surplus moves, from the most to the least loaded. A replica whose shard's
-// lease expired (it probably crashed) gets no shards until its membership
-// expires. No coordinator: each replica takes the free shards the plan
-// gives it, takes shards handed to it, and hands on its own surplus.
+// surplus moves, from the most to the least loaded. A replica that crashed
+// keeps its share until its membership expires, within a lease duration,
+// as its shards' leases do. No coordinator: each replica takes the free
+// shards the plan gives it, takes shards handed to it, and hands on its
+// own surplus.
 //
 // A replica that starts waits Options.Settle (the longest jittered poll
 // interval) before it takes free shards, so that replicas started together

@@ -63,8 +63,7 @@ type Group struct {
 	err      error
 	owned    map[string]*owned // shards this replica holds
 	leases   map[string]*azlease.Lease
-	failed   map[string]uint64 // pending hand-offs to this replica that could not be taken, by epoch
-	reached  bool              // a listing succeeded
+	reached  bool // a listing succeeded
 	lastPoll time.Time
 	member   *azlease.Lock  // the membership, while held
 	wg       sync.WaitGroup // the shards' work
@@ -98,7 +97,6 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 	g := &Group{
 		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), cfg: cfg,
 		done: make(chan struct{}), owned: map[string]*owned{}, leases: map[string]*azlease.Lease{},
-		failed: map[string]uint64{},
 	}
 	// Every blob name must be valid: check them once with the library's
 	// own rules, through a Lease that makes no request.
@@ -351,10 +349,14 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 	g.tm.observe(a.misplaced)
 
 	// Incoming: shards planned here that another member owns. Their lease
-	// IDs go into the membership, for their owners to hand them to.
+	// IDs go into the membership, for their owners to hand them to. Not
+	// for a shard this replica still holds (a hand-off of it under way,
+	// or a lost term whose work has not returned): it cannot be handed
+	// here, and its Lease may be busy with that term (NextLeaseID would
+	// wait for the hand-off or the renewal in progress).
 	accept := map[string]string{}
 	for _, s := range g.shards {
-		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && len(accept) < maxAccept {
+		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && !g.isOwned(s) && len(accept) < maxAccept {
 			accept[s] = g.lease(s).NextLeaseID()
 		}
 	}
@@ -367,7 +369,7 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 		info := v.shards[s]
 		switch {
 		case g.isOwned(s):
-		case info.pendingTo == self && g.failedEpoch(s) != info.epoch:
+		case info.pendingTo == self:
 			take = append(take, s)
 		case p[s] == self && info.free() && settled:
 			take = append(take, s)

@@ -34,8 +34,9 @@ type MemberStatus struct {
 	Joined time.Time
 	// Owns counts the shards it owns; Share is how many the plan gives it.
 	Owns, Share int
-	// Suspect is true when a shard's lease expired under it: it has
-	// probably crashed, and gets no shards until its membership expires.
+	// Suspect is true when a shard's lease expired under it without
+	// being handed on: it may have crashed. It keeps its share until its
+	// membership expires (within a lease duration of its last renewal).
 	Suspect bool
 }
 

@@ -114,14 +114,11 @@ func (g *Group) acquire(ctx context.Context, work Work, v view, take []string) {
 func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 	lock, err := g.lease(info.name).Hold(ctx)
 	if err != nil {
-		if info.pendingTo == g.cfg.identity {
-			// Handed here under an ID this replica no longer proposes (it
-			// restarted), or not changed yet: do not ask again for this
-			// term; the lease frees itself if nobody takes it.
-			g.mu.Lock()
-			g.failed[info.name] = info.epoch
-			g.mu.Unlock()
-		}
+		// A shard handed here whose lease does not carry this replica's
+		// ID yet (the marker is written before the lease is changed), or
+		// carries one it no longer proposes (it restarted), is refused as
+		// held: the next poll tries again, until the changed lease is
+		// taken or expires (within a lease duration: nobody renews it).
 		if !errors.Is(err, azlease.ErrLeaseHeld) && ctx.Err() == nil {
 			g.cfg.log.Debug("azlease/shards: could not take a shard", slog.String("shard", info.name), slog.Any("error", err))
 		}
@@ -192,12 +189,6 @@ func (g *Group) ownedState(s string) *owned {
 	return g.owned[s]
 }
 
-func (g *Group) failedEpoch(s string) uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.failed[s]
-}
-
 func (g *Group) forget(o *owned) {
 	g.mu.Lock()
 	if g.owned[o.name] == o {
@@ -246,6 +237,8 @@ func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, to
 func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
 	id := g.acceptID(ctx, to, o.name)
 	if id == "" {
+		// The receiver has not announced an ID for it (yet): keep it, its
+		// work undisturbed, and plan again at the next poll.
 		o.setMoving("")
 		g.tm.moved("no_receiver")
 		return
@@ -308,8 +301,13 @@ func (g *Group) dropLost(ctx context.Context, o *owned, cause error) {
 	g.cfg.log.Warn("azlease/shards: lost a shard", slog.String("shard", o.name), slog.Any("cause", cause))
 }
 
-// keepWorking restarts the work of a shard whose move did not happen.
+// keepWorking restarts the work of a shard whose move did not happen, if
+// the shard is still held; otherwise it drops it as lost.
 func (g *Group) keepWorking(o *owned, work Work) {
+	if !o.lock.Valid() {
+		g.dropLost(context.Background(), o, context.Cause(o.lock.Context()))
+		return
+	}
 	o.mu.Lock()
 	o.movingTo = ""
 	o.mu.Unlock()

@@ -43,6 +43,7 @@ type shardInfo struct {
 	epoch     uint64
 	since     time.Time // the latest term's start, by its holder's clock
 	pendingTo string    // handed to this member, which has not taken it yet
+	handed    bool      // the latest term handed it on (its lease may have expired since)
 }
 
 // owner is who the plan counts as owning the shard: the member it was
@@ -65,9 +66,10 @@ func (s shardInfo) free() bool { return !s.leased }
 type view struct {
 	members map[string]memberInfo
 	shards  map[string]shardInfo
-	// suspects are live members under which a shard's lease expired: a
-	// member that crashed, whose membership has not expired yet. They get
-	// no shards in this poll's plan.
+	// suspects are live members under which a shard's lease expired
+	// without being handed on: a member that may have crashed, whose
+	// membership has not expired yet. For display only: the plan counts
+	// them as members until their membership expires (see input).
 	suspects map[string]bool
 }
 
@@ -93,7 +95,8 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 				s.holder, s.epoch, s.since = st.Holder, st.Epoch, st.Acquired
 				to, _ := url.QueryUnescape(st.Metadata[metaTo])
 				e, err := strconv.ParseUint(st.Metadata[metaEpoch], 10, 64)
-				if to != "" && err == nil && e == st.Epoch && e > 0 && st.Leased {
+				s.handed = to != "" && err == nil && e == st.Epoch && e > 0
+				if s.handed && st.Leased {
 					s.pendingTo = to
 				}
 			}
@@ -101,7 +104,7 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 		}
 	}
 	for _, s := range v.shards {
-		if s.state == "expired" && s.pendingTo == "" {
+		if s.state == "expired" && !s.handed {
 			if _, live := v.members[s.holder]; live {
 				v.suspects[s.holder] = true
 			}
@@ -110,17 +113,24 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 	return v
 }
 
-// input is the plan's input from a view: the live members that are not
-// suspects, and the owners. self, when not empty, counts as a member with
-// weight even if its membership is not listed yet.
+// input is the plan's input from a view: the live members, and the
+// owners. self, when not empty, counts as a member with weight even if its
+// membership is not listed yet.
+//
+// Suspects count as members: a member is live until its membership
+// expires. Leaving a suspect out of the plan gained at most the time
+// between its shards' expiry and its membership's (both are renewed every
+// third of the lease duration), and struck live members as well: one whose
+// work did not return within DrainTimeout, or whose lease a receiver did
+// not take, handed all its shards away; and one that suspected itself
+// planned nothing, so that a replica left alone never took the expired
+// shard back.
 func (v view) input(shards []string, self string, weight int) planInput {
 	in := planInput{shards: shards, owner: make(map[string]string, len(shards))}
 	for _, m := range v.members {
-		if !v.suspects[m.name] {
-			in.members = append(in.members, member{name: m.name, weight: m.weight})
-		}
+		in.members = append(in.members, member{name: m.name, weight: m.weight})
 	}
-	if _, listed := v.members[self]; self != "" && !listed && !v.suspects[self] {
+	if _, listed := v.members[self]; self != "" && !listed {
 		in.members = append(in.members, member{name: self, weight: weight})
 	}
 	for _, s := range shards {
