@@ -377,7 +377,7 @@ func TestShardsSimulation(t *testing.T) {
 			}
 		})
 		if !ok {
-			t.Logf("reproduce with: go test -run 'TestShardsSimulation/^%d$' -seeds %d -count 20 ./shards/ (%v); a rerun fails only sometimes (see DEVELOPERS.md); AZLEASE_DEBUG_SIM=1 logs the events and faults",
+			t.Logf("reproduce with: go test ./shards/ -run 'TestShardsSimulation/^%d$' -count 20 -args -seeds %d (%v); a rerun fails only sometimes (see DEVELOPERS.md); AZLEASE_DEBUG_SIM=1 logs the events and faults",
 				seed, seed+1, sc)
 		}
 		if !ran {

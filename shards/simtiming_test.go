@@ -203,7 +203,7 @@ func TestShardsTimingTargets(t *testing.T) {
 				}
 				if !ok {
 					failed++
-					t.Logf("reproduce with: go test -run 'TestShardsTimingTargets/%s' -seeds %d ./shards/ (run %d)", c.name(), seed+1, seed)
+					t.Logf("reproduce with: go test ./shards/ -run 'TestShardsTimingTargets/%s' -args -seeds %d (run %d)", c.name(), seed+1, seed)
 				}
 			}
 		})
