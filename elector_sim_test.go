@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/internal/simfault"
 )
 
 var seedsFlag = flag.Int("seeds", 0, "random scenarios for the safety simulation (default: $AZLEASE_SEEDS, else 100)")
@@ -137,27 +137,10 @@ func addOperatorTrouble(rng *rand.Rand, events []event, length, lease time.Durat
 }
 
 // transientFault draws the fault for one request from rng, the random
-// source of the request's client and operation (faultMix.source).
-// With lateMax > 0, a request may also be picked for ApplyLate: it gets no
-// answer (its sender times out) and the server applies it up to lateMax
-// after the sender gave up.
+// source of the request's client and operation (faultMix.source): the
+// mix of internal/simfault, which the shards simulation draws from too.
 func transientFault(rng *rand.Rand, rate float64, lateMax time.Duration) azleasetest.Fault {
-	if rng.Float64() >= rate {
-		return azleasetest.Fault{}
-	}
-	fs := []azleasetest.Fault{
-		{Action: azleasetest.Fail},
-		{Action: azleasetest.Fail, Status: 500, Code: "InternalError"},
-		{Action: azleasetest.Drop},
-		{Action: azleasetest.ApplyThenDrop},
-		{Delay: time.Duration(rng.IntN(3000)) * time.Millisecond},
-		{DelayResponse: time.Duration(rng.IntN(3000)) * time.Millisecond},
-		{Action: azleasetest.ApplyThenHang},
-	}
-	if lateMax > 0 {
-		fs = append(fs, azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: time.Duration(rng.Int64N(int64(lateMax) + 1))})
-	}
-	return fs[rng.IntN(len(fs))]
+	return simfault.Transient(rng, rate, lateMax)
 }
 
 // faultMix draws the per-request faults of one scenario, counts the requests
@@ -172,8 +155,7 @@ func transientFault(rng *rand.Rand, rate float64, lateMax time.Duration) azlease
 // scheduling can change from run to run.
 type faultMix struct {
 	mu       sync.Mutex
-	seed     uint64
-	sources  map[string]*rand.Rand // by client and operation; see source
+	sources  *simfault.Sources // by client and operation
 	rate     float64
 	lateMax  time.Duration // 2 lease durations
 	noRepeat bool          // never fault a client's operation twice in a row
@@ -186,8 +168,7 @@ type faultMix struct {
 
 func newFaultMix(seed uint64, rate float64, lease time.Duration, noRepeat bool) *faultMix {
 	return &faultMix{
-		seed:     seed,
-		sources:  map[string]*rand.Rand{},
+		sources:  simfault.NewSources(seed),
 		rate:     rate,
 		lateMax:  2 * lease,
 		noRepeat: noRepeat,
@@ -196,33 +177,19 @@ func newFaultMix(seed uint64, rate float64, lease time.Duration, noRepeat bool) 
 	}
 }
 
-// source returns the random source of r's client and operation, made on
-// first use from the seed and a hash of both names. It runs under m.mu.
-func (m *faultMix) source(r azleasetest.Request) *rand.Rand {
-	key := r.Client + "/" + string(r.Op)
-	rng, ok := m.sources[key]
-	if !ok {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		rng = rand.New(rand.NewPCG(m.seed, h.Sum64()^0xfa017))
-		m.sources[key] = rng
-	}
-	return rng
-}
-
 // draw chooses the fault for r.
 func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests++
-	rng := m.source(r)
+	rng := m.sources.For(r)
 	var f azleasetest.Fault
 	bad := false
 	if m.bad != nil {
 		f, bad = m.bad(r, rng)
 	}
 	if !bad {
-		key := r.Client + "/" + string(r.Op)
+		key := simfault.Key(r)
 		if m.noRepeat && m.faulted[key] {
 			// A transient fault never strikes the same operation of the
 			// same client twice in a row: a retry gets through, so no

@@ -8,12 +8,12 @@ package shards_test
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/internal/simfault"
 )
 
 // faultMix draws the faults of one scenario. Each client's operation has a
@@ -22,8 +22,7 @@ import (
 // requests interleave with it.
 type faultMix struct {
 	mu       sync.Mutex
-	seed     uint64
-	sources  map[string]*rand.Rand
+	sources  *simfault.Sources
 	rate     float64
 	lateMax  time.Duration
 	kinds    []azleasetest.Fault // nil: every kind
@@ -35,19 +34,7 @@ type faultMix struct {
 }
 
 func newFaultMix(seed uint64, rate float64, lease time.Duration) *faultMix {
-	return &faultMix{seed: seed, sources: map[string]*rand.Rand{}, rate: rate, lateMax: 2 * lease, late: map[azleasetest.Op]int{}}
-}
-
-func (m *faultMix) source(r azleasetest.Request) *rand.Rand {
-	key := r.Client + "/" + string(r.Op)
-	rng, ok := m.sources[key]
-	if !ok {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		rng = rand.New(rand.NewPCG(m.seed, h.Sum64()^0xfa017))
-		m.sources[key] = rng
-	}
-	return rng
+	return &faultMix{sources: simfault.NewSources(seed), rate: rate, lateMax: 2 * lease, late: map[azleasetest.Op]int{}}
 }
 
 // draw chooses the fault for r.
@@ -55,7 +42,7 @@ func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests++
-	rng := m.source(r)
+	rng := m.sources.For(r)
 	f, bad := m.badPeriod(r, rng)
 	if !bad {
 		f = m.transient(rng)
@@ -69,25 +56,16 @@ func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 	return f
 }
 
-// transient draws a transient fault, at the mix's rate.
+// transient draws a transient fault, at the mix's rate: one of kinds if
+// set, else the mix the root package's simulations draw (simfault).
 func (m *faultMix) transient(rng *rand.Rand) azleasetest.Fault {
+	if m.kinds == nil {
+		return simfault.Transient(rng, m.rate, m.lateMax)
+	}
 	if rng.Float64() >= m.rate {
 		return azleasetest.Fault{}
 	}
-	if m.kinds != nil {
-		return m.kinds[rng.IntN(len(m.kinds))]
-	}
-	fs := []azleasetest.Fault{
-		{Action: azleasetest.Fail},
-		{Action: azleasetest.Fail, Status: 500, Code: "InternalError"},
-		{Action: azleasetest.Drop},
-		{Action: azleasetest.ApplyThenDrop},
-		{Delay: time.Duration(rng.IntN(3000)) * time.Millisecond},
-		{DelayResponse: time.Duration(rng.IntN(3000)) * time.Millisecond},
-		{Action: azleasetest.ApplyThenHang},
-		{Action: azleasetest.ApplyLate, LateBy: time.Duration(rng.Int64N(int64(m.lateMax) + 1))},
-	}
-	return fs[rng.IntN(len(fs))]
+	return m.kinds[rng.IntN(len(m.kinds))]
 }
 
 // badPeriod returns the faults of the seed's bad period, if now is in it:
