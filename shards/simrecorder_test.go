@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -199,11 +200,7 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 func (r *simRecorder) running() map[string]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]string, len(r.current))
-	for k, v := range r.current {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.current)
 }
 
 // allRuns returns the runs that returned so far.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -462,11 +463,7 @@ func (c *statusCounter) snapshot() (total, failed int, byClient map[string]int) 
 func (c *statusCounter) workRequests() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.work))
-	for k, v := range c.work {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.work)
 }
 
 func (c *statusCounter) failureLog() string {
