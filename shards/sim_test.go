@@ -316,7 +316,16 @@ func runSim(t *testing.T, sc simScenario) simResult {
 	}
 	w.shutdown()
 	res.stableTerms, res.stableRestarts = countWindow(w.rec.allRuns(), balancedAt, stableEnd)
-	_ = calmAt
+	if debugSim && res.stableTerms+res.stableRestarts > 0 {
+		var lines []string
+		for _, r := range w.rec.allRuns() {
+			if r.start.After(balancedAt.Add(-sc.lease)) || r.ctxEnd.After(balancedAt.Add(-sc.lease)) && r.ctxEnd.Before(stableEnd) {
+				lines = append(lines, fmt.Sprintf("shard %s %s epoch %d: ran %v to %v, context ended %v (%v)", r.shard, r.client, r.epoch,
+					r.start.Sub(t0), r.end.Sub(t0), r.ctxEnd.Sub(t0), r.cause))
+			}
+		}
+		t.Logf("%v: calm at %v, balanced at %v; runs near or after balance:\n%s", sc, calmAt.Sub(t0), balancedAt.Sub(t0), strings.Join(lines, "\n"))
+	}
 
 	res.safety = w.rec.check(w.srv, w.obs, w.group, w.names)
 	res.requests, res.failed, _ = w.resp.snapshot()
@@ -324,7 +333,7 @@ func runSim(t *testing.T, sc simScenario) simResult {
 	res.late = mix.late
 	faultLog := mix.log
 	mix.mu.Unlock()
-	if debugSim && (!res.ok() || !res.balanced) {
+	if debugSim && (!res.ok() || !res.balanced || res.stableTerms+res.stableRestarts > 0) {
 		w.mu.Lock()
 		t.Logf("%v: events:\n%s", sc, strings.Join(w.events, "\n"))
 		w.mu.Unlock()

@@ -57,7 +57,7 @@ type ckAck struct {
 type simRecorder struct {
 	mu       sync.Mutex
 	runs     []workRun
-	current  map[string]string // shard → the client whose work runs now
+	current  map[string]string // shard → the client whose work runs now, its context not ended
 	reads    map[string][]ckRead
 	acks     map[string][]ckAck
 	written  map[string]map[int64]bool // shard → every value whose write was sent
@@ -182,6 +182,13 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 		}
 		<-ctx.Done()
 		run.ctxEnd, run.cause = time.Now(), context.Cause(ctx)
+		// From here the work only drains: the shard is not worked on, and
+		// the group does not count as balanced on it.
+		r.mu.Lock()
+		if r.current[s.Name] == client {
+			delete(r.current, s.Name)
+		}
+		r.mu.Unlock()
 		if drain > 0 {
 			// A last checkpoint while the term lasts (it does while the
 			// shard is being handed on: the hand-off waits for the work).
