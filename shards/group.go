@@ -382,7 +382,18 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 	for _, s := range g.shards {
 		to := p[s]
 		o := g.ownedState(s)
-		if o == nil || to == "" || to == self || o.moving() {
+		if o == nil || o.moving() {
+			continue
+		}
+		if v.shards[s].pendingTo != "" && v.shards[s].epoch == o.lock.Epoch() {
+			// A hand-off marker of this term, although no hand-off is
+			// under way: the write of a move that failed (its answer lost,
+			// or applied late). Every replica counts the shard as the
+			// marker's receiver's, which cannot take it: clear it first.
+			g.startClear(ctx, o)
+			continue
+		}
+		if to == "" || to == self {
 			continue
 		}
 		if _, live := v.members[to]; !live {

@@ -270,6 +270,23 @@ func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
 	g.cfg.log.Info("azlease/shards: handed a shard on", slog.String("shard", o.name), slog.String("to", to), slog.Uint64("epoch", epoch))
 }
 
+// startClear removes a stale hand-off marker from a shard this replica
+// holds and works on, in the background (see act). If the write fails, the
+// next poll tries again; if the term is lost meanwhile, its work's context
+// ends by itself and reap forgets the shard.
+func (g *Group) startClear(ctx context.Context, o *owned) {
+	o.setMoving(clearing)
+	g.movers.Go(func() {
+		err := o.lock.SetMetadata(context.WithoutCancel(ctx), nil)
+		g.cfg.log.Debug("azlease/shards: cleared the marker of a hand-off that did not happen", slog.String("shard", o.name), slog.Any("error", err))
+		o.setMoving("")
+	})
+}
+
+// clearing is what movingTo says while a stale hand-off marker is being
+// removed: no move starts meanwhile.
+const clearing = "\x00clearing"
+
 // settle waits for a shard's work to return after its context ended. It
 // reports whether the shard is still held and its work has returned; when
 // not, it has dealt with the shard (forgotten it, leaving an undrained

@@ -5,11 +5,14 @@ package shards_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
@@ -151,4 +154,52 @@ func TestSimAcceptWhileHandingOn(t *testing.T) {
 	case <-time.After(time.Minute): // real time: the bubble's clock stopped
 		panic("TestSimAcceptWhileHandingOn hung: a replica's poll waits on a Lease whose hand-off is under way")
 	}
+}
+
+// TestSimStaleHandOffMarker: a move's hand-off marker write gets no
+// answer, its retries fail until the write gives up, and the owner takes
+// the move for failed and keeps the shard in the same term; then the first
+// attempt is applied late, leaving a marker that names the receiver on a
+// shard the owner still works on (forged here through the term's lease
+// ID). Every replica then counted the shard as the receiver's, which could
+// not take it (the lease never changed hands): the receiver asked for no
+// more, the owner's moves found no lease ID to hand to, and the group
+// stayed unbalanced for as long as the term lasted, the receiver's take
+// refused every poll (simulation seeds 77 and 323). The owner now clears a
+// marker of its own term when no hand-off of its is under way.
+func TestSimStaleHandOffMarker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newSimWorld(t, 2, 1)
+		a := w.start("a", shards.Options{}, 0)
+		b := w.start("b", shards.Options{}, 0)
+		_, ok, why := w.waitBalanced(w.liveIDs(), 20*time.Second, 100*time.Millisecond)
+		require.True(t, ok, why)
+		var shard string
+		for s, c := range w.rec.running() {
+			if c == a.client {
+				shard = s
+			}
+		}
+		run := w.rec.lastTerm(shard)
+		bc := w.obs.NewBlobClient(w.group + "/shards/" + shard)
+		props, err := bc.GetProperties(context.Background(), nil)
+		require.NoError(t, err)
+		md := props.Metadata
+		md["shardto"] = to.Ptr("b")
+		md["shardepoch"] = to.Ptr(strconv.FormatUint(run.epoch, 10))
+		_, err = bc.SetMetadata(context.Background(), md, &blob.SetMetadataOptions{
+			AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: to.Ptr(run.leaseID)}},
+		})
+		require.NoError(t, err, "the late marker")
+		time.Sleep(100 * time.Millisecond)
+		P := longestPoll(shards.DefaultPollInterval)
+		d, ok, why := w.waitBalanced(w.liveIDs(), time.Minute, 100*time.Millisecond)
+		require.True(t, ok, "a hand-off marker that landed after the move failed: %s", why)
+		require.LessOrEqual(t, d, 2*P+time.Second, "balanced again after the marker landed")
+		t.Logf("balanced %v after the marker landed", d)
+		w.stopNow(b)
+		w.stopNow(a)
+		s := w.rec.check(w.srv, w.obs, w.group, w.names)
+		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+	})
 }

@@ -57,7 +57,8 @@ type ckAck struct {
 type simRecorder struct {
 	mu       sync.Mutex
 	runs     []workRun
-	current  map[string]string // shard → the client whose work runs now, its context not ended
+	current  map[string]string  // shard → the client whose work runs now, its context not ended
+	terms    map[string]workRun // shard → the run that began last (its term's lease ID and epoch)
 	reads    map[string][]ckRead
 	acks     map[string][]ckAck
 	written  map[string]map[int64]bool // shard → every value whose write was sent
@@ -70,7 +71,7 @@ type simRecorder struct {
 
 func newSimRecorder() *simRecorder {
 	return &simRecorder{
-		current: map[string]string{}, reads: map[string][]ckRead{}, acks: map[string][]ckAck{},
+		current: map[string]string{}, terms: map[string]workRun{}, reads: map[string][]ckRead{}, acks: map[string][]ckAck{},
 		written: map[string]map[int64]bool{}, writeGap: 3 * time.Second,
 	}
 }
@@ -105,6 +106,7 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 		run := workRun{shard: s.Name, client: client, epoch: s.Term.Epoch(), leaseID: s.Term.Token().LeaseID, start: time.Now()}
 		r.mu.Lock()
 		r.current[s.Name] = client
+		r.terms[s.Name] = run
 		flaky := run.start.Before(r.flakyUntil)
 		r.mu.Unlock()
 		rng := rand.New(rand.NewPCG(run.epoch, uint64(run.start.UnixNano())))
@@ -201,6 +203,13 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 		}
 		return nil
 	}
+}
+
+// lastTerm returns the run of a shard's work that began last.
+func (r *simRecorder) lastTerm(shard string) workRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.terms[shard]
 }
 
 // running returns the client whose work runs now, by shard.
