@@ -62,9 +62,17 @@ func TestMaxMovesPerPoll(t *testing.T) {
 		require.NoError(t, a.Start(context.Background(), o.work("a")))
 		time.Sleep(10 * time.Second)
 		require.Equal(t, 8, o.counts()["a"])
+		// Without jitter every poll falls on a whole multiple of the
+		// interval from its replica's start: start b half an interval off
+		// a, and sample b a quarter interval after its polls, so that no
+		// two of these happen at one instant (their order would be the
+		// scheduler's, and a window could count two of a's hand-offs or
+		// none).
+		time.Sleep(shards.DefaultPollInterval / 2)
 		b, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: "b", Jitter: -1})
 		require.NoError(t, err)
 		require.NoError(t, b.Start(context.Background(), o.work("b")))
+		time.Sleep(shards.DefaultPollInterval / 4)
 		var seen []int
 		for range 6 {
 			time.Sleep(shards.DefaultPollInterval)
