@@ -28,7 +28,10 @@
 // never free in between, and only the receiver can take it. If the work does
 // not return in time, the shard is not handed over: its lease is left to
 // expire. If the receiver is gone, the lease expires and the plan gives the
-// shard to someone else.
+// shard to someone else. If the change fails before the lease changed
+// hands (the marker's write got no answer, say), the owner keeps the shard
+// and its work goes on in the same term; a marker of that term applied late
+// is cleared at the owner's next poll.
 //
 // What is not guaranteed: that the work of a former owner that ignores its
 // context stops; fencing with the epoch (or writing state through the term)
