@@ -440,19 +440,28 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, accep
 	if accept == published {
 		return published
 	}
-	md := map[string]string{
-		metaWeight: strconv.Itoa(g.cfg.weight),
-		metaJoined: strconv.FormatInt(m.StartedAt().UnixMilli(), 10),
-		metaIn:     accept,
-	}
-	if err := m.SetMetadata(ctx, md); err != nil {
+	if err := m.SetMetadata(ctx, g.membershipMetadata(m, accept)); err != nil {
 		g.cfg.log.Debug("azlease/shards: could not write the membership", slog.Any("error", err))
 		return "\x00"
 	}
 	return accept
 }
 
-// leave releases the membership, then stops every shard.
+// membershipMetadata is what a membership says: weight, when it joined,
+// and the lease IDs it accepts shards under.
+func (g *Group) membershipMetadata(m *azlease.Lock, accept string) map[string]string {
+	return map[string]string{
+		metaWeight: strconv.Itoa(g.cfg.weight),
+		metaJoined: strconv.FormatInt(m.StartedAt().UnixMilli(), 10),
+		metaIn:     accept,
+	}
+}
+
+// leave withdraws the lease IDs the membership announced and releases it,
+// then stops every shard. Withdrawing them first means that nothing is
+// handed to this replica as it leaves, nor to a membership that an acquire
+// of this replica's, applied late, leases again for a lease duration (it
+// would count as a member, with no ID to hand it anything under).
 func (g *Group) leave(mlease *azlease.Lease) {
 	ctx := context.Background()
 	g.mu.Lock()
@@ -460,6 +469,9 @@ func (g *Group) leave(mlease *azlease.Lease) {
 	g.member = nil
 	g.mu.Unlock()
 	if m != nil {
+		if m.Valid() {
+			_ = m.SetMetadata(ctx, g.membershipMetadata(m, ""))
+		}
 		_ = m.Unlock(ctx)
 	}
 	// Hand-offs under way complete (or keep their shard, which is then

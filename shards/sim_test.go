@@ -181,6 +181,7 @@ type simResult struct {
 // runSim plays sc. It must run inside a synctest bubble.
 func runSim(t *testing.T, sc simScenario) simResult {
 	w := newSimWorld(t, sc.k, sc.seed)
+	w.lease = sc.lease
 	mix := newFaultMix(sc.seed, sc.faultRate, sc.lease)
 	t0 := time.Now()
 	if sc.badLen > 0 {

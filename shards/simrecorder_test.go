@@ -57,8 +57,9 @@ type ckAck struct {
 type simRecorder struct {
 	mu       sync.Mutex
 	runs     []workRun
-	current  map[string]string  // shard → the client whose work runs now, its context not ended
-	terms    map[string]workRun // shard → the run that began last (its term's lease ID and epoch)
+	current  map[string]string        // shard → the client whose work runs now, its context not ended
+	terms    map[string]workRun       // shard → the run that began last (its term's lease ID and epoch)
+	working  map[string]*azlease.Term // shard → the term of the run in current
 	reads    map[string][]ckRead
 	acks     map[string][]ckAck
 	written  map[string]map[int64]bool // shard → every value whose write was sent
@@ -71,7 +72,7 @@ type simRecorder struct {
 
 func newSimRecorder() *simRecorder {
 	return &simRecorder{
-		current: map[string]string{}, terms: map[string]workRun{}, reads: map[string][]ckRead{}, acks: map[string][]ckAck{},
+		current: map[string]string{}, terms: map[string]workRun{}, working: map[string]*azlease.Term{}, reads: map[string][]ckRead{}, acks: map[string][]ckAck{},
 		written: map[string]map[int64]bool{}, writeGap: 3 * time.Second,
 	}
 }
@@ -107,6 +108,7 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 		r.mu.Lock()
 		r.current[s.Name] = client
 		r.terms[s.Name] = run
+		r.working[s.Name] = s.Term
 		flaky := run.start.Before(r.flakyUntil)
 		r.mu.Unlock()
 		rng := rand.New(rand.NewPCG(run.epoch, uint64(run.start.UnixNano())))
@@ -121,6 +123,7 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 			r.mu.Lock()
 			if r.current[s.Name] == client {
 				delete(r.current, s.Name)
+				delete(r.working, s.Name)
 			}
 			r.runs = append(r.runs, run)
 			r.mu.Unlock()
@@ -189,6 +192,7 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 		r.mu.Lock()
 		if r.current[s.Name] == client {
 			delete(r.current, s.Name)
+			delete(r.working, s.Name)
 		}
 		r.mu.Unlock()
 		if drain > 0 {
@@ -210,6 +214,19 @@ func (r *simRecorder) lastTerm(shard string) workRun {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.terms[shard]
+}
+
+// ending returns a shard whose work runs in a term that ends within d
+// (by its validity deadline, which a renewal has not moved on), or "".
+func (r *simRecorder) ending(d time.Duration) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for s, t := range r.working {
+		if time.Until(t.ValidUntil()) < d {
+			return s
+		}
+	}
+	return ""
 }
 
 // running returns the client whose work runs now, by shard.

@@ -54,6 +54,7 @@ type simWorld struct {
 	obs   *container.Client
 	group string
 	names []string
+	lease time.Duration // the replicas' lease duration (15 s, the default, unless a test sets it)
 	rec   *simRecorder
 	resp  *statusCounter
 
@@ -72,7 +73,7 @@ type simWorld struct {
 func newSimWorld(t *testing.T, k int, seed uint64) *simWorld {
 	srv := azleasetest.NewServer(t, nil)
 	w := &simWorld{
-		t: t, srv: srv, group: "g", names: shards.Numbered(k), rec: newSimRecorder(), resp: newStatusCounter(),
+		t: t, srv: srv, group: "g", names: shards.Numbered(k), lease: 15 * time.Second, rec: newSimRecorder(), resp: newStatusCounter(),
 		cut: map[string]azleasetest.Action{}, pausedUntil: map[string]time.Time{}, incarnations: map[string]int{},
 		rng: rand.New(rand.NewPCG(seed, 0x9a05e)),
 	}
@@ -315,6 +316,13 @@ func (w *simWorld) maybeBalanced(want map[string]*simReplica) (bool, string) {
 		if running[s] == "" {
 			return false, fmt.Sprintf("no work runs for shard %s", s)
 		}
+	}
+	// A term whose validity deadline is near, although healthy terms are
+	// renewed every third of the lease duration: one cut off until the
+	// calm, whose renewals did not get through in time. It is about to be
+	// lost and taken again.
+	if s := w.rec.ending(w.lease / 3); s != "" {
+		return false, fmt.Sprintf("the term of shard %s ends within %v", s, w.lease/3)
 	}
 	count := map[string]int{}
 	for s, c := range running {
