@@ -457,6 +457,9 @@ func (g *Group) membershipMetadata(m *azlease.Lock, accept string) map[string]st
 	}
 }
 
+// withdrawTimeout bounds the withdrawal of a leaving replica's IDs.
+const withdrawTimeout = 3 * time.Second
+
 // leave withdraws the lease IDs the membership announced and releases it,
 // then stops every shard. Withdrawing them first means that nothing is
 // handed to this replica as it leaves, nor to a membership that an acquire
@@ -470,7 +473,12 @@ func (g *Group) leave(mlease *azlease.Lease) {
 	g.mu.Unlock()
 	if m != nil {
 		if m.Valid() {
-			_ = m.SetMetadata(ctx, g.membershipMetadata(m, ""))
+			// One attempt's time at most: storage that does not answer
+			// must not hold up the stop, and the withdrawal only saves a
+			// lease duration in the rare case above.
+			wctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
+			_ = m.SetMetadata(wctx, g.membershipMetadata(m, ""))
+			cancel()
 		}
 		_ = m.Unlock(ctx)
 	}
