@@ -13,6 +13,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
@@ -199,6 +200,53 @@ func TestSimStaleHandOffMarker(t *testing.T) {
 		t.Logf("balanced %v after the marker landed", d)
 		w.stopNow(b)
 		w.stopNow(a)
+		s := w.rec.check(w.srv, w.obs, w.group, w.names)
+		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+	})
+}
+
+// TestSimLateMembershipAcquire: a replica that announced a lease ID for a
+// shard stops before it gets it; then an Acquire of its membership,
+// applied late, leases the membership again for a lease duration, as if it
+// were live (done by hand here). Its metadata used to still announce the
+// ID: the owner handed the shard to it, nobody took it, and the shard stood
+// still until its lease expired (simulation seed 868). A leaving replica
+// now withdraws its IDs first.
+func TestSimLateMembershipAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newSimWorld(t, 2, 1)
+		a := w.start("a", shards.Options{}, 0)
+		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
+		require.True(t, ok, why)
+		// a's hand-off markers fail for a while: b announces an ID, and
+		// gets nothing yet.
+		w.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if strings.HasPrefix(r.Client, "a#") && r.Op == azleasetest.OpSetMetadata && strings.Contains(r.Blob, "/shards/") {
+				return azleasetest.Fault{Action: azleasetest.Fail, Status: 503}
+			}
+			return azleasetest.Fault{}
+		})
+		b := w.start("b", shards.Options{}, 0)
+		time.Sleep(3 * shards.DefaultPollInterval)
+		st, err := azlease.Inspect(context.Background(), w.obs, "g/members/b")
+		require.NoError(t, err)
+		require.NotEmpty(t, st.Metadata["shardin"], "b announces an ID for a shard")
+		w.stopNow(b)
+		w.setFaults(nil)
+		time.Sleep(30 * time.Second) // whatever was handed to b expires; a takes it back
+		_, ok, why = w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
+		require.True(t, ok, why)
+		// The late Acquire of b's membership.
+		lc, err := lease.NewBlobClient(w.obs.NewBlobClient("g/members/b"), nil)
+		require.NoError(t, err)
+		_, err = lc.AcquireLease(context.Background(), 15, nil)
+		require.NoError(t, err)
+		since := time.Now()
+		time.Sleep(20 * time.Second)
+		until := time.Now()
+		w.stopNow(a)
+		terms, restarts := countWindow(w.rec.allRuns(), since, until)
+		require.Zero(t, terms+restarts, "terms begun and runs restarted while b's membership was leased again")
 		s := w.rec.check(w.srv, w.obs, w.group, w.names)
 		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
 	})
