@@ -49,8 +49,7 @@ func TestSimHandOffNotTaken(t *testing.T) {
 		require.True(t, ok, "a alone again does not take back the shard handed to b: %s", why)
 		t.Logf("balanced %v after b stopped", d)
 		w.stopNow(a)
-		s := w.rec.check(w.srv, w.obs, w.group, w.names)
-		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+		w.requireSafe()
 	})
 }
 
@@ -66,9 +65,7 @@ func TestSimHandOffNotTaken(t *testing.T) {
 func TestSimNoReceiverLeavesWorkAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newSimWorld(t, 2, 1)
-		a := w.start("a", shards.Options{}, 0)
-		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
-		require.True(t, ok, why)
+		a := w.startAlone("a")
 		ml, err := azlease.NewLease(w.obs, "g/members/x", &azlease.LeaseOptions{Identity: "x"})
 		require.NoError(t, err)
 		lk, err := ml.Hold(context.Background())
@@ -146,8 +143,7 @@ func TestSimAcceptWhileHandingOn(t *testing.T) {
 			_, ok, why = w.waitBalanced(w.liveIDs(), time.Minute, 100*time.Millisecond)
 			require.True(t, ok, why)
 			w.stopNow(a)
-			s := w.rec.check(w.srv, w.obs, w.group, w.names)
-			require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+			w.requireSafe()
 		})
 	}()
 	select {
@@ -200,8 +196,7 @@ func TestSimStaleHandOffMarker(t *testing.T) {
 		t.Logf("balanced %v after the marker landed", d)
 		w.stopNow(b)
 		w.stopNow(a)
-		s := w.rec.check(w.srv, w.obs, w.group, w.names)
-		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+		w.requireSafe()
 	})
 }
 
@@ -215,9 +210,7 @@ func TestSimStaleHandOffMarker(t *testing.T) {
 func TestSimLateMembershipAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newSimWorld(t, 2, 1)
-		a := w.start("a", shards.Options{}, 0)
-		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
-		require.True(t, ok, why)
+		a := w.startAlone("a")
 		// a's hand-off markers fail for a while: b announces an ID, and
 		// gets nothing yet.
 		w.setFaults(func(r azleasetest.Request) azleasetest.Fault {
@@ -234,7 +227,7 @@ func TestSimLateMembershipAcquire(t *testing.T) {
 		w.stopNow(b)
 		w.setFaults(nil)
 		time.Sleep(30 * time.Second) // whatever was handed to b expires; a takes it back
-		_, ok, why = w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
+		_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
 		require.True(t, ok, why)
 		// The late Acquire of b's membership.
 		lc, err := lease.NewBlobClient(w.obs.NewBlobClient("g/members/b"), nil)
@@ -247,7 +240,6 @@ func TestSimLateMembershipAcquire(t *testing.T) {
 		w.stopNow(a)
 		terms, restarts := countWindow(w.rec.allRuns(), since, until)
 		require.Zero(t, terms+restarts, "terms begun and runs restarted while b's membership was leased again")
-		s := w.rec.check(w.srv, w.obs, w.group, w.names)
-		require.True(t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+		w.requireSafe()
 	})
 }

@@ -163,6 +163,24 @@ func (w *simWorld) start(id string, o shards.Options, drain time.Duration) *simR
 	return r
 }
 
+// startAlone starts the first replica with the default options and waits
+// until it works on every shard.
+func (w *simWorld) startAlone(id string) *simReplica {
+	w.t.Helper()
+	r := w.start(id, shards.Options{}, 0)
+	_, ok, why := w.waitBalanced(w.liveIDs(), 10*time.Second, 100*time.Millisecond)
+	require.True(w.t, ok, why)
+	return r
+}
+
+// requireSafe checks every run of the work against its shard's grants and
+// every checkpoint read (simRecorder.check).
+func (w *simWorld) requireSafe() {
+	w.t.Helper()
+	s := w.rec.check(w.srv, w.obs, w.group, w.names)
+	require.True(w.t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
+}
+
 // stop stops a replica cleanly, in a goroutine the world waits for.
 func (w *simWorld) stop(r *simReplica) {
 	w.mu.Lock()
