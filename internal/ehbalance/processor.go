@@ -122,7 +122,11 @@ func (p *Processor) Owned() []string {
 // run is the loop: a cycle at once, then one per jittered interval.
 func (p *Processor) run(ctx context.Context) {
 	for {
-		p.cycle(ctx)
+		// A cycle's requests end with it: one that hangs must not stall
+		// the processor past its next cycle.
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.interval)
+		p.cycle(cctx)
+		cancel()
 		t := time.NewTimer(p.wait())
 		select {
 		case <-ctx.Done():
