@@ -177,15 +177,16 @@ func TestSimStaleHandOffMarker(t *testing.T) {
 				shard = s
 			}
 		}
-		run := w.rec.lastTerm(shard)
+		term := w.rec.workingTerm(shard)
+		require.NotNil(t, term)
 		bc := w.obs.NewBlobClient(w.group + "/shards/" + shard)
 		props, err := bc.GetProperties(context.Background(), nil)
 		require.NoError(t, err)
 		md := props.Metadata
 		md["shardto"] = to.Ptr("b")
-		md["shardepoch"] = to.Ptr(strconv.FormatUint(run.epoch, 10))
+		md["shardepoch"] = to.Ptr(strconv.FormatUint(term.Epoch(), 10))
 		_, err = bc.SetMetadata(context.Background(), md, &blob.SetMetadataOptions{
-			AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: to.Ptr(run.leaseID)}},
+			AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: to.Ptr(term.Token().LeaseID)}},
 		})
 		require.NoError(t, err, "the late marker")
 		time.Sleep(100 * time.Millisecond)

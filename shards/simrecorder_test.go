@@ -58,7 +58,6 @@ type simRecorder struct {
 	mu       sync.Mutex
 	runs     []workRun
 	current  map[string]string        // shard → the client whose work runs now, its context not ended
-	terms    map[string]workRun       // shard → the run that began last (its term's lease ID and epoch)
 	working  map[string]*azlease.Term // shard → the term of the run in current
 	reads    map[string][]ckRead
 	acks     map[string][]ckAck
@@ -72,7 +71,7 @@ type simRecorder struct {
 
 func newSimRecorder() *simRecorder {
 	return &simRecorder{
-		current: map[string]string{}, terms: map[string]workRun{}, working: map[string]*azlease.Term{}, reads: map[string][]ckRead{}, acks: map[string][]ckAck{},
+		current: map[string]string{}, working: map[string]*azlease.Term{}, reads: map[string][]ckRead{}, acks: map[string][]ckAck{},
 		written: map[string]map[int64]bool{}, writeGap: 3 * time.Second,
 	}
 }
@@ -107,7 +106,6 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 		run := workRun{shard: s.Name, client: client, epoch: s.Term.Epoch(), leaseID: s.Term.Token().LeaseID, start: time.Now()}
 		r.mu.Lock()
 		r.current[s.Name] = client
-		r.terms[s.Name] = run
 		r.working[s.Name] = s.Term
 		flaky := run.start.Before(r.flakyUntil)
 		r.mu.Unlock()
@@ -209,11 +207,12 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 	}
 }
 
-// lastTerm returns the run of a shard's work that began last.
-func (r *simRecorder) lastTerm(shard string) workRun {
+// workingTerm returns the term of the run of a shard's work now under
+// way, or nil.
+func (r *simRecorder) workingTerm(shard string) *azlease.Term {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.terms[shard]
+	return r.working[shard]
 }
 
 // ending returns a shard whose work runs in a term that ends within d
