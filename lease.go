@@ -72,9 +72,12 @@ type Lease struct {
 	md             map[string]*string // the metadata as this holder last wrote it
 	etag           azcore.ETag        // the ETag after this holder's last write
 	prevUnreleased bool               // a previous term exists and did not end with a clean release
-	// onLost, set by the keeper of the current term, ends that term at
-	// once when any operation learns from Azure that the lease is gone.
-	onLost func(cause error)
+	// onLost, set by the keeper of the term whose lease ID is onLostID,
+	// ends that term at once when any operation learns from Azure that
+	// the lease of that ID is gone. It is bound to the ID so that an
+	// older term's keeper, stopping late, never removes a newer term's.
+	onLost   func(cause error)
+	onLostID string
 	// seen is the highest epoch this holder (or the Mutex it belongs to)
 	// has seen on the lock blob; the next epoch is always above it.
 	seen *atomic.Uint64
@@ -429,12 +432,20 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if err := l.initErr(); err != nil {
 		return err
 	}
+	return l.renewID(ctx, "")
+}
+
+// renewID is Renew for the term whose lease ID is id ("" for whatever
+// term the Lease holds now): a keeper renews only its own term's lease, and
+// once the Lease has moved on to another ID it gets ErrNotHeld without a
+// request.
+func (l *Lease) renewID(ctx context.Context, want string) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	id, state, validUntil := l.id, l.state, l.validUntil
 	l.mu.Unlock()
-	if state != held {
+	if state != held || (want != "" && want != id) {
 		return ErrNotHeld
 	}
 	if !time.Now().Before(validUntil) {
@@ -665,11 +676,18 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 	if !ok {
 		return optionErr("proposedID", "%q: must be a GUID", proposedID)
 	}
+	return l.handOff(ctx, "", canon)
+}
+
+// handOff is HandOff of the term whose lease ID is want ("" for whatever
+// term the Lease holds now) to canon, a canonical GUID: a Lock hands off
+// only its own term's lease, never a newer term's.
+func (l *Lease) handOff(ctx context.Context, want, canon string) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	id, state, validUntil := l.id, l.state, l.validUntil
-	if state != held || !time.Now().Before(validUntil) || !l.termStarted() {
+	if state != held || !time.Now().Before(validUntil) || !l.termStarted() || (want != "" && want != id) {
 		l.mu.Unlock()
 		return ErrNotHeld
 	}
@@ -678,7 +696,7 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 		return optionErr("proposedID", "is this Lease's own lease ID")
 	}
 	l.state, l.id, l.md, l.token = notHeld, "", nil, Token{}
-	notify := l.onLost
+	notify := l.hookFor(id)
 	l.mu.Unlock()
 	if notify != nil {
 		notify(ErrStopped)
@@ -723,11 +741,20 @@ func (l *Lease) markLost(id string, cause error) {
 		return
 	}
 	l.state = notHeld
-	notify := l.onLost
+	notify := l.hookFor(id)
 	l.mu.Unlock()
 	if notify != nil {
 		notify(cause)
 	}
+}
+
+// hookFor returns the loss hook of the term whose lease ID is id, or nil;
+// l.mu is held.
+func (l *Lease) hookFor(id string) func(error) {
+	if id == "" || l.onLostID != id {
+		return nil
+	}
+	return l.onLost
 }
 
 // markStale records that the term of id ran out of validity without a
@@ -766,18 +793,47 @@ func (l *Lease) termValid(id string) (time.Time, bool) {
 	return l.validUntil, id != "" && l.id == id && l.termStarted() && time.Now().Before(l.validUntil)
 }
 
-// setOnLost installs (or, with nil, removes) the current term's loss hook.
-func (l *Lease) setOnLost(f func(error)) {
+// setOnLost installs the loss hook of the term whose lease ID is id.
+func (l *Lease) setOnLost(id string, f func(error)) {
 	l.mu.Lock()
-	l.onLost = f
+	l.onLost, l.onLostID = f, id
 	l.mu.Unlock()
 }
 
-// snapshot returns what the timing core needs about the current term.
-func (l *Lease) snapshot() (id string, lastSend, validUntil time.Time, ok bool) {
+// clearOnLost removes the loss hook of the term whose lease ID is id, if it
+// is still installed: a newer term's hook stays.
+func (l *Lease) clearOnLost(id string) {
+	l.mu.Lock()
+	if l.onLostID == id {
+		l.onLost, l.onLostID = nil, ""
+	}
+	l.mu.Unlock()
+}
+
+// snapshot returns what the timing core needs about the term whose lease ID
+// is id: ok is false once the Lease holds no lease under id.
+func (l *Lease) snapshot(id string) (lastSend, validUntil time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.id, l.lastSend, l.validUntil, l.state == held
+	return l.lastSend, l.validUntil, l.state == held && l.id == id
+}
+
+// releaseTerm is Release for a Lock of the term whose lease ID is id: it
+// releases only that ID, while the Lease still has it (held, or stale: a
+// term that ran out and is yet to be given back). Once the Lease has moved
+// on (its next Acquire gave the ID back, or it was handed off or lost),
+// there is nothing of this term's to release: it sends nothing and
+// reports gone.
+func (l *Lease) releaseTerm(ctx context.Context, id string) (gone bool, err error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	mine := id != "" && l.id == id && l.state != notHeld
+	l.mu.Unlock()
+	if !mine {
+		return true, nil
+	}
+	return false, l.release(ctx, l.cfg.markRelease)
 }
 
 func (l *Lease) leaseClient(id string) *lease.BlobClient {

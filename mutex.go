@@ -238,7 +238,15 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lk.lease.cfg.attemptTimeout)
 		defer cancel()
 	}
-	err := lk.lease.Release(rctx)
+	// Only this term's own lease ID is released: a Lease held again (by
+	// Lease.Hold) after this lock's term ended has a newer term, which
+	// this Unlock must never release.
+	gone, err := lk.lease.releaseTerm(rctx, lk.Token().LeaseID)
+	if gone {
+		lk.released, lk.err = true, lk.lost
+		lk.lease.cfg.log.Debug("azlease: unlock of a term whose lease was already given up; nothing to release", slog.Uint64("epoch", lk.Epoch()))
+		return lk.err
+	}
 	lk.released = err == nil || errors.Is(err, ErrLeaseLost)
 	switch {
 	case lk.lost != nil:
