@@ -42,12 +42,17 @@ const (
 // [Elector], [Mutex] and [DoOnce].
 //
 // Each acquisition starts a term with a fresh lease ID and a larger fencing
-// epoch. The retries of one call reuse its lease ID, so a retried acquire or
-// release is idempotent; a lease ID is never proposed by two Acquire calls
-// when a request carrying it may still be on its way, so a request applied
-// late, after its sender gave up, can never act on a newer term. A request
-// whose outcome is unknown (a timeout, a lost response) is resolved by
-// retrying it with the same lease ID before anything is reported.
+// epoch. A lease ID is never proposed by two Acquire calls when a request
+// carrying it may still be on its way, so a request applied late, after its
+// sender gave up, can never act on a newer term. Within one call, an
+// acquisition attempt whose outcome is unknown (a timeout, a lost response)
+// is followed by attempts with a fresh ID, and if Azure then says the lease
+// is held, Acquire asks whether it is held under one of its own unanswered
+// IDs (Change Lease to a fresh ID, then Renew) before it reports anything:
+// a term's lease ID is proposed by one request only, and that request was
+// answered, so once the term's ID is released nothing can grant it again.
+// Retries of a release or renewal reuse the term's ID (they are
+// idempotent).
 //
 // A Lease is safe for concurrent use; its lease operations run one at a time.
 // A zero or nil Lease is not usable: its methods return [ErrNotInitialized]
@@ -232,26 +237,29 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 	l.id, l.state, l.token = id, notHeld, Token{}
 	l.mu.Unlock()
 
-	send, unsure, err := l.acquire(ctx, id, budget)
+	granted, send, unsure, err := l.acquire(ctx, id, budget)
 	if err != nil {
 		l.mu.Lock()
 		l.id = ""
-		if !unsure && l.nextID == "" {
+		if len(unsure) == 0 && l.nextID == "" {
 			l.nextID = id // every request with it was answered: nothing can land later
 		}
 		l.mu.Unlock()
-		if unsure {
-			// It may have been granted: give it back. The ID is never
-			// proposed again, since this Release, or an acquire still on
-			// its way, may be applied after a later term began.
-			l.giveBack(ctx, id)
-		}
+		// Each may have been granted: give it back. None is ever
+		// proposed again, since this Release, or an acquire still on its
+		// way, may be applied after a later term began.
+		l.giveBack(ctx, unsure)
 		return Token{}, err
 	}
 	validUntil := timing.ValidUntil(send, l.cfg.duration, l.cfg.margin)
 	l.mu.Lock()
-	l.state, l.lastSend, l.validUntil = held, send, validUntil
+	id = granted
+	l.id, l.state, l.lastSend, l.validUntil = id, held, send, validUntil
 	l.mu.Unlock()
+	// IDs proposed by attempts whose answers were lost, other than the one
+	// granted, hold nothing now (the lease is under id); one may still be
+	// granted later by its request applied late, which only delays the
+	// next holder until that lease expires.
 
 	// The epoch write leaves time for a renewal attempt before the
 	// deadline, so a term never starts with its validity used up.
@@ -279,66 +287,6 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 	l.mu.Unlock()
 	l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
 	return tok, nil
-}
-
-// acquire sends Acquire Lease with id until Azure grants or refuses it, and
-// returns the send instant of the granting request. unsure reports that a
-// request may have been granted although no answer said so.
-func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (send time.Time, unsure bool, err error) {
-	var created bool
-	limit := time.Now().Add(budget)
-	err = l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
-		_, err := l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
-		c := classify(ctx, err)
-		if c == classNotFound && l.cfg.create && !created {
-			if err = l.ensure(ctx, actx, err); err != nil {
-				return l.acquireOutcome(ctx, err, &unsure)
-			}
-			created = true
-			now = time.Now()
-			_, err = l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
-		}
-		done, oerr := l.acquireOutcome(ctx, err, &unsure)
-		if err == nil {
-			send = now
-		}
-		return done, oerr
-	})
-	if err != nil {
-		return time.Time{}, unsure, err
-	}
-	return send, false, nil
-}
-
-func (l *Lease) acquireOutcome(ctx context.Context, err error, unsure *bool) (bool, error) {
-	switch c := classify(ctx, err); c {
-	case classOK:
-		return true, nil
-	case classHeld:
-		return true, l.errorf("acquire", ErrLeaseHeld, err)
-	case classTransient, classConflict:
-		*unsure = *unsure || ambiguous(err)
-		return false, l.errorf("acquire", ErrTransient, err)
-	case classCanceled:
-		*unsure = *unsure || ambiguous(err) // cut short: it may have been granted
-		return true, err
-	default:
-		return true, l.errorf("acquire", ErrPermanent, err)
-	}
-}
-
-// giveBack releases a lease ID that an acquire whose answer was lost may
-// have been granted, so that the lease does not stay blocked until it
-// expires, within what the caller's context leaves (cleanupContext). Its
-// outcome does not matter: the ID is never used again.
-func (l *Lease) giveBack(ctx context.Context, id string) {
-	cctx, cancel, ok := l.cleanupContext(ctx)
-	if !ok {
-		l.cfg.log.Debug("azlease: not giving back a lease that may have been granted: the caller's context has ended; it expires on its own")
-		return
-	}
-	defer cancel()
-	_ = l.releaseID(cctx, id, time.Now().Add(l.cfg.attemptTimeout), true)
 }
 
 // cleanupContext is the context of a clean-up request (giving back a lease

@@ -74,7 +74,8 @@ a local Azurite or 'azlease emulator'.
 Exit statuses: CMD's own status passes through (128+N if signal N killed it).
 azlease's own: 64 usage, 69 storage unavailable, 70 internal error, 75 not
 acquired in time, 77 storage refused (authentication, permission), 79 lease
-lost while CMD ran, 80 once failed for good, 126/127 CMD not executable / not
+lost while CMD ran, 80 once failed for good, 81 once's CMD succeeded but its
+completion is not known to be recorded, 126/127 CMD not executable / not
 found, 128+N stopped by signal N before CMD ran.`,
 		Example: `  azlease emulator &                                   # a local lease service, for trying it out
   export AZURE_STORAGE_CONNECTION_STRING=UseDevelopmentStorage=true
