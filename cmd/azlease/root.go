@@ -43,8 +43,9 @@ type globals struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
-	reach          *reachability // what the storage client's requests met
-	health         *healthServer // --health-addr, when given
+	refusals       *refusalHandler // holds the library's records of refusals (refusals.go)
+	reach          *reachability   // what the storage client's requests met
+	health         *healthServer   // --health-addr, when given
 }
 
 func newRoot(g *globals) *cobra.Command {
@@ -123,7 +124,8 @@ func (g *globals) setUp(c *cobra.Command) error {
 		return exitf(exitUsage, "invalid --log-level %q: use debug, info, warn, error or off", g.logLevel)
 	}
 	if g.log == nil {
-		g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+		g.refusals = newRefusalHandler(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+		g.log = slog.New(g.refusals)
 	}
 	if err := checkLeaseDuration(g.leaseDuration); err != nil {
 		return err
@@ -338,12 +340,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
+	var ee *exitError
+	if err != nil && !errors.As(err, &ee) {
+		ee = exitf(exitUsage, "%s (see 'azlease --help')", line(err))
+	}
+	if g.refusals != nil {
+		// A refusal that ends the command is its one line (77).
+		g.refusals.hold.finish(ee != nil && ee.code == exitRefused)
+	}
 	if err == nil {
 		return exitOK
-	}
-	var ee *exitError
-	if !errors.As(err, &ee) {
-		ee = exitf(exitUsage, "%s (see 'azlease --help')", line(err))
 	}
 	if ee.msg != "" {
 		fmt.Fprintln(stderr, "azlease: "+ee.msg)
