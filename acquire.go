@@ -115,8 +115,15 @@ func (l *Lease) find(ctx context.Context, maybe []string, limit time.Time) (id s
 	for i := len(maybe) - 1; i >= 0 && ctx.Err() == nil; i-- {
 		fresh := newLeaseID()
 		var res error
-		err := l.loop(ctx, "handoff", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		end := time.Now().Add(2 * l.cfg.attemptTimeout)
+		if end.After(limit) {
+			end = limit
+		}
+		err := l.loop(ctx, "handoff", end, func(actx context.Context, _ time.Time) (bool, error) {
 			_, res = l.leaseClient(maybe[i]).ChangeLease(actx, fresh, nil)
+			if c := classify(ctx, res); c == classTransient && !ambiguous(res) {
+				return false, l.errorf("handoff", ErrTransient, res) // refused before it was applied: again
+			}
 			return true, res
 		})
 		switch c := classify(ctx, res); {

@@ -214,6 +214,19 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 // seen, when not nil, is the lock blob as a look just before found it free:
 // the epoch write then starts from it instead of reading (see bumpEpoch).
 func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *Status) (Token, error) {
+	return l.begin(ctx, budget, seen, l.acquire)
+}
+
+// grantFunc obtains the lease for a new term, proposing id first, within
+// budget: it returns the granted lease ID and the send instant its validity
+// starts from, or an error and the IDs that may hold the lease although no
+// answer said so (see acquire, and takeHandOff in succession.go).
+type grantFunc func(ctx context.Context, id string, budget time.Duration) (granted string, send time.Time, unsure []string, err error)
+
+// begin starts a term: it obtains the lease with grant (an acquisition, or
+// the take-over of a lease handed to this Lease), then writes the next
+// epoch under it.
+func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, grant grantFunc) (Token, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 
@@ -237,7 +250,7 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 	l.id, l.state, l.token = id, notHeld, Token{}
 	l.mu.Unlock()
 
-	granted, send, unsure, err := l.acquire(ctx, id, budget)
+	granted, send, unsure, err := grant(ctx, id, budget)
 	if err != nil {
 		l.mu.Lock()
 		l.id = ""

@@ -25,6 +25,10 @@ const (
 	metaAcquired = "azleaseacquired"
 	metaReleased = "azleasereleased"
 	metaHistory  = "azleasehistory"
+	// metaNext names the successor the holder of the record's epoch is
+	// handing the lease to (succession.go): a queue ticket or a
+	// candidate's identity.
+	metaNext = "azleasenext"
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
@@ -70,11 +74,12 @@ type HistoryEntry struct {
 
 // record is azlease's part of a lock blob's metadata.
 type record struct {
-	epoch    uint64
-	holder   string
-	acquired time.Time
-	released bool // the holder of epoch released the lease cleanly
-	history  []HistoryEntry
+	epoch     uint64
+	holder    string
+	acquired  time.Time
+	released  bool // the holder of epoch released the lease cleanly
+	history   []HistoryEntry
+	successor string // the successor the holder of epoch hands the lease to, if any
 }
 
 // lookup finds a metadata value by case-insensitive name.
@@ -115,6 +120,9 @@ func parseRecord(md map[string]*string) (record, error) {
 	if v, ok := lookup(md, metaReleased); ok {
 		e, err := strconv.ParseUint(v, 10, 64)
 		r.released = err == nil && e == r.epoch && r.epoch > 0
+	}
+	if v, ok := lookup(md, metaNext); ok {
+		r.successor, _ = url.QueryUnescape(v)
 	}
 	if v, ok := lookup(md, metaHistory); ok && v != "" {
 		for _, item := range strings.Split(v, ";") {
@@ -157,7 +165,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -183,6 +191,9 @@ func (r record) format(md map[string]*string) map[string]*string {
 	set(metaAcquired, strconv.FormatInt(r.acquired.UnixMilli(), 10))
 	if r.released {
 		set(metaReleased, strconv.FormatUint(r.epoch, 10))
+	}
+	if r.successor != "" {
+		set(metaNext, url.QueryEscape(r.successor))
 	}
 	if len(r.history) > 0 {
 		items := make([]string, len(r.history))
@@ -251,6 +262,12 @@ type Status struct {
 	// than releasing it: their holders read as not released, like a holder
 	// that crashed.
 	Released bool
+	// Next names the successor the holder of Epoch is handing the lease to
+	// (a queue ticket of a fair Mutex or Semaphore, or an Elector
+	// candidate's identity), or "": the holder has stopped its work and
+	// passes the lease on without releasing it. It is cleared when the
+	// successor's term begins.
+	Next string
 	// History lists past terms, newest first.
 	History []HistoryEntry
 	// Metadata is the lock blob's metadata that is not azlease's, with
@@ -318,7 +335,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		st = Status{
 			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
+			Next: r.successor, History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		if props.ETag != nil {
 			st.etag = *props.ETag
