@@ -630,11 +630,19 @@ func (e *Elector) taskReturned(k *keeper, err error) (stop, yield bool) {
 		e.mu.Lock()
 		e.runErr = err
 		e.mu.Unlock()
-		e.log.Info("azlease: leader task returned; stopping", slog.Any("error", err))
+		e.log.Info("azlease: leader task returned; stopping", errAttr(err)...)
 		return true, false
 	}
-	e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
+	e.log.Info("azlease: leader task returned; contending again after a poll interval", errAttr(err)...)
 	return false, true
+}
+
+// errAttr is the error attribute of a log line about err: none for nil.
+func errAttr(err error) []any {
+	if err == nil {
+		return nil
+	}
+	return []any{slog.Any("error", err)}
 }
 
 // errTaskExited is what a task that called runtime.Goexit returns.

@@ -553,7 +553,7 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 	err := l.releaseID(ctx, id, limit, state != held)
 	switch {
 	case err == nil && state == held:
-		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: released")
+		l.cfg.log.Log(ctx, l.cfg.releasedLevel(), "azlease: released")
 	case err != nil && !errors.Is(err, ErrLeaseLost):
 		// The lease may still be held under id: keep it, never for a
 		// term, so that a later Release or Acquire gives it back.

@@ -139,3 +139,25 @@ func actionName(a azleasetest.Action) string {
 	}
 	return "other"
 }
+
+// TestElectorLogsItsRelease (issue 24 item 10): at Info, an Elector whose
+// task returned nil logs the release of its lease, and no error attribute.
+func TestElectorLogsItsRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		var logs syncBuffer
+		a, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{
+			AfterTask: azlease.StopElecting,
+			Logger:    slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		})
+		require.NoError(t, err)
+		require.NoError(t, a.Run(context.Background(), func(context.Context, *azlease.Term) error {
+			time.Sleep(time.Second)
+			return nil
+		}))
+		out := logs.String()
+		assert.Contains(t, out, `level=INFO msg="azlease: released"`)
+		assert.Contains(t, out, `level=INFO msg="azlease: leader task returned; stopping"`)
+		assert.NotContains(t, out, "error=", "a task that returned nil is no error")
+	})
+}

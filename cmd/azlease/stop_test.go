@@ -2,12 +2,15 @@
 
 package main
 
-// How azlease stops (issue 24, item 9): SIGTERM while storage is
+// How azlease stops (issue 24, items 9 and 10): SIGTERM while storage is
 // unreachable gives the release one attempt's time (3 s), within the grace
-// period the docs count (--kill-after + 3 s + a margin).
+// period the docs count (--kill-after + 3 s + a margin); a clean stop of
+// 'lead' logs its release at Info and no error.
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -67,5 +70,43 @@ func TestStopWhileStorageIsUnreachable(t *testing.T) {
 					p.stderr(), "the default level (warn) says that the release failed")
 			})
 		}
+	}
+}
+
+// TestLeadLogsACleanStop: at --log-level info, 'lead' stopped by SIGTERM
+// (or whose command exits by itself) logs its transitions, the release
+// among them, and no error: the lines the README's table lists.
+func TestLeadLogsACleanStop(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"SIGTERM", "exit"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, emulatorConn(t))
+			log := w.path("log")
+			script := trapScript(log)
+			if how == "exit" {
+				script = "echo ran >> " + log
+			}
+			p := w.az("lead", "--log-level", "info", "job", "--", "sh", "-c", script)
+			waitLine(t, log, "ran", 20*time.Second)
+			if how == "SIGTERM" {
+				p.signal(syscall.SIGTERM)
+			}
+			p.expect(0, 20*time.Second)
+			var msgs []string
+			for _, m := range regexp.MustCompile(`(?m)^time=\S+ level=(\S+) msg="([^"]*)"`).FindAllStringSubmatch(p.stderr(), -1) {
+				msgs = append(msgs, m[1]+" "+m[2])
+			}
+			require.Equal(t, []string{
+				"INFO azlease: created the container",
+				"INFO azlease: created the lock blob",
+				"INFO azlease: became leader",
+				"INFO azlease: leading; starting the command",
+				"INFO azlease: released",
+				"INFO azlease: leader task returned; stopping",
+			}, msgs, "stderr:\n%s", p.stderr())
+			assert.NotContains(t, p.stderr(), "error=", "a clean stop is no error")
+			assert.Equal(t, len(msgs), strings.Count(p.stderr(), "\n"), "nothing but these lines")
+		})
 	}
 }
