@@ -1,6 +1,7 @@
 # azlease developer commands. Needs Go and Node.js (with npm); nothing else.
 #   make demo   the main job on the embedded emulator (no Azure account)
-#   make test   installs the pinned Azurite, runs vet and every test with -race
+#   make test   installs the pinned Azurite, runs vet, staticcheck and every
+#               test with -race
 #   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
 #   make build  static azlease binaries for Linux, macOS and Windows in dist/
 #   make image  the container image azlease:dev (Dockerfile) with podman
@@ -38,11 +39,19 @@ node_modules/.azlease-installed: package.json package-lock.json
 		$(NPM) ci --no-audit --no-fund && touch $@; \
 	fi
 
+# staticcheck at a pinned version, fetched through the module proxy and
+# built into Go's cache on first use (go run pkg@version leaves go.mod alone).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(STATICCHECK) ./...
+	@for m in $(EXAMPLE_MODULES); do \
+		echo "cd $$m && $(GO) vet ./... && $(STATICCHECK) ./..."; \
+		(cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; \
+	done
 	@# The command's files for other systems (child_other.go, proc_bsd.go)
 	@# must keep compiling: make build ships them.
 	CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/azlease
