@@ -173,9 +173,8 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 // stop fits the grace period a process manager allows. (The same holds when
 // the task returns with AfterTask StopElecting; a term that ends while the
 // Elector goes on retries its release until the lease's validity deadline.)
-// It returns
-// ctx's error if ctx ends first; the Elector goes on stopping, and Stop may
-// be called again to wait. Stopping a stopped Elector returns nil.
+// It returns ctx's error if ctx ends first; the Elector goes on stopping, and
+// Stop may be called again to wait. Stopping a stopped Elector returns nil.
 //
 // Called from inside the leader task, Stop does not wait, since it would be
 // waiting for its own caller to return: it tells the Elector to stop and
