@@ -1,6 +1,7 @@
 # azlease developer commands. Needs Go and Node.js (with npm); nothing else.
 #   make demo   the main job on the embedded emulator (no Azure account)
-#   make test   installs the pinned Azurite, runs vet and every test with -race
+#   make test   installs the pinned Azurite, runs vet, staticcheck and every
+#               test with -race
 #   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
 #   make build  static azlease binaries for Linux, macOS and Windows in dist/
 #   make image  the container image azlease:dev (Dockerfile) with podman
@@ -38,11 +39,19 @@ node_modules/.azlease-installed: package.json package-lock.json
 		$(NPM) ci --no-audit --no-fund && touch $@; \
 	fi
 
+# staticcheck at a pinned version, fetched through the module proxy and
+# built into Go's cache on first use (go run pkg@version leaves go.mod alone).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(STATICCHECK) ./...
+	@for m in $(EXAMPLE_MODULES); do \
+		echo "cd $$m && $(GO) vet ./... && $(STATICCHECK) ./..."; \
+		(cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; \
+	done
 	@# The command's files for other systems (child_other.go, proc_bsd.go)
 	@# must keep compiling: make build ships them.
 	CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/azlease
@@ -65,6 +74,7 @@ demo:
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 windows/amd64
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 build:
+	@if [ ! -f "$(CA_BUNDLE)" ]; then echo "make build: no $(CA_BUNDLE) (the image's root certificates): install Debian's ca-certificates, or give CA_BUNDLE=path/to/bundle.pem"; exit 1; fi
 	@mkdir -p dist
 	@for p in $(PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=dist/azlease-$$os-$$arch; \
@@ -72,19 +82,28 @@ build:
 		echo "$$out"; \
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=auto -ldflags='-s -w' -o $$out ./cmd/azlease || exit 1; \
 	done
-	@if [ -f "$(CA_BUNDLE)" ]; then cp "$(CA_BUNDLE)" dist/ca-certificates.crt; \
-	else echo "no $(CA_BUNDLE): install Debian's ca-certificates, or give CA_BUNDLE=path/to/bundle.pem"; exit 1; fi
+	@cp "$(CA_BUNDLE)" dist/ca-certificates.crt
 
-# The image for this machine's architecture, from dist/; IMAGE_ARCH=arm64
-# builds the arm64 one (podman build --platform linux/arm64 picks its
-# binary). Building it runs nothing in a container; running it in a sandbox
-# like CI's needs podman run --runtime runc --ulimit nofile=1024:1024
-# --ulimit nproc=1024:1024 (see cmd/azlease/image_test.go).
+# The image for this machine's architecture; IMAGE_ARCH=arm64 builds the
+# arm64 one (podman build --platform linux/arm64 picks its binary). It checks
+# for podman first, then builds only the binary it needs (make build
+# PLATFORMS=linux/ARCH), without intermediate images (--layers=false), and
+# removes the image it replaces under the same tag if nothing else uses it.
+# Building runs nothing in a container; running it in a sandbox like CI's
+# needs podman run --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 (see
+# README.md, "Try it in containers", and cmd/azlease/image_test.go).
 PODMAN     ?= podman
 IMAGE      ?= azlease:dev
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
-image: build
-	$(PODMAN) build --pull=never --platform linux/$(IMAGE_ARCH) -t $(IMAGE) .
+image:
+	@command -v $(PODMAN) >/dev/null 2>&1 || { echo "make image: $(PODMAN) not found; 'make podman' installs podman and runc from Debian's packages (as root)"; exit 1; }
+	@$(MAKE) --no-print-directory build PLATFORMS=linux/$(IMAGE_ARCH)
+	@old=$$($(PODMAN) image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null || true); \
+	echo "$(PODMAN) build --pull=never --layers=false --platform linux/$(IMAGE_ARCH) -t $(IMAGE) ."; \
+	$(PODMAN) build --pull=never --layers=false --platform linux/$(IMAGE_ARCH) -t $(IMAGE) . || exit 1; \
+	new=$$($(PODMAN) image inspect --format '{{.Id}}' $(IMAGE)); \
+	if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then $(PODMAN) rmi "$$old" >/dev/null 2>&1 || true; fi; \
+	echo "$(IMAGE) ($$($(PODMAN) image inspect --format '{{.Os}}/{{.Architecture}}, {{.Size}} bytes' $(IMAGE)))"
 
 # podman and runc from Debian's packages, if missing (needs root).
 podman:
