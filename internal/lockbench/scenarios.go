@@ -227,6 +227,9 @@ func runThroughput(ctx context.Context, be backend, name string, n int, window t
 					errs[i] = fmt.Errorf("contender %d: unlock: %w", i, err)
 					return
 				}
+				if timed.Err() != nil { // whatever the lock does with an ended ctx
+					return
+				}
 			}
 		})
 	}
