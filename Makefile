@@ -2,7 +2,8 @@
 #   make demo   the main job on the embedded emulator (no Azure account)
 #   make test   installs the pinned Azurite, runs vet, staticcheck and every
 #               test with -race
-#   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
+#   make bench  benchmarks on the emulator, Azurite and an embedded etcd;
+#               writes bench/results.md
 #   make build  static azlease binaries for Linux, macOS and Windows in dist/
 #   make image  the container image azlease:dev (Dockerfile) with podman
 #   make live-azure  the wire tests and the conformance table on a real Azure
@@ -17,9 +18,10 @@ PARALLEL  ?= 16
 # mode and the Mutex simulation run a tenth as many.
 SEEDS     ?= 300
 
-# Examples kept in modules of their own (their dependencies stay out of
-# azlease's go.mod); lint and test cover them too.
-EXAMPLE_MODULES ?= examples/metrics
+# Modules of their own (their dependencies stay out of azlease's go.mod):
+# the metrics example, and the fair-lock benchmark with its embedded etcd;
+# lint and test cover them too.
+EXAMPLE_MODULES ?= examples/metrics internal/lockbench
 
 export CGO_ENABLED := 1
 
@@ -124,21 +126,27 @@ MANYBENCH50K_FLAGS ?= -n 50000 -tls tls -reps 1 -dur 20s -variants azlease,raw,r
 # fake time; about 20 minutes on 2 cores).
 SHARDBENCH_SEEDS ?= 20
 
+# Fair locks side by side (internal/lockbench, a module of its own: azlease's
+# Mutex, its fair Mutex and etcd's concurrency.Mutex on an embedded etcd, in
+# one run; about 15 minutes on 2 cores).
+LOCKBENCH_FLAGS ?= -reps 3
+
 # Simulation figures (azlease beside a naive acquire-renew loop), what waiters
 # cost before and after they looked first (issue 19), the shard balancers,
-# go test -bench, then the wire measurements, all folded into bench/results.md
-# (committed).
+# fair locks beside etcd's (issue 25), go test -bench, then the wire
+# measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench
-	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.many.md bench/.many50k.md
+	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.locks.md bench/.many.md bench/.many50k.md
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
 	AZLEASE_WAIT_REPORT=$(CURDIR)/bench/.wait.md $(GO) test -count=1 -run 'TestWaiterCosts' .
 	AZLEASE_SHARDBENCH_REPORT=$(CURDIR)/bench/.shards.md AZLEASE_SHARDBENCH_SEEDS=$(SHARDBENCH_SEEDS) $(GO) test -count=1 -timeout 2h -run 'TestShardBench$$' ./internal/shardbench
+	cd internal/lockbench && $(GO) run . -out $(CURDIR)/bench/.locks.md $(LOCKBENCH_FLAGS)
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
 	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
 	$(GO) run ./internal/manybench -out bench/.many50k.md -heading "Holding 50,000 leases" $(MANYBENCH50K_FLAGS)
 	@printf '\n' >> bench/.many.md && cat bench/.many50k.md >> bench/.many.md
-	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -gobench bench/.gobench.txt -many bench/.many.md
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -locks bench/.locks.md -gobench bench/.gobench.txt -many bench/.many.md
 
 # The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
 # DoOnce) and the conformance table against a real storage account, each test
