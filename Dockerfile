@@ -3,16 +3,21 @@
 # a user that is not root. Build it with
 #
 #	make image                       # this machine's architecture: azlease:dev
-#	podman build --platform linux/arm64 -t azlease:arm64 .   # after make build
+#	make image IMAGE_ARCH=arm64 IMAGE=azlease:arm64
 #
-# TARGETARCH (amd64, arm64) comes from --platform and picks the binary.
-# Nothing is fetched: FROM scratch needs no registry.
+# TARGETOS and TARGETARCH (linux; amd64, arm64) come from --platform and pick
+# the binary; TARGETPLATFORM, which podman sets too, is declared so that it
+# does not warn about an argument left unused (one name per ARG: podman 4.3
+# does not take several on one line). Nothing is fetched: FROM scratch needs
+# no registry.
 FROM scratch
+ARG TARGETOS
 ARG TARGETARCH
+ARG TARGETPLATFORM
 # Root certificates for https to Azure (Go reads this path on Linux): the
 # build machine's bundle, which 'make build' copies into dist/.
 COPY dist/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
-COPY dist/azlease-linux-${TARGETARCH} /azlease
+COPY dist/azlease-${TARGETOS}-${TARGETARCH} /azlease
 # A numeric user and group (there is no /etc/passwd): 65532 is "nonroot" in
 # distroless images. azlease writes no files.
 USER 65532:65532

@@ -1,7 +1,9 @@
 # azlease developer commands. Needs Go and Node.js (with npm); nothing else.
 #   make demo   the main job on the embedded emulator (no Azure account)
-#   make test   installs the pinned Azurite, runs vet and every test with -race
-#   make bench  benchmarks on the emulator and Azurite; writes bench/results.md
+#   make test   installs the pinned Azurite, runs vet, staticcheck and every
+#               test with -race
+#   make bench  benchmarks on the emulator, Azurite and an embedded etcd;
+#               writes bench/results.md
 #   make build  static azlease binaries for Linux, macOS and Windows in dist/
 #   make image  the container image azlease:dev (Dockerfile) with podman
 #   make live-azure  the wire tests and the conformance table on a real Azure
@@ -16,9 +18,10 @@ PARALLEL  ?= 16
 # mode and the Mutex simulation run a tenth as many.
 SEEDS     ?= 300
 
-# Examples kept in modules of their own (their dependencies stay out of
-# azlease's go.mod); lint and test cover them too.
-EXAMPLE_MODULES ?= examples/metrics
+# Modules of their own (their dependencies stay out of azlease's go.mod):
+# the metrics example, and the fair-lock benchmark with its embedded etcd;
+# lint and test cover them too.
+EXAMPLE_MODULES ?= examples/metrics internal/lockbench
 
 export CGO_ENABLED := 1
 
@@ -38,11 +41,19 @@ node_modules/.azlease-installed: package.json package-lock.json
 		$(NPM) ci --no-audit --no-fund && touch $@; \
 	fi
 
+# staticcheck at a pinned version, fetched through the module proxy and
+# built into Go's cache on first use (go run pkg@version leaves go.mod alone).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(STATICCHECK) ./...
+	@for m in $(EXAMPLE_MODULES); do \
+		echo "cd $$m && $(GO) vet ./... && $(STATICCHECK) ./..."; \
+		(cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; \
+	done
 	@# The command's files for other systems (child_other.go, proc_bsd.go)
 	@# must keep compiling: make build ships them.
 	CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/azlease
@@ -65,6 +76,7 @@ demo:
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 windows/amd64
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 build:
+	@if [ ! -f "$(CA_BUNDLE)" ]; then echo "make build: no $(CA_BUNDLE) (the image's root certificates): install Debian's ca-certificates, or give CA_BUNDLE=path/to/bundle.pem"; exit 1; fi
 	@mkdir -p dist
 	@for p in $(PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=dist/azlease-$$os-$$arch; \
@@ -72,19 +84,28 @@ build:
 		echo "$$out"; \
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=auto -ldflags='-s -w' -o $$out ./cmd/azlease || exit 1; \
 	done
-	@if [ -f "$(CA_BUNDLE)" ]; then cp "$(CA_BUNDLE)" dist/ca-certificates.crt; \
-	else echo "no $(CA_BUNDLE): install Debian's ca-certificates, or give CA_BUNDLE=path/to/bundle.pem"; exit 1; fi
+	@cp "$(CA_BUNDLE)" dist/ca-certificates.crt
 
-# The image for this machine's architecture, from dist/; IMAGE_ARCH=arm64
-# builds the arm64 one (podman build --platform linux/arm64 picks its
-# binary). Building it runs nothing in a container; running it in a sandbox
-# like CI's needs podman run --runtime runc --ulimit nofile=1024:1024
-# --ulimit nproc=1024:1024 (see cmd/azlease/image_test.go).
+# The image for this machine's architecture; IMAGE_ARCH=arm64 builds the
+# arm64 one (podman build --platform linux/arm64 picks its binary). It checks
+# for podman first, then builds only the binary it needs (make build
+# PLATFORMS=linux/ARCH), without intermediate images (--layers=false), and
+# removes the image it replaces under the same tag if nothing else uses it.
+# Building runs nothing in a container; running it in a sandbox like CI's
+# needs podman run --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 (see
+# README.md, "Try it in containers", and cmd/azlease/image_test.go).
 PODMAN     ?= podman
 IMAGE      ?= azlease:dev
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
-image: build
-	$(PODMAN) build --pull=never --platform linux/$(IMAGE_ARCH) -t $(IMAGE) .
+image:
+	@command -v $(PODMAN) >/dev/null 2>&1 || { echo "make image: $(PODMAN) not found; 'make podman' installs podman and runc from Debian's packages (as root)"; exit 1; }
+	@$(MAKE) --no-print-directory build PLATFORMS=linux/$(IMAGE_ARCH)
+	@old=$$($(PODMAN) image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null || true); \
+	echo "$(PODMAN) build --pull=never --layers=false --platform linux/$(IMAGE_ARCH) -t $(IMAGE) ."; \
+	$(PODMAN) build --pull=never --layers=false --platform linux/$(IMAGE_ARCH) -t $(IMAGE) . || exit 1; \
+	new=$$($(PODMAN) image inspect --format '{{.Id}}' $(IMAGE)); \
+	if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then $(PODMAN) rmi "$$old" >/dev/null 2>&1 || true; fi; \
+	echo "$(IMAGE) ($$($(PODMAN) image inspect --format '{{.Os}}/{{.Architecture}}, {{.Size}} bytes' $(IMAGE)))"
 
 # podman and runc from Debian's packages, if missing (needs root).
 podman:
@@ -105,21 +126,27 @@ MANYBENCH50K_FLAGS ?= -n 50000 -tls tls -reps 1 -dur 20s -variants azlease,raw,r
 # fake time; about 20 minutes on 2 cores).
 SHARDBENCH_SEEDS ?= 20
 
+# Fair locks side by side (internal/lockbench, a module of its own: azlease's
+# Mutex, its fair Mutex and etcd's concurrency.Mutex on an embedded etcd, in
+# one run; about 15 minutes on 2 cores).
+LOCKBENCH_FLAGS ?= -reps 3
+
 # Simulation figures (azlease beside a naive acquire-renew loop), what waiters
 # cost before and after they looked first (issue 19), the shard balancers,
-# go test -bench, then the wire measurements, all folded into bench/results.md
-# (committed).
+# fair locks beside etcd's (issue 25), go test -bench, then the wire
+# measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench
-	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.many.md bench/.many50k.md
+	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.locks.md bench/.many.md bench/.many50k.md
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
 	AZLEASE_WAIT_REPORT=$(CURDIR)/bench/.wait.md $(GO) test -count=1 -run 'TestWaiterCosts' .
 	AZLEASE_SHARDBENCH_REPORT=$(CURDIR)/bench/.shards.md AZLEASE_SHARDBENCH_SEEDS=$(SHARDBENCH_SEEDS) $(GO) test -count=1 -timeout 2h -run 'TestShardBench$$' ./internal/shardbench
+	cd internal/lockbench && $(GO) run . -out $(CURDIR)/bench/.locks.md $(LOCKBENCH_FLAGS)
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
 	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
 	$(GO) run ./internal/manybench -out bench/.many50k.md -heading "Holding 50,000 leases" $(MANYBENCH50K_FLAGS)
 	@printf '\n' >> bench/.many.md && cat bench/.many50k.md >> bench/.many.md
-	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -gobench bench/.gobench.txt -many bench/.many.md
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -locks bench/.locks.md -gobench bench/.gobench.txt -many bench/.many.md
 
 # The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
 # DoOnce) and the conformance table against a real storage account, each test

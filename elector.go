@@ -167,9 +167,14 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 // Stop stops the Elector gracefully and waits for its goroutine: if it leads,
 // it cancels the term's context (cause [ErrStopped]), waits up to
 // DrainTimeout for the task to return while still renewing, and then releases
-// the lease so a follower takes over within its poll interval. It returns
-// ctx's error if ctx ends first; the Elector goes on stopping, and Stop may
-// be called again to wait. Stopping a stopped Elector returns nil.
+// the lease so a follower takes over within its poll interval. The release
+// (its clean-release marker included) gets one AttemptTimeout in all: if
+// storage does not answer within it, the lease is left to expire, so that a
+// stop fits the grace period a process manager allows. (The same holds when
+// the task returns with AfterTask StopElecting; a term that ends while the
+// Elector goes on retries its release until the lease's validity deadline.)
+// It returns ctx's error if ctx ends first; the Elector goes on stopping, and
+// Stop may be called again to wait. Stopping a stopped Elector returns nil.
 //
 // Called from inside the leader task, Stop does not wait, since it would be
 // waiting for its own caller to return: it tells the Elector to stop and
@@ -572,7 +577,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		}
 	}
 	if ctx.Err() != nil || term.Err() != nil {
-		e.windUp(k, nil, ErrStopped)
+		e.windUp(k, nil, ErrStopped, ctx.Err() != nil)
 		return ctx.Err() != nil, false
 	}
 
@@ -602,7 +607,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 				term.end(ErrStalled)
 				e.log.Warn("azlease: the leader's work sent no heartbeat within HeartbeatTimeout; stepping down",
 					slog.Uint64("epoch", tok.Epoch), slog.Duration("heartbeat_timeout", e.cfg.heartbeatTimeout))
-				e.windUp(k, taskDone, ErrStalled)
+				e.windUp(k, taskDone, ErrStalled, false)
 				return false, true // let a healthy instance take over first
 			case <-term.Done():
 			case <-ctx.Done():
@@ -615,12 +620,12 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 	select {
 	case <-term.Done():
 		e.log.Warn("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
-		e.windUp(k, taskDone, term.Err())
+		e.windUp(k, taskDone, term.Err(), false)
 		return false, false
 	case <-ctx.Done():
 		term.end(ErrStopped)
 		e.log.Info("azlease: stepping down", slog.Uint64("epoch", tok.Epoch))
-		e.windUp(k, taskDone, ErrStopped)
+		e.windUp(k, taskDone, ErrStopped, true)
 		return true, false
 	case err := <-taskDone:
 		return e.taskReturned(k, err)
@@ -634,16 +639,24 @@ func (e *Elector) taskReturned(k *keeper, err error) (stop, yield bool) {
 		cause = pe // the term ended because its work crashed
 	}
 	k.term.end(cause)
-	e.windUp(k, nil, cause)
+	e.windUp(k, nil, cause, e.cfg.afterTask == StopElecting)
 	if e.cfg.afterTask == StopElecting {
 		e.mu.Lock()
 		e.runErr = err
 		e.mu.Unlock()
-		e.log.Info("azlease: leader task returned; stopping", slog.Any("error", err))
+		e.log.Info("azlease: leader task returned; stopping", errAttr(err)...)
 		return true, false
 	}
-	e.log.Info("azlease: leader task returned; contending again after a poll interval", slog.Any("error", err))
+	e.log.Info("azlease: leader task returned; contending again after a poll interval", errAttr(err)...)
 	return false, true
+}
+
+// errAttr is the error attribute of a log line about err: none for nil.
+func errAttr(err error) []any {
+	if err == nil {
+		return nil
+	}
+	return []any{slog.Any("error", err)}
 }
 
 // errTaskExited is what a task that called runtime.Goexit returns.
@@ -682,8 +695,11 @@ func (e *Elector) runTask(term *Term, task Task) (err error) {
 // lease is released. It waits for the task (if taskDone is not nil) up to
 // DrainTimeout while the keeper goes on renewing; a task that is slower gets
 // its lease left to expire rather than released under it, and windUp goes on
-// waiting for it, logging while it does.
-func (e *Elector) windUp(k *keeper, taskDone chan error, cause error) {
+// waiting for it, logging while it does. An Elector that is stopping (asked
+// to, or its task returned with StopElecting) gives the release one
+// AttemptTimeout (Lease.releaseStopping); otherwise the release retries
+// until the lease's validity deadline.
+func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping bool) {
 	k.term.end(cause)
 	drained := taskDone == nil
 	if !drained {
@@ -696,8 +712,12 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error) {
 		t.Stop()
 	}
 	k.stop(cause)
+	release := func() error { return e.lease.Release(context.Background()) }
+	if stopping {
+		release = e.lease.releaseStopping
+	}
 	if drained {
-		if err := e.lease.Release(context.Background()); err != nil && !errors.Is(err, ErrLeaseLost) {
+		if err := release(); err != nil && !errors.Is(err, ErrLeaseLost) {
 			e.log.Warn("azlease: release failed; the lease will expire", slog.Any("error", err))
 		}
 		return
@@ -711,7 +731,7 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error) {
 			t.Stop()
 			// The work has stopped at last: release what may still be
 			// held, rather than let it expire.
-			_ = e.lease.Release(context.Background())
+			_ = release()
 			return
 		case <-t.C:
 			e.log.Error("azlease: leader task still running after its term ended", slog.Uint64("epoch", k.term.Epoch()))

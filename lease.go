@@ -490,6 +490,22 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.release(ctx, l.cfg.markRelease)
 }
 
+// errStopBound is the cause of a stopping holder's release that used up its
+// one AttemptTimeout.
+var errStopBound = errors.New("a stopping holder's release gets one AttemptTimeout")
+
+// releaseStopping releases as Release does, for a holder that is stopping:
+// within one AttemptTimeout in all, the clean-release marker included,
+// rather than retrying until the lease's validity deadline. Whoever stops a
+// process gives it a grace period (Kubernetes, systemd and podman 10 s,
+// which the command's documentation counts as --kill-after + 3 s + a
+// margin), and a lease that is not released frees itself when it expires.
+func (l *Lease) releaseStopping() error {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), l.cfg.attemptTimeout, errStopBound)
+	defer cancel()
+	return l.Release(ctx)
+}
+
 func (l *Lease) release(ctx context.Context, mark bool) error {
 	l.mu.Lock()
 	id, state, validUntil, md, etag := l.id, l.state, l.validUntil, l.md, l.etag
@@ -509,7 +525,7 @@ func (l *Lease) release(ctx context.Context, mark bool) error {
 	err := l.releaseID(ctx, id, limit, state != held)
 	switch {
 	case err == nil && state == held:
-		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: released")
+		l.cfg.log.Log(ctx, l.cfg.releasedLevel(), "azlease: released")
 	case err != nil && !errors.Is(err, ErrLeaseLost):
 		// The lease may still be held under id: keep it, never for a
 		// term, so that a later Release or Acquire gives it back.

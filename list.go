@@ -156,7 +156,7 @@ func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(sta
 			break
 		}
 		if opts.Marker != nil && *opts.Marker == *next {
-			return nil, opError("list", l.t.container, prefix, ErrPermanent, errors.New("List Blobs answered the marker it was sent: the listing would not advance"))
+			return nil, opError("list", l.t.container, prefix, ErrPermanent, errors.New("the List Blobs answer gave back the marker it was sent: the listing would not advance"))
 		}
 		opts.Marker = next
 	}
@@ -177,7 +177,7 @@ func quotedETag(e azcore.ETag) azcore.ETag {
 
 // errNoName means a List Blobs answer held a blob without a name: the
 // answer is malformed, and nothing in it can be trusted.
-var errNoName = errors.New("List Blobs answered a blob without a name")
+var errNoName = errors.New("a List Blobs answer held a blob without a name")
 
 // statusesOf converts one page of a listing: the status of each blob whose
 // name starts with prefix (others, which Azure never lists, are left out),

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -439,11 +437,8 @@ func TestMetricsUnreachableElector(t *testing.T) {
 // only, never an SDK or exporter, and neither Prometheus nor the command's
 // CLI framework.
 func TestLibraryDependencies(t *testing.T) {
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if p, err := exec.LookPath("go"); err == nil {
-		gobin = p
-	}
-	out, err := exec.Command(gobin, "list", "-deps", ".").CombinedOutput()
+	// go test puts the go command that runs it first on PATH.
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	deps := strings.Fields(string(out))
 	require.Contains(t, deps, "go.opentelemetry.io/otel/metric", "the list is the library's")

@@ -129,6 +129,18 @@ func (c leaseConfig) transitions() slog.Level {
 	return slog.LevelDebug
 }
 
+// releasedLevel is the level of a Lease's "released" line: Info for an
+// Elector's Lease too, since none of the Elector's own lines says that the
+// lease went back ("stepping down" comes before the release, and a
+// release that fails is a Warn), where a Mutex logs "unlocked" and DoOnce
+// "once: done" after theirs.
+func (c leaseConfig) releasedLevel() slog.Level {
+	if c.role == "elector" {
+		return slog.LevelInfo
+	}
+	return c.transitions()
+}
+
 // config validates o. Errors name fields with prefix (LeaseOptions.,
 // ElectorOptions., …).
 func (o *LeaseOptions) config(prefix string) (leaseConfig, error) {

@@ -44,7 +44,7 @@ var wrongKey = "QUJD" + azurite.Key[4:]
 // wrongKeyRun runs an Elector on cc, which signs with a wrong key, and
 // returns Run's error and what it logged; its Check and health probe fail
 // with the refusal.
-func wrongKeyRun(t *testing.T, cc *container.Client) (error, string) {
+func wrongKeyRun(t *testing.T, cc *container.Client) (string, error) {
 	var logs logBuffer
 	el, err := azlease.NewElector(cc, "leader", &azlease.ElectorOptions{Logger: logs.logger()})
 	require.NoError(t, err)
@@ -57,7 +57,7 @@ func wrongKeyRun(t *testing.T, cc *container.Client) (error, string) {
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Contains(t, body, "403")
 	t.Logf("Check: %v\nhealth: %d %s", check, code, body)
-	return err, logs.String()
+	return logs.String(), err
 }
 
 func TestElectorWrongKeyWithinOneRequest(t *testing.T) {
@@ -72,7 +72,7 @@ func TestElectorWrongKeyWithinOneRequest(t *testing.T) {
 				&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: tr}})
 			require.NoError(t, err)
 			start := time.Now()
-			err, logs := wrongKeyRun(t, cc)
+			logs, err := wrongKeyRun(t, cc)
 			require.ErrorIs(t, err, azlease.ErrPermanent)
 			assert.Contains(t, err.Error(), "403")
 			assert.Equal(t, int64(1), tr.n.Load(), "one request")
@@ -94,7 +94,7 @@ func TestElectorWrongKeyWithinOneRequest(t *testing.T) {
 			&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: tr}})
 		require.NoError(t, err)
 		start := time.Now()
-		err, logs := wrongKeyRun(t, cc)
+		logs, err := wrongKeyRun(t, cc)
 		took := time.Since(start)
 		require.ErrorIs(t, err, azlease.ErrPermanent)
 		assert.Contains(t, err.Error(), "403")

@@ -28,7 +28,7 @@ import (
 
 // stopBudget is the least time a supervisor must give azlease between
 // SIGTERM and SIGKILL, for a --kill-after of killAfter: killAfter for the
-// command's group, the release (one request, at most 3 s), and 2 s for
+// command's group, the release (at most 3 s, answered or not), and 2 s for
 // scheduling.
 func stopBudget(killAfter time.Duration) time.Duration {
 	return killAfter + 3*time.Second + 2*time.Second

@@ -192,7 +192,7 @@ func (hs *healthServer) readiness(w http.ResponseWriter, _ *http.Request) {
 const leaderCacheFor = time.Second
 
 func (hs *healthServer) leader(w http.ResponseWriter, r *http.Request) {
-	out := leaderJSON{Name: hs.name}
+	var out leaderJSON
 	if t, ok := hs.holding(); ok {
 		since := t.StartedAt().UTC().Round(0)
 		out = leaderJSON{Name: hs.name, Leased: true, Holder: hs.g.identity, Epoch: t.Epoch(), Since: &since, Self: true}

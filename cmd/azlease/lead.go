@@ -70,11 +70,11 @@ are sent every lease-duration/3):
 	return c
 }
 
-// Why a term's task returned, as the lead loop reads it.
-var (
-	errContendAgain = errors.New("contend again") // the command was stopped for a loss
-	errLeadFinished = errors.New("the command ended")
-)
+// errContendAgain is what a term's task returns when the command was
+// stopped for a loss and this instance is to contend again. A task whose
+// command ended otherwise returns nil: the Elector then logs that the task
+// returned without an error attribute, as for any clean stop.
+var errContendAgain = errors.New("contend again")
 
 func (g *globals) lead(c *cobra.Command, name string, argv []string, restart bool, hf healthFlags) error {
 	what := "lead " + name
@@ -192,16 +192,13 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 		mu.Lock()
 		last = &res
 		mu.Unlock()
-		return errLeadFinished
+		return nil // AfterTask StopElecting: Run returns nil, and last says how CMD ended
 	}
 	err = e.Run(ctx, task)
 	mu.Lock()
 	defer mu.Unlock()
 	if errors.Is(err, errContendAgain) {
 		return last, errContendAgain
-	}
-	if errors.Is(err, errLeadFinished) {
-		err = nil
 	}
 	return last, err
 }

@@ -17,6 +17,10 @@ import (
 // errTimeout is the cause of a wait that --timeout ended.
 var errTimeout = errors.New("timed out")
 
+// errReleaseBound is the cause of a release that used up its one attempt's
+// time as azlease exits.
+var errReleaseBound = errors.New("azlease is exiting: one attempt's time to release")
+
 func newLockCmd(g *globals) *cobra.Command {
 	var (
 		timeout time.Duration
@@ -182,7 +186,13 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 		env = append(env, "AZLEASE_SLOT="+slotOf(name, lock.Name()))
 	}
 	res := g.runUnder(r, lock.Context(), lock.Term, env, argv, 0)
-	uerr := lock.Unlock(context.Background())
+	// The release gets one attempt's time (the library's AttemptTimeout),
+	// as an Elector's on stop: azlease exits next, whoever stops it allows
+	// a grace period (--kill-after + 3 s + a margin), and a lease that is
+	// not released frees itself when it expires.
+	uctx, cancel := context.WithTimeoutCause(context.Background(), attemptTimeout, errReleaseBound)
+	uerr := lock.Unlock(uctx)
+	cancel()
 	switch {
 	case res.err != nil:
 		return res.err

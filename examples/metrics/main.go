@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -190,8 +191,12 @@ func (p traceCalls) Do(req *policy.Request) (*http.Response, error) {
 // callName names a Blob call from its request: the lease action, or the
 // comp parameter, or the method.
 func callName(r *http.Request) string {
-	if a := r.Header["x-ms-lease-action"]; len(a) > 0 { // azblob sets it in lower case
-		return "lease " + a[0]
+	// azblob sets the header in lower case, outside http.Header's canonical
+	// form, so Header.Get would miss it: match the name in any case.
+	for k, v := range r.Header {
+		if strings.EqualFold(k, "x-ms-lease-action") && len(v) > 0 {
+			return "lease " + v[0]
+		}
 	}
 	if c := r.URL.Query().Get("comp"); c != "" {
 		return r.Method + " " + c

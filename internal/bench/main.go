@@ -3,9 +3,10 @@
 // pinned Azurite, DoOnce latency, graceful handoff and crash failover on
 // Azurite, and the client-side cost of holding 1,000 mutexes. It folds in the
 // simulation report, the waiters' costs before and after they looked first
-// (TestWaiterCosts), the shard balancers side by side (internal/shardbench)
-// and `go test -bench` output that `make bench` produces first. Everything
-// talks to loopback addresses only.
+// (TestWaiterCosts), the shard balancers side by side (internal/shardbench),
+// fair locks beside etcd's (internal/lockbench) and `go test -bench` output
+// that `make bench` produces first. Everything talks to loopback addresses
+// only.
 package main
 
 import (
@@ -43,10 +44,11 @@ func main() {
 	gobench := flag.String("gobench", "", "`go test -bench` output to include")
 	many := flag.String("many", "", "table of internal/manybench (holding many leases) to include")
 	shards := flag.String("shards", "", "table of internal/shardbench (shard balancers side by side) to include")
+	locks := flag.String("locks", "", "report of internal/lockbench (fair locks beside etcd's) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *n, *quick); err != nil {
+	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *locks, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -75,7 +77,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, wait, gobench, many, shards string, n int, quick bool) error {
+func run(out, sim, wait, gobench, many, shards, locks string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -220,6 +222,7 @@ func run(out, sim, wait, gobench, many, shards string, n int, quick bool) error 
 		{"Waiting: requests while the lock is held, before and after waiters looked first", wait},
 		{"Simulation: azlease and a naive acquire-renew loop side by side", sim},
 		{"Shard balancers side by side: azlease and the Event Hubs algorithm", shards},
+		{"Fair locks side by side: azlease and etcd's concurrency.Mutex", locks},
 		{"go test -bench", gobench},
 	} {
 		if inc.path == "" {

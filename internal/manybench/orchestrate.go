@@ -68,7 +68,7 @@ func orchestrate(cfg runConfig, progress io.Writer, done func(cells []cell, tota
 					c.N, c.Variant = n, v
 					if err != nil {
 						c.Err = err.Error()
-						errs = append(errs, fmt.Errorf("N=%d %s %s rep %d: %w", n, transportName(useTLS), v, rep+1, err))
+						errs = append(errs, fmt.Errorf("cell N=%d %s %s rep %d: %w", n, transportName(useTLS), v, rep+1, err))
 					}
 					cells = append(cells, c)
 					done(cells, total)

@@ -1,0 +1,124 @@
+package main
+
+// The azlease contenders' service: the azleasetest emulator served over
+// real HTTP on a loopback port, each waiter on a container client of its own
+// (its own connections), whose requests a transport counts and, to play a
+// killed process, stops.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
+)
+
+// lockContainer is the container the locks' blobs live in.
+const lockContainer = "lockbench"
+
+// azleaseBackend is one emulator and a way to make a lock on it.
+type azleaseBackend struct {
+	emu       *azleasetest.Server
+	ep        *azleasetest.Endpoint
+	newLocker func(cc *container.Client, name string) (locker, error)
+	sent      atomic.Int64
+	failed    atomic.Int64
+}
+
+// startAzlease serves a fresh emulator on loopback for locks made by
+// newLocker.
+func startAzlease(newLocker func(cc *container.Client, name string) (locker, error)) (*azleaseBackend, error) {
+	emu := azleasetest.New(nil)
+	ep, err := emu.Listen("127.0.0.1:0")
+	if err != nil {
+		emu.Close()
+		return nil, err
+	}
+	return &azleaseBackend{emu: emu, ep: ep, newLocker: newLocker}, nil
+}
+
+// startUnordered is today's azlease.Mutex with default options (1 s polls,
+// ± 20 %; a 15 s lease).
+func startUnordered(context.Context, params) (backend, error) {
+	return startAzlease(func(cc *container.Client, name string) (locker, error) {
+		m, err := azlease.NewMutex(cc, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		return lockerFunc(func(ctx context.Context) (func(context.Context) error, error) {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Unlock, nil
+		}), nil
+	})
+}
+
+func (b *azleaseBackend) requests() counts {
+	return counts{b.sent.Load(), b.failed.Load()}
+}
+
+func (b *azleaseBackend) close() {
+	_ = b.ep.Close()
+	b.emu.Close()
+}
+
+// errCrashed is what a killed waiter's transport answers.
+var errCrashed = errors.New("lockbench: this waiter's process was killed")
+
+// countingTransport counts a waiter's requests into its backend's totals
+// and fails every request once dead.
+type countingTransport struct {
+	b    *azleaseBackend
+	next *http.Transport
+	dead atomic.Bool
+}
+
+func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
+	if c.dead.Load() {
+		return nil, errCrashed
+	}
+	c.b.sent.Add(1)
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || resp.StatusCode >= 400 {
+		c.b.failed.Add(1)
+	}
+	return resp, err
+}
+
+func (b *azleaseBackend) newWaiter(_ context.Context, name string) (*waiter, error) {
+	// A transport of its own, as azlease installs by default (a clone of
+	// http.DefaultTransport keeping 64 idle connections per host), so that
+	// no two waiters share a connection.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	ct := &countingTransport{b: b, next: tr}
+	cc, err := azlease.ContainerClientFromConnectionString(b.ep.ConnectionString(), lockContainer,
+		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: ct}})
+	if err != nil {
+		return nil, err
+	}
+	l, err := b.newLocker(cc, name)
+	if err != nil {
+		return nil, err
+	}
+	dead, kill := context.WithCancel(context.Background())
+	return &waiter{
+		locker: crashable{locker: l, dead: dead},
+		crash: func() {
+			ct.dead.Store(true) // first, so that nothing it does on the way out reaches storage
+			kill()
+			tr.CloseIdleConnections()
+		},
+		close: func() {
+			kill()
+			tr.CloseIdleConnections()
+		},
+	}, nil
+}

@@ -1,0 +1,274 @@
+package main
+
+// The markdown the program writes: what was run and where, then one table
+// per scenario, a row per contender (and W, or way of dying). It has no
+// top-level heading: internal/bench puts it under one in bench/results.md.
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/azlease/azlease/internal/hostinfo"
+)
+
+// cell is what one contender gave in one scenario, over the repetitions.
+type cell struct {
+	orders []orderRun
+	tps    []throughputRun
+	gaps   []time.Duration // dead-waiter scenario
+	err    error           // the first error; no further repetition ran
+}
+
+// results is a whole run.
+type results struct {
+	p          params
+	contenders []contender
+	notBuilt   map[string]bool  // by contender key
+	cells      map[string]*cell // by cellKey
+	start, end time.Time
+	loadStart  string
+	loadEnd    string
+}
+
+func orderKey(c string, w int) string    { return fmt.Sprintf("%s/order/%d", c, w) }
+func throughputKey(c string) string      { return c + "/throughput" }
+func deadKey(c, how string) string       { return c + "/dead/" + how }
+func (r *results) cell(key string) *cell { return r.cells[key] }
+
+// loadAverage is the first three fields of /proc/loadavg, or "unknown".
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// moduleVersion is the version of module path in this binary, or "?".
+func moduleVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				if d.Replace != nil && d.Replace.Version != "" {
+					return d.Replace.Version
+				}
+				return d.Version
+			}
+		}
+	}
+	return "?"
+}
+
+func machine(r *results) string {
+	kernel := "unknown kernel"
+	if out, err := exec.Command("uname", "-sr").Output(); err == nil {
+		kernel = strings.TrimSpace(string(out))
+	}
+	return fmt.Sprintf("Machine: %s, %d logical CPUs, %s, %s %s/%s; azblob %s, etcd %s. Run started %s UTC and took %s;\n"+
+		"load average (1, 5, 15 min) %s at the start and %s at the end (the machine may be shared).\n",
+		hostinfo.CPUModel(), runtime.NumCPU(), kernel, runtime.Version(), runtime.GOOS, runtime.GOARCH,
+		moduleVersion("github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"), moduleVersion("go.etcd.io/etcd/server/v3"),
+		r.start.UTC().Format("2006-01-02 15:04"), r.end.Sub(r.start).Round(time.Second), r.loadStart, r.loadEnd)
+}
+
+// render writes the report.
+func render(r *results) string {
+	var b strings.Builder
+	p := r.p
+	fmt.Fprintf(&b, "Written by `internal/lockbench` (`make bench`), every contender in one run on the same machine, repetitions\n")
+	fmt.Fprintf(&b, "interleaved (each scenario's repetition runs every contender before the next one starts), %d repetition(s).\n", p.reps)
+	fmt.Fprintf(&b, "Each waiter has a client of its own, as a separate process would: its own connections, and for etcd its own\n")
+	fmt.Fprintf(&b, "session.\n\n")
+	fmt.Fprintf(&b, "- **azlease Mutex (unordered, today's)**: `azlease.Mutex` with default options (polls every 1 s ± 20 %%, 15 s lease),\n")
+	fmt.Fprintf(&b, "  on the `azleasetest` emulator served over HTTP on a loopback port. Requests: every HTTP request of every client\n")
+	fmt.Fprintf(&b, "  (the holder's renewals included); failed: no answer, or a 4xx or 5xx one.\n")
+	fmt.Fprintf(&b, "- **azlease fair Mutex**: issue 25's, on the same emulator and clients.\n")
+	fmt.Fprintf(&b, "- **etcd concurrency.Mutex**: on an embedded single-node etcd (`embed`, loopback ports, data in a temporary\n")
+	fmt.Fprintf(&b, "  directory, fsync on, as etcd runs by default), sessions with a %v TTL (azlease's default lease duration; etcd's\n", p.etcdTTL)
+	fmt.Fprintf(&b, "  default is 60 s). Requests: the clients' unary RPCs and the messages they send on streams (watches created, lease\n")
+	fmt.Fprintf(&b, "  keep-alives, one per session every TTL/3), counted by gRPC interceptors; failed: an RPC or send that returned an\n")
+	fmt.Fprintf(&b, "  error.\n")
+	fmt.Fprintf(&b, "- **etcd concurrency.Mutex, no fsync**: the same with etcd's `UnsafeNoFsync`: the emulator keeps everything in\n")
+	fmt.Fprintf(&b, "  memory, so this row compares the algorithms; the row above shows what etcd costs as it runs.\n\n")
+	b.WriteString(machine(r))
+
+	fmt.Fprintf(&b, "\n### Order: one holder, W waiters asking %v apart, each holder keeping the lock %v\n\n", p.spacing, p.hold)
+	fmt.Fprintf(&b, "The holder keeps the lock until the last waiter has asked and a %v window has passed, in which the requests\n", p.quiet)
+	fmt.Fprintf(&b, "of every client are counted (all W waiting). Overtakes: pairs of waiters served out of the order they asked\n")
+	fmt.Fprintf(&b, "(median over repetitions, range in parentheses). Hand-off gap: from one holder's Unlock returning to the next\n")
+	fmt.Fprintf(&b, "one's Lock returning, percentiles over every hand-off of every repetition (W per repetition); negative when the\n")
+	fmt.Fprintf(&b, "next Lock returns before the Unlock's answer arrives.\n\n")
+	fmt.Fprintf(&b, "| contender | W | overtakes | hand-off gap p50 | p90 | p99 | max | requests/s while all W wait | per waiter-second | failed in that window | reps |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, w := range p.waiters {
+		for _, c := range r.contenders {
+			fmt.Fprintf(&b, "| %s | %d | ", c.name, w)
+			ce := r.cell(orderKey(c.key, w))
+			if bad := r.missing(c, ce, 9); bad != "" {
+				b.WriteString(bad)
+				continue
+			}
+			var over, rate, perWaiter, failed []float64
+			var gaps []time.Duration
+			for _, o := range ce.orders {
+				over = append(over, float64(o.overtakes()))
+				gaps = append(gaps, o.gaps...)
+				rate = append(rate, float64(o.window.sent)/p.quiet.Seconds())
+				perWaiter = append(perWaiter, float64(o.window.sent)/p.quiet.Seconds()/float64(w))
+				failed = append(failed, float64(o.window.failed))
+			}
+			fmt.Fprintf(&b, "%s | %s | %s | %s | %s | %s | %s | %s | %d |\n", withRange(over, 0),
+				dur(quantile(gaps, 0.5)), dur(quantile(gaps, 0.9)), dur(quantile(gaps, 0.99)), dur(quantile(gaps, 1)),
+				withRange(rate, 1), withRange(perWaiter, 2), withRange(failed, 0), len(ce.orders))
+		}
+	}
+	fmt.Fprintf(&b, "\nServed in the order (waiters numbered in the order they asked; the first repetition):\n\n")
+	for _, w := range p.waiters {
+		for _, c := range r.contenders {
+			ce := r.cell(orderKey(c.key, w))
+			if ce == nil || len(ce.orders) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "- %s, W = %d: %s\n", c.name, w, strings.Trim(fmt.Sprint(ce.orders[0].served), "[]"))
+		}
+	}
+
+	fmt.Fprintf(&b, "\n### Throughput: %d contenders, zero-length holds, %v\n\n", p.contenders, p.window)
+	fmt.Fprintf(&b, "Each contender locks, unlocks at once and locks again, for the whole window. Requests are every client's in the\n")
+	fmt.Fprintf(&b, "window. Medians over repetitions (range in parentheses); fewest–most is how many times one contender got the lock.\n\n")
+	fmt.Fprintf(&b, "| contender | acquisitions/s | requests per acquisition | failed requests per acquisition | per contender, fewest–most | reps |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range r.contenders {
+		fmt.Fprintf(&b, "| %s | ", c.name)
+		ce := r.cell(throughputKey(c.key))
+		if bad := r.missing(c, ce, 5); bad != "" {
+			b.WriteString(bad)
+			continue
+		}
+		var rate, per, failed, fewest, most []float64
+		for _, t := range ce.tps {
+			n := float64(t.total())
+			rate = append(rate, n/t.elapsed.Seconds())
+			per = append(per, float64(t.requests.sent)/n)
+			failed = append(failed, float64(t.requests.failed)/n)
+			fewest = append(fewest, float64(slices.Min(t.acquisitions)))
+			most = append(most, float64(slices.Max(t.acquisitions)))
+		}
+		fmt.Fprintf(&b, "%s | %s | %s | %s–%s | %d |\n", withRange(rate, 1), withRange(per, 2), withRange(failed, 2),
+			num(median(fewest), 0), num(median(most), 0), len(ce.tps))
+	}
+
+	fmt.Fprintf(&b, "\n### A dead waiter's cost\n\n")
+	fmt.Fprintf(&b, "A holder has the lock; a waiter asks, %v later the next one asks, %v later the first goes away, and %v\n", p.spacing, p.spacing, p.hold)
+	fmt.Fprintf(&b, "later the holder unlocks: the gap from its Unlock returning to the next waiter's Lock returning, beside the same\n")
+	fmt.Fprintf(&b, "hand-off with nobody ahead. Cancelled: the waiter's Lock ctx is cancelled (it gives up, and may tidy up). Killed:\n")
+	fmt.Fprintf(&b, "its process dies (no request of its reaches the service from then on, nothing is given back; for etcd, its client\n")
+	fmt.Fprintf(&b, "closes without revoking its session, whose key then stays until the TTL runs out). Cost: the median gap less the\n")
+	fmt.Fprintf(&b, "median with nobody ahead.\n\n")
+	fmt.Fprintf(&b, "| contender | the waiter ahead | gap p50 | max | cost | reps |\n|---|---|---:|---:|---:|---:|\n")
+	for _, c := range r.contenders {
+		base := r.cell(deadKey(c.key, deadNone))
+		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
+			label := map[string]string{deadNone: "none (baseline)", deadCanceled: "cancelled", deadKilled: "killed"}[how]
+			fmt.Fprintf(&b, "| %s | %s | ", c.name, label)
+			ce := r.cell(deadKey(c.key, how))
+			if bad := r.missing(c, ce, 4); bad != "" {
+				b.WriteString(bad)
+				continue
+			}
+			cost := "—"
+			if how != deadNone && base != nil && base.err == nil && len(base.gaps) > 0 {
+				cost = dur(quantile(ce.gaps, 0.5) - quantile(base.gaps, 0.5))
+			}
+			fmt.Fprintf(&b, "%s | %s | %s | %d |\n", dur(quantile(ce.gaps, 0.5)), dur(quantile(ce.gaps, 1)), cost, len(ce.gaps))
+		}
+	}
+	return b.String()
+}
+
+// missing is the rest of a row (cols cells) for a contender that is not
+// built or a cell that failed or has no repetition, or "".
+func (r *results) missing(c contender, ce *cell, cols int) string {
+	var why string
+	switch {
+	case r.notBuilt[c.key]:
+		why = "not built yet (internal/lockbench/fair.go)"
+	case ce == nil:
+		why = "not run"
+	case ce.err != nil:
+		why = "**error**: " + strings.ReplaceAll(ce.err.Error(), "|", "\\|")
+	case len(ce.orders)+len(ce.tps)+len(ce.gaps) == 0:
+		why = "no repetition"
+	default:
+		return ""
+	}
+	return why + strings.Repeat(" |", cols) + "\n"
+}
+
+// quantile is the nearest-rank quantile of ds (q = 1: the maximum), or 0
+// for none.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func num(x float64, prec int) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "—"
+	}
+	return fmt.Sprintf("%.*f", prec, x)
+}
+
+// withRange is "median (min–max)", or the median alone for one repetition
+// or when all are equal.
+func withRange(xs []float64, prec int) string {
+	m := num(median(xs), prec)
+	if len(xs) < 2 {
+		return m
+	}
+	lo, hi := num(slices.Min(xs), prec), num(slices.Max(xs), prec)
+	if lo == hi {
+		return m
+	}
+	return fmt.Sprintf("%s (%s–%s)", m, lo, hi)
+}
+
+// dur is a duration in ms below 1 s, in s above.
+func dur(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch a := math.Abs(ms); {
+	case a < 10:
+		return fmt.Sprintf("%.1f ms", ms)
+	case a < 1000:
+		return fmt.Sprintf("%.0f ms", ms)
+	}
+	return fmt.Sprintf("%.2f s", ms/1000)
+}

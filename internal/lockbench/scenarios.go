@@ -1,0 +1,323 @@
+package main
+
+// The three scenarios of issue 25, each one repetition on one backend: the
+// served order of W queued waiters, throughput under constant contention,
+// and what a waiter that dies in the queue costs the next one. Every
+// scenario also checks exclusion from the harness's side: no two of its
+// waiters' Lock calls hold at once.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// params are the scenarios' settings.
+type params struct {
+	waiters    []int         // W of the order scenario
+	spacing    time.Duration // between two waiters' asking
+	hold       time.Duration // how long each waiter holds the lock
+	quiet      time.Duration // window with all W waiting, to count requests
+	contenders int           // throughput scenario
+	window     time.Duration // throughput scenario's duration
+	reps       int
+	etcdTTL    time.Duration // etcd sessions' TTL (whole seconds)
+}
+
+// exclusion counts holders from the harness's side.
+type exclusion struct {
+	inside   atomic.Int32
+	violated atomic.Bool
+}
+
+func (x *exclusion) enter() {
+	if x.inside.Add(1) > 1 {
+		x.violated.Store(true)
+	}
+}
+
+func (x *exclusion) leave() { x.inside.Add(-1) }
+
+func (x *exclusion) err() error {
+	if x.violated.Load() {
+		return errors.New("exclusion violated: two waiters held the lock at once")
+	}
+	return nil
+}
+
+// sleepCtx sleeps d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// newWaiters makes n waiters on name, closing them all if one fails; the
+// returned function closes them.
+func newWaiters(ctx context.Context, be backend, name string, n int) ([]*waiter, func(), error) {
+	ws := make([]*waiter, 0, n)
+	closeAll := func() {
+		for _, w := range ws {
+			w.close()
+		}
+	}
+	for range n {
+		w, err := be.newWaiter(ctx, name)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, closeAll, nil
+}
+
+// orderRun is one repetition of the order scenario.
+type orderRun struct {
+	served []int           // waiters (numbered in asking order) in the order they got the lock
+	gaps   []time.Duration // hand-off gaps: each Unlock returned → the next Lock returned
+	window counts          // requests during the quiet window, all W waiting
+}
+
+// overtakes counts pairs served out of asking order.
+func (r orderRun) overtakes() int {
+	n := 0
+	for i := range r.served {
+		for j := i + 1; j < len(r.served); j++ {
+			if r.served[i] > r.served[j] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// runOrder: one holder takes the lock; w waiters ask spacing apart; once
+// the last has asked, the requests of a quiet window are counted; then the
+// holder unlocks and each waiter, once served, keeps the lock for hold.
+func runOrder(ctx context.Context, be backend, name string, w int, p params) (orderRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(w)*(p.spacing+p.hold+10*time.Second)+p.quiet+time.Minute)
+	defer cancel()
+	ws, closeAll, err := newWaiters(ctx, be, name, w+1)
+	if err != nil {
+		return orderRun{}, err
+	}
+	defer closeAll()
+	holder, ws := ws[0], ws[1:]
+
+	var x exclusion
+	unlockHolder, err := holder.Lock(ctx)
+	if err != nil {
+		return orderRun{}, fmt.Errorf("holder: %w", err)
+	}
+	x.enter()
+	var (
+		mu       sync.Mutex
+		served   []int
+		got      = make([]time.Time, w)
+		released = make([]time.Time, w)
+		errs     = make([]error, w+1)
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range w {
+		wg.Go(func() {
+			if errs[i] = sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*p.spacing))); errs[i] != nil {
+				return
+			}
+			unlock, err := ws[i].Lock(ctx)
+			if err != nil {
+				errs[i] = fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			got[i] = time.Now()
+			x.enter()
+			mu.Lock()
+			served = append(served, i)
+			mu.Unlock()
+			_ = sleepCtx(ctx, p.hold)
+			x.leave()
+			if err := unlock(ctx); err != nil {
+				errs[i] = fmt.Errorf("waiter %d: unlock: %w", i, err)
+			}
+			released[i] = time.Now()
+		})
+	}
+	var run orderRun
+	var holderReleased time.Time
+	if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(w-1)*p.spacing))); err == nil {
+		c0 := be.requests()
+		if err := sleepCtx(ctx, p.quiet); err == nil {
+			run.window = be.requests().minus(c0)
+		}
+	}
+	x.leave()
+	if err := unlockHolder(ctx); err != nil {
+		errs[w] = fmt.Errorf("holder: unlock: %w", err)
+	}
+	holderReleased = time.Now()
+	wg.Wait()
+	if err := errors.Join(append(errs, x.err(), ctx.Err())...); err != nil {
+		return orderRun{}, err
+	}
+	run.served = served
+	prev := holderReleased
+	for _, i := range served {
+		run.gaps = append(run.gaps, got[i].Sub(prev))
+		prev = released[i]
+	}
+	return run, nil
+}
+
+// throughputRun is one repetition of the throughput scenario.
+type throughputRun struct {
+	elapsed      time.Duration
+	acquisitions []int // per contender
+	requests     counts
+}
+
+func (r throughputRun) total() int {
+	n := 0
+	for _, a := range r.acquisitions {
+		n += a
+	}
+	return n
+}
+
+// runThroughput: n contenders lock and unlock at once (zero-length holds),
+// each again as soon as it has unlocked, for window.
+func runThroughput(ctx context.Context, be backend, name string, n int, window time.Duration) (throughputRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, window+2*time.Minute)
+	defer cancel()
+	ws, closeAll, err := newWaiters(ctx, be, name, n)
+	if err != nil {
+		return throughputRun{}, err
+	}
+	defer closeAll()
+	var x exclusion
+	run := throughputRun{acquisitions: make([]int, n)}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	c0 := be.requests()
+	start := time.Now()
+	timed, stop := context.WithDeadline(ctx, start.Add(window))
+	defer stop()
+	for i := range n {
+		wg.Go(func() {
+			for {
+				unlock, err := ws[i].Lock(timed)
+				if err != nil {
+					if timed.Err() == nil {
+						errs[i] = fmt.Errorf("contender %d: %w", i, err)
+					}
+					return
+				}
+				x.enter()
+				run.acquisitions[i]++
+				x.leave()
+				if err := unlock(ctx); err != nil {
+					errs[i] = fmt.Errorf("contender %d: unlock: %w", i, err)
+					return
+				}
+				if timed.Err() != nil { // whatever the lock does with an ended ctx
+					return
+				}
+			}
+		})
+	}
+	<-timed.Done()
+	run.elapsed = time.Since(start)
+	run.requests = be.requests().minus(c0)
+	wg.Wait()
+	return run, errors.Join(append(errs, x.err(), ctx.Err())...)
+}
+
+// How the waiter ahead of the next one goes away in the dead-waiter
+// scenario.
+const (
+	deadNone     = "none"      // no waiter ahead: the baseline
+	deadCanceled = "cancelled" // its Lock's ctx is cancelled (it gives up, and may clean up)
+	deadKilled   = "killed"    // its process dies: no request of it reaches the service any more
+)
+
+// runDead: a holder takes the lock; a victim asks, spacing later the next
+// waiter asks, spacing later the victim goes away (unless how is deadNone,
+// when there is no victim), and hold later the holder unlocks. The result is
+// the gap from the holder's Unlock returning to the next waiter's Lock
+// returning.
+func runDead(ctx context.Context, be backend, name, how string, p params) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*p.etcdTTL+2*time.Minute)
+	defer cancel()
+	ws, closeAll, err := newWaiters(ctx, be, name, 3)
+	if err != nil {
+		return 0, err
+	}
+	defer closeAll()
+	holder, victim, next := ws[0], ws[1], ws[2]
+	var x exclusion
+	unlockHolder, err := holder.Lock(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("holder: %w", err)
+	}
+	x.enter()
+
+	var wg sync.WaitGroup
+	// Runs first on the way out: on the early returns ctx has ended, so the
+	// waiters' Locks return.
+	defer wg.Wait()
+	var victimErr error
+	victimCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	if how != deadNone {
+		wg.Go(func() {
+			if unlock, err := victim.Lock(victimCtx); err == nil {
+				_ = unlock(ctx)
+				victimErr = errors.New("the victim got the lock before it went away")
+			}
+		})
+		if err := sleepCtx(ctx, p.spacing); err != nil {
+			return 0, err
+		}
+	}
+	var got time.Time
+	var nextErr error
+	wg.Go(func() {
+		unlock, err := next.Lock(ctx)
+		if err != nil {
+			nextErr = fmt.Errorf("next waiter: %w", err)
+			return
+		}
+		got = time.Now()
+		x.enter()
+		x.leave()
+		if err := unlock(ctx); err != nil {
+			nextErr = fmt.Errorf("next waiter: unlock: %w", err)
+		}
+	})
+	if err := sleepCtx(ctx, p.spacing); err != nil {
+		return 0, err
+	}
+	switch how {
+	case deadCanceled:
+		giveUp()
+	case deadKilled:
+		victim.crash()
+	}
+	_ = sleepCtx(ctx, p.hold)
+	x.leave()
+	err = unlockHolder(ctx)
+	released := time.Now()
+	wg.Wait()
+	if err := errors.Join(err, victimErr, nextErr, x.err(), ctx.Err()); err != nil {
+		return 0, err
+	}
+	return got.Sub(released), nil
+}
