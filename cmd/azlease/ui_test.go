@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,4 +413,11 @@ func TestUIRedact(t *testing.T) {
 	assert.Equal(t, "SIG=REDACTED sig=REDACTED", redact("SIG=x sig=y"))
 	assert.Equal(t, "http://127.0.0.1:10000/devstoreaccount1", accountOf("http://127.0.0.1:10000/devstoreaccount1/locks"))
 	assert.Equal(t, "https://a.blob.core.windows.net", accountOf("https://a.blob.core.windows.net/locks?sv=1&sig=secret"))
+}
+
+// TestUIShardOrder: numbered shards in counting order, named ones after.
+func TestUIShardOrder(t *testing.T) {
+	names := []string{"b", "10", "2", "a", "0", "1"}
+	slices.SortFunc(names, shardOrder)
+	assert.Equal(t, []string{"0", "1", "2", "10", "a", "b"}, names)
 }

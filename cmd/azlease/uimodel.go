@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"net/url"
 	"regexp"
@@ -530,6 +531,7 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 		g.Shards = append(g.Shards, uiShard{Name: s.Name, State: blobState(azlease.Status{State: st}), Owner: s.Owner, Epoch: s.Epoch,
 			Since: uiTime(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Misplaced: owner != s.Planned || !live[owner]})
 	}
+	slices.SortStableFunc(g.Shards, func(a, b uiShard) int { return shardOrder(a.Name, b.Name) })
 	shardsPrefix := group + "/shards/"
 	for _, st := range blobs {
 		kind := kindShard
@@ -559,7 +561,10 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 		if b.At != nil {
 			bt = *b.At
 		}
-		return bt.Compare(at)
+		if c := bt.Compare(at); c != 0 {
+			return c
+		}
+		return shardOrder(a.Shard, b.Shard)
 	})
 	if len(g.Moves) > maxMoves {
 		g.Moves = g.Moves[:maxMoves]
@@ -578,6 +583,23 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 		it.Summary += strconv.Itoa(g.Misplaced) + " not where the plan puts them"
 	}
 	return it
+}
+
+// shardOrder orders shard names as people count them: numbers by value
+// ("2" before "10", as shards.Numbered names them), then other names by
+// their bytes.
+func shardOrder(a, b string) int {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
 }
 
 // queueOf is the queue of waiters of the lock blob st, first in line first.
