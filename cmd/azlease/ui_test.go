@@ -102,6 +102,12 @@ func newUIWorld(t *testing.T) *uiWorld {
 	// keeps lease IDs there (shardin), as this one does.
 	require.NoError(t, ghost.SetMetadata(ctx, map[string]string{"shardin": "0=" + gt.LeaseID, "note": "not-for-the-page"}))
 	w.stop = append(w.stop, func() { require.NoError(t, ghost.Release(ctx)) })
+	// A group whose replicas all left: a free shard, no member.
+	idle, err := azlease.NewLease(srv.Client("gone"), "idle/shards/0", &azlease.LeaseOptions{Identity: "gone"})
+	require.NoError(t, err)
+	_, err = idle.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, idle.Release(ctx))
 	time.Sleep(20 * time.Second) // the group settles; the crashed lease expires
 	return w
 }
@@ -144,7 +150,8 @@ func TestUIModel(t *testing.T) {
 			assert.Equal(t, it.Path, m.items[m.byPath[it.Path]].Path)
 		}
 		assert.Equal(t, []string{
-			"lock cron", "semaphore-slot " + sl(listed), "mutex jobs", "once-key once/migrate-7", "shard-group orders", "leader sched",
+			"lock cron", "semaphore-slot " + sl(listed), "shard-group idle", "mutex jobs", "once-key once/migrate-7", "shard-group orders",
+			"leader sched",
 		}, names)
 
 		lead := itemByName(m, "sched")
@@ -214,6 +221,15 @@ func TestUIModel(t *testing.T) {
 			assert.Equal(t, grp.Path, b.Item)
 		}
 		assert.Len(t, m.blobs, len(listed), "every lock blob once")
+
+		// The grid marks as many shards as the plan counts, free ones
+		// of a group with no member included.
+		idle := itemByName(m, "idle")
+		require.NotNil(t, idle.Group)
+		assert.Equal(t, 1, idle.Group.Misplaced)
+		require.Len(t, idle.Group.Shards, 1)
+		assert.True(t, idle.Group.Shards[0].Misplaced)
+		assert.Equal(t, "free", idle.Group.Shards[0].State)
 	})
 }
 
@@ -279,7 +295,7 @@ func TestUIServer(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(body), &ov))
 		assert.True(t, ov.Storage.OK)
 		assert.Equal(t, 1, ov.Requests)
-		assert.Len(t, ov.Items, 6)
+		assert.Len(t, ov.Items, 7)
 		assert.Equal(t, 5.0, ov.RefreshSeconds)
 		for _, it := range ov.Items {
 			assert.Nil(t, it.Terms, "the overview has no detail")
@@ -369,7 +385,7 @@ func TestUIServer(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(body), &ov))
 		assert.True(t, ov.Storage.OK, body)
 		assert.Nil(t, ov.Storage.FailingSince)
-		assert.Len(t, ov.Items, 6)
+		assert.Len(t, ov.Items, 7)
 
 		// Nothing secret in any answer.
 		paths := []string{"/api/overview", "/api/blobs"}
