@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,7 +140,8 @@ const gridJS = `Array.from(document.querySelectorAll("#grid .shard")).map(e => (
 // shows the leader, then the new leader at the first read after the leader
 // stopped; the leader's page draws both terms; a shard group's grid shows
 // every shard exactly once, labelled with its owner, and changes when a
-// replica joins; with storage gone the page says so and shows no data.
+// replica joins; while storage, or the ui itself, does not answer the page
+// says so and shows no data, and shows it again when it answers.
 func TestBrowser(t *testing.T) {
 	ctx := browser(t)
 	shots := screenshotDir(t)
@@ -289,13 +291,14 @@ func TestBrowser(t *testing.T) {
 	assert.Equal(t, "None.", eval[string](t, ctx, `document.getElementById("misplaced").textContent`))
 	screenshot(t, ctx, filepath.Join(shots, "ui-shards.png"))
 
-	// Storage goes away: the page says so and shows no data.
+	// Storage hangs: the page says so and shows no data; then it answers
+	// again.
 	for _, p := range append(workers, web3) {
 		p.stop(30 * time.Second)
 	}
 	run(t, ctx, chromedp.Navigate(base+"/"))
 	waitFor(t, 20*time.Second, "the overview", func() bool { return eval[overviewRow](t, ctx, overviewJS).Rows > 0 })
-	emu.stop(10 * time.Second)
+	require.NoError(t, emu.cmd.Process.Signal(syscall.SIGSTOP))
 	waitFor(t, 30*time.Second, "the page says storage cannot be reached", func() bool {
 		row = eval[overviewRow](t, ctx, overviewJS)
 		return row.State == "storage-unreachable"
@@ -304,6 +307,24 @@ func TestBrowser(t *testing.T) {
 	problem := eval[string](t, ctx, `document.getElementById("problem").textContent`)
 	assert.Contains(t, problem, "Storage cannot be reached")
 	assert.Contains(t, problem, "No data is shown")
+	require.NoError(t, emu.cmd.Process.Signal(syscall.SIGCONT))
+	waitFor(t, 30*time.Second, "the overview again", func() bool {
+		row = eval[overviewRow](t, ctx, overviewJS)
+		return row.State == "ok" && row.Rows > 0
+	})
+
+	// The ui itself hangs: the page takes its data away.
+	require.NoError(t, ui.cmd.Process.Signal(syscall.SIGSTOP))
+	waitFor(t, refresh+20*time.Second, "the page says nothing answers", func() bool {
+		row = eval[overviewRow](t, ctx, overviewJS)
+		return row.State == "waiting"
+	})
+	assert.Zero(t, row.Rows, "no rows from an older read")
+	require.NoError(t, ui.cmd.Process.Signal(syscall.SIGCONT))
+	waitFor(t, 30*time.Second, "the overview again", func() bool {
+		row = eval[overviewRow](t, ctx, overviewJS)
+		return row.State == "ok" && row.Rows > 0
+	})
 	ui.stop(10 * time.Second)
 	assert.Equal(t, 0, ui.cmd.ProcessState.ExitCode(), ui.stderr())
 }

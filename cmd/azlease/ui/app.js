@@ -12,6 +12,11 @@
   const PALETTE = 12; // .c0 … .c11 in style.css
   let refreshMs = 5000;
   let reads = 0;
+  // When the data on screen arrived (this machine's clock), and the read it
+  // came from; a fetch still waiting for storage past staleMs hides it.
+  let shownAt = 0;
+  let shownReadAt = "";
+  const staleMs = () => refreshMs + 10000; // a read retries for up to 6 s
   const openDetails = {}; // which <details> the reader opened, kept across redraws
 
   // el makes an element: el("td", {class: "x"}, "text", child, …).
@@ -366,9 +371,23 @@
       document.body.dataset.state = "ok";
       clearProblem();
       if (isItem) renderItem(d, d.item); else renderOverview(d);
+      shownAt = Date.now();
+      shownReadAt = d.read_at;
     }
     setTimeout(tick, refreshMs);
   }
+
+  // Data on screen that no answer has replaced for too long (a read that
+  // hangs) is taken away, as a failed read's would be.
+  setInterval(() => {
+    if (document.body.dataset.state !== "ok" || !shownAt) return;
+    const waited = Date.now() - shownAt;
+    if (waited <= staleMs()) return;
+    document.body.dataset.state = "waiting";
+    showProblem("No answer for " + duration(waited) + ": azlease ui or storage is not answering.",
+      "The last read was at " + stamp(shownReadAt) + "; nothing is shown until an answer comes: what it showed may no longer be true.");
+    setMain();
+  }, 1000);
 
   tick();
 })();
