@@ -8,6 +8,7 @@ package azlease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -61,17 +62,19 @@ func TestStatusRole(t *testing.T) {
 		defer func() { require.NoError(t, l.Release(ctx)) }()
 		putBlob(t, cc, "plain", map[string]*string{"note": to.Ptr("not a lock")})
 
-		want := map[string]string{
-			"sched": "elector", "jobs": "mutex", azlease.SlotName("exports", 0): "mutex", "once/migrate": "once",
-			"raw": "lease", "plain": "",
-		}
 		listed, err := azlease.InspectPrefix(ctx, cc, "")
 		require.NoError(t, err)
 		got := map[string]string{}
+		slot := ""
 		for _, st := range listed {
 			got[st.Name] = st.Role
+			if strings.HasPrefix(st.Name, "exports/slot-") {
+				slot = st.Name // only the slot taken (any of the two) exists
+			}
 		}
-		// Only the slot that was taken exists.
+		want := map[string]string{
+			"sched": "elector", "jobs": "mutex", slot: "mutex", "once/migrate": "once", "raw": "lease", "plain": "",
+		}
 		assert.Equal(t, want, got)
 		for name, role := range want {
 			st, err := azlease.Inspect(ctx, cc, name)
