@@ -25,6 +25,7 @@ const (
 	metaAcquired = "azleaseacquired"
 	metaReleased = "azleasereleased"
 	metaHistory  = "azleasehistory"
+	metaRole     = "azleaserole"
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
@@ -75,6 +76,9 @@ type record struct {
 	acquired time.Time
 	released bool // the holder of epoch released the lease cleanly
 	history  []HistoryEntry
+	// role is the kind of holder that began the term: "elector", "mutex",
+	// "once" or "lease" (see Status.Role); "" when not recorded.
+	role string
 }
 
 // lookup finds a metadata value by case-insensitive name.
@@ -116,6 +120,9 @@ func parseRecord(md map[string]*string) (record, error) {
 		e, err := strconv.ParseUint(v, 10, 64)
 		r.released = err == nil && e == r.epoch && r.epoch > 0
 	}
+	if v, ok := lookup(md, metaRole); ok && validRole(v) {
+		r.role = v
+	}
 	if v, ok := lookup(md, metaHistory); ok && v != "" {
 		for _, item := range strings.Split(v, ";") {
 			f := strings.Split(item, ",")
@@ -132,6 +139,21 @@ func parseRecord(md map[string]*string) (record, error) {
 		}
 	}
 	return r, nil
+}
+
+// validRole reports whether a recorded role reads as one: a short word of
+// lower-case letters. Anything else is informational damage and reads as
+// absent.
+func validRole(v string) bool {
+	if v == "" || len(v) > 16 {
+		return false
+	}
+	for _, c := range v {
+		if c < 'a' || c > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // nextEpoch is the epoch of the term that follows one with epoch prev on a
@@ -157,7 +179,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaRole}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -171,7 +193,7 @@ func isRecordKey(k string) bool {
 // format writes the record into a copy of md, replacing the record's keys
 // whatever their case and keeping every other key.
 func (r record) format(md map[string]*string) map[string]*string {
-	out := make(map[string]*string, len(md)+5)
+	out := make(map[string]*string, len(md)+6)
 	for k, v := range md {
 		if !isRecordKey(k) {
 			out[k] = v
@@ -183,6 +205,9 @@ func (r record) format(md map[string]*string) map[string]*string {
 	set(metaAcquired, strconv.FormatInt(r.acquired.UnixMilli(), 10))
 	if r.released {
 		set(metaReleased, strconv.FormatUint(r.epoch, 10))
+	}
+	if r.role != "" {
+		set(metaRole, r.role)
 	}
 	if len(r.history) > 0 {
 		items := make([]string, len(r.history))
@@ -196,6 +221,7 @@ func (r record) format(md map[string]*string) map[string]*string {
 
 // next is the record of the term that follows r, with the given epoch
 // (nextEpoch): the new term goes first in a history of at most keep entries.
+// Its role is left for the caller to set.
 func (r record) next(epoch uint64, holder string, now time.Time, keep int) record {
 	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond)}
 	if keep > 0 {
@@ -253,13 +279,21 @@ type Status struct {
 	Released bool
 	// History lists past terms, newest first.
 	History []HistoryEntry
+	// Role is the kind of holder that began the latest term, as it
+	// recorded it with its epoch: "elector" (an [Elector]), "mutex" (a
+	// [Mutex], or a slot of a [Semaphore]), "once" (a [DoOnce] runner) or
+	// "lease" (a bare [Lease], which is also what package shards uses).
+	// "" when the term was begun by an azlease that did not record it, or
+	// the blob was never leased. For display (azlease ui): it decides
+	// nothing.
+	Role string
 	// Metadata is the lock blob's metadata that is not azlease's, with
 	// lower-case names.
 	Metadata map[string]string
 	// Err is set by [InspectPrefix] alone, for a blob whose azlease record
 	// cannot be read: its epoch metadata is not a number below 2^64−1 (an
 	// *[Error] wrapping [ErrPermanent], Op "list", Blob the blob's name).
-	// Holder, Epoch, Acquired, Released and History are then zero; Name,
+	// Holder, Epoch, Acquired, Released, History and Role are then zero; Name,
 	// Exists, State, Leased and Metadata are set. [Inspect] returns that
 	// error instead of a Status, so Err is nil in what it returns.
 	Err error
@@ -318,7 +352,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		st = Status{
 			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
+			History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		if props.ETag != nil {
 			st.etag = *props.ETag
