@@ -1,4 +1,6 @@
-# azlease developer commands. Needs Go and Node.js (with npm); nothing else.
+# azlease developer commands. Needs Go and Node.js (with npm); as root on
+# Debian, make test also installs podman and headless Chromium for the tests
+# that need them.
 #   make demo   the main job on the embedded emulator (no Azure account)
 #   make test   installs the pinned Azurite, runs vet, staticcheck and every
 #               test with -race
@@ -9,6 +11,8 @@
 #   make live-azure  the wire tests and the conformance table on a real Azure
 #               account (AZLEASE_TEST_CONNECTION_STRING or AZLEASE_TEST_ACCOUNT_URL);
 #               writes bench/azure-live.md. Never part of make test.
+#   make screenshots  the browser test of azlease ui, saving its screenshots
+#               in docs/ (shown in the README)
 
 GO        ?= go
 NPM       ?= npm
@@ -19,13 +23,14 @@ PARALLEL  ?= 16
 SEEDS     ?= 300
 
 # Modules of their own (their dependencies stay out of azlease's go.mod):
-# the metrics example, and the fair-lock benchmark with its embedded etcd;
-# lint and test cover them too.
-EXAMPLE_MODULES ?= examples/metrics internal/lockbench
+# the metrics example, the fair-lock benchmark with its embedded etcd, and
+# internal/uitest, the browser test of azlease ui (chromedp, headless
+# Chromium); lint and test cover them too.
+EXAMPLE_MODULES ?= examples/metrics internal/lockbench internal/uitest
 
 export CGO_ENABLED := 1
 
-.PHONY: all test demo bench lint deps fuzz clean live-azure build image podman podman-if-possible
+.PHONY: all test demo bench lint deps fuzz clean live-azure build image podman podman-if-possible browser browser-if-possible screenshots
 
 all: test
 
@@ -60,9 +65,10 @@ lint:
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) vet ./cmd/azlease
 
 # The live-Azure variables are cleared: make test never reaches Azure.
-# podman (for the container image test) is installed when missing if this is
-# root on Debian; otherwise that test skips, or fails with CI=true.
-test: deps podman-if-possible lint
+# podman (for the container image test) and headless Chromium (for the
+# browser test of azlease ui) are installed when missing if this is root on
+# Debian; otherwise those tests skip, or fail with CI=true.
+test: deps podman-if-possible browser-if-possible lint
 	AZLEASE_TEST_CONNECTION_STRING= AZLEASE_TEST_ACCOUNT_URL= AZLEASE_SEEDS=$(SEEDS) $(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 30m ./...
 	@for m in $(EXAMPLE_MODULES); do echo "cd $$m && $(GO) test -race -count=1 ./..."; (cd $$m && $(GO) test -race -count=1 -timeout 5m ./...) || exit 1; done
 
@@ -112,6 +118,17 @@ podman:
 	@./scripts/install-podman.sh
 podman-if-possible:
 	@./scripts/install-podman.sh --if-possible
+
+# Headless Chromium from Debian's packages, if missing (needs root).
+browser:
+	@./scripts/install-browser.sh
+browser-if-possible:
+	@./scripts/install-browser.sh --if-possible
+
+# The browser test of azlease ui, keeping its screenshots of a leader's
+# timeline and a shard grid in docs/ for the README.
+screenshots: browser
+	cd internal/uitest && AZLEASE_UI_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run TestBrowser ./...
 
 # Holding many leases (internal/manybench): N = 1,000 and 10,000, HTTP and
 # TLS, azlease beside raw azblob and bare net/http, 3 repetitions of a 20 s

@@ -661,6 +661,26 @@ func InspectOnce(ctx context.Context, cc *container.Client, key string, opts *Do
 	return o.status(ctx, time.Now().Add(2*o.cfg.lease.attemptTimeout))
 }
 
+// OnceMarker reads the [DoOnce] marker that st's blob carries, from the
+// metadata [Inspect] or [InspectPrefix] read: ok is false when the blob
+// carries none (it is not a DoOnce key, or the key was reset or never
+// attempted), and the error is one wrapping [ErrOnceCorrupt] when the marker
+// is corrupt, as [InspectOnce] would report it. Locked is st.Leased. It makes
+// no request: with InspectPrefix it reads every key under a prefix ("once/"
+// by default) with one List Blobs request per 5,000 blobs. The zero Status
+// carries no marker.
+func (st Status) OnceMarker() (m OnceStatus, ok bool, err error) {
+	if !hasMarker(st.raw) {
+		return OnceStatus{State: OncePending}, false, nil
+	}
+	m, err = parseMarker(st.raw)
+	if err != nil {
+		return OnceStatus{}, true, err
+	}
+	m.Locked = st.Leased
+	return m, true, nil
+}
+
 // ErrNothingToReset is what [ResetOnce] returns for a key that has no
 // marker: never used (its marker blob does not exist, and ResetOnce does
 // not create it), or already reset. Nothing was written. Treat it as

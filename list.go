@@ -210,7 +210,7 @@ func statusesOf(containerName, prefix string, items []*container.BlobItem) ([]St
 		if err != nil {
 			st.Err = opError("list", containerName, name, ErrPermanent, err)
 		} else {
-			st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.History = r.holder, r.epoch, r.acquired, r.released, r.successor, r.history
+			st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.History, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.history, r.role
 		}
 		out = append(out, st)
 	}

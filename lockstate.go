@@ -82,6 +82,7 @@ func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen 
 					slog.Uint64("blob_epoch", cur.epoch), slog.Uint64("highest_seen", seenEpoch))
 			}
 			next = cur.next(nextEpoch(cur.epoch, created, seenEpoch), l.cfg.identity, time.Now(), l.cfg.history)
+			next.role = l.cfg.role
 			md = next.format(meta)
 			var ifMatch *azcore.ETag
 			if tag != "" {

@@ -29,6 +29,7 @@ const (
 	// handing the lease to (succession.go): a queue ticket or a
 	// candidate's identity.
 	metaNext = "azleasenext"
+	metaRole = "azleaserole"
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
@@ -80,6 +81,9 @@ type record struct {
 	released  bool // the holder of epoch released the lease cleanly
 	history   []HistoryEntry
 	successor string // the successor the holder of epoch hands the lease to, if any
+	// role is the kind of holder that began the term: "elector", "mutex",
+	// "once" or "lease" (see Status.Role); "" when not recorded.
+	role string
 }
 
 // lookup finds a metadata value by case-insensitive name.
@@ -124,6 +128,9 @@ func parseRecord(md map[string]*string) (record, error) {
 	if v, ok := lookup(md, metaNext); ok {
 		r.successor, _ = url.QueryUnescape(v)
 	}
+	if v, ok := lookup(md, metaRole); ok && validRole(v) {
+		r.role = v
+	}
 	if v, ok := lookup(md, metaHistory); ok && v != "" {
 		for _, item := range strings.Split(v, ";") {
 			f := strings.Split(item, ",")
@@ -140,6 +147,21 @@ func parseRecord(md map[string]*string) (record, error) {
 		}
 	}
 	return r, nil
+}
+
+// validRole reports whether a recorded role reads as one: a short word of
+// lower-case letters. Anything else is informational damage and reads as
+// absent.
+func validRole(v string) bool {
+	if v == "" || len(v) > 16 {
+		return false
+	}
+	for _, c := range v {
+		if c < 'a' || c > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // nextEpoch is the epoch of the term that follows one with epoch prev on a
@@ -165,7 +187,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -179,7 +201,7 @@ func isRecordKey(k string) bool {
 // format writes the record into a copy of md, replacing the record's keys
 // whatever their case and keeping every other key.
 func (r record) format(md map[string]*string) map[string]*string {
-	out := make(map[string]*string, len(md)+5)
+	out := make(map[string]*string, len(md)+6)
 	for k, v := range md {
 		if !isRecordKey(k) {
 			out[k] = v
@@ -195,6 +217,9 @@ func (r record) format(md map[string]*string) map[string]*string {
 	if r.successor != "" {
 		set(metaNext, url.QueryEscape(r.successor))
 	}
+	if r.role != "" {
+		set(metaRole, r.role)
+	}
 	if len(r.history) > 0 {
 		items := make([]string, len(r.history))
 		for i, h := range r.history {
@@ -207,6 +232,7 @@ func (r record) format(md map[string]*string) map[string]*string {
 
 // next is the record of the term that follows r, with the given epoch
 // (nextEpoch): the new term goes first in a history of at most keep entries.
+// Its role is left for the caller to set.
 func (r record) next(epoch uint64, holder string, now time.Time, keep int) record {
 	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond)}
 	if keep > 0 {
@@ -270,13 +296,21 @@ type Status struct {
 	Next string
 	// History lists past terms, newest first.
 	History []HistoryEntry
+	// Role is the kind of holder that began the latest term, as it
+	// recorded it with its epoch: "elector" (an [Elector]), "mutex" (a
+	// [Mutex], or a slot of a [Semaphore]), "once" (a [DoOnce] runner) or
+	// "lease" (a bare [Lease], which is also what package shards uses).
+	// "" when the term was begun by an azlease that did not record it, or
+	// the blob was never leased. For display (azlease ui): it decides
+	// nothing.
+	Role string
 	// Metadata is the lock blob's metadata that is not azlease's, with
 	// lower-case names.
 	Metadata map[string]string
 	// Err is set by [InspectPrefix] alone, for a blob whose azlease record
 	// cannot be read: its epoch metadata is not a number below 2^64−1 (an
 	// *[Error] wrapping [ErrPermanent], Op "list", Blob the blob's name).
-	// Holder, Epoch, Acquired, Released and History are then zero; Name,
+	// Holder, Epoch, Acquired, Released, History and Role are then zero; Name,
 	// Exists, State, Leased and Metadata are set. [Inspect] returns that
 	// error instead of a Status, so Err is nil in what it returns.
 	Err error
@@ -335,7 +369,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		st = Status{
 			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			Next: r.successor, History: r.history, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
+			Next: r.successor, History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		if props.ETag != nil {
 			st.etag = *props.ETag

@@ -117,3 +117,27 @@ func TestNextEpoch(t *testing.T) {
 		assert.Equal(t, c.want, nextEpoch(c.prev, c.created, c.seen), c.name)
 	}
 }
+
+// TestRecordRole: the role goes with the record, case-insensitively, and
+// survives the clean-release write (which formats the record it parsed); a
+// malformed one reads as absent; a new term's role is its caller's to set.
+func TestRecordRole(t *testing.T) {
+	r, err := parseRecord(map[string]*string{"Azleaseepoch": ptr("3"), "AZLEASEROLE": ptr("elector")})
+	require.NoError(t, err)
+	assert.Equal(t, "elector", r.role)
+	r.released = true
+	back, err := parseRecord(r.format(map[string]*string{"AZLEASEROLE": ptr("elector")}))
+	require.NoError(t, err)
+	assert.Equal(t, r, back)
+	for _, bad := range []string{"", "Elector", "mutex!", "averyveryverylongrole"} {
+		r, err := parseRecord(map[string]*string{"azleaseepoch": ptr("3"), "azleaserole": ptr(bad)})
+		require.NoError(t, err)
+		assert.Empty(t, r.role, "%q", bad)
+	}
+	assert.Empty(t, r.next(4, "h", time.Now(), 8).role)
+	n := r.next(4, "h", time.Now(), 8)
+	n.role = "mutex"
+	out := n.format(map[string]*string{"azleaserole": ptr("elector")})
+	assert.Len(t, out, 5, "epoch, holder, acquired, history, role (the old role replaced): %v", out)
+	assert.Equal(t, "mutex", *out[metaRole])
+}

@@ -69,12 +69,25 @@ func Inspect(ctx context.Context, cc *container.Client, group string, shards []s
 	if group == "" {
 		return Assignment{}, optionErr("group", "empty")
 	}
-	names := leaseNames{group: group}
-	listed, err := azlease.InspectPrefix(ctx, cc, names.prefix())
+	listed, err := azlease.InspectPrefix(ctx, cc, leaseNames{group: group}.prefix())
 	if err != nil {
 		return Assignment{}, err
 	}
-	v := parseView(names, listed)
+	return AssignmentOf(group, listed, shards), nil
+}
+
+// AssignmentOf is what [Inspect] answers, from a listing the caller made:
+// listed holds the statuses of the group's blobs as [azlease.InspectPrefix]
+// reads them (a listing of the group's prefix, group + "/", or of any
+// prefix of it, such as a whole container: blobs that are not the group's
+// are ignored). It makes no request, so a page that shows many groups
+// (azlease ui) reads them all with one listing. shards is as for Inspect.
+// An empty group has nothing.
+func AssignmentOf(group string, listed []azlease.Status, shards []string) Assignment {
+	if group == "" {
+		return Assignment{}
+	}
+	v := parseView(leaseNames{group: group}, listed)
 	if shards == nil {
 		for s := range v.shards {
 			shards = append(shards, s)
@@ -112,5 +125,5 @@ func Inspect(ctx context.Context, cc *container.Client, group string, shards []s
 		}
 		return 0
 	})
-	return out, nil
+	return out
 }

@@ -23,6 +23,9 @@
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again
 //	azlease emulator                     serve a local lease emulator (--addr 127.0.0.1:10000)
+//	azlease ui                           a live, read-only web page (and JSON) of every lock blob in the
+//	                                     container: kinds, holders, a leader's terms, a shard grid (--addr
+//	                                     127.0.0.1:8080, --prefix P, --refresh 5s); never keys, SAS tokens or lease IDs
 //	azlease watch NAME                   a line per change of holder or state, until interrupted (--json, -n N)
 //	azlease version                      the module version and source revision of this binary (--json)
 //

@@ -1,0 +1,146 @@
+// ui.go: 'azlease ui', a read-only live web page of the lock blobs of a
+// container (or prefix), served from the binary: the command, its flags and
+// its lifetime. The HTTP side is in uiserver.go, the data in uimodel.go,
+// the page in ui/.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azlease/azlease"
+)
+
+const (
+	defaultUIAddr    = "127.0.0.1:8080"
+	defaultUIRefresh = 5 * time.Second
+	minUIRefresh     = time.Second
+	maxUIRefresh     = time.Hour
+)
+
+func newUICmd(g *globals) *cobra.Command {
+	var (
+		addr    string
+		prefix  string
+		refresh time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve a live, read-only web page of every leader, lock, once-key and shard group in the container",
+		Long: `Serve a read-only web page (and the same data as JSON) of every lock blob in
+the container, or under --prefix: its kind (leader, mutex, semaphore slot,
+once-key, shard group, membership, shard; "lock" when the azlease that took it
+did not record which), its state (leased, free, expired, broken), holder, fencing
+epoch, since when (by the holder's clock), and whether the last holder released
+it cleanly. Each item has a page: a leader's timeline of recorded terms, a shard
+group's grid of shards labelled by owner with its members, weights, shares,
+misplaced shards and recent moves, a once-key's attempts and recorded error.
+
+The page reads again every --refresh (default 5s) by itself. Each read is one
+List Blobs request per 5,000 blobs under the prefix, made only while a page (or
+an /api client) asks: a read younger than --refresh is shared by every open page,
+so the cost is at most one listing per --refresh however many pages are open,
+and none while none is: 720 an hour per 5,000 blobs at the default. When storage
+cannot be reached or refuses the read, the page says so, since when, and why,
+and shows no older data.
+
+JSON, for scripts and dashboards (each answer says when it was read, what it
+cost, and whether storage answered; 503 when it did not):
+  /api/overview                every item, one line each
+  /api/items/KIND/NAME         one item in full (the path of its page, after /api)
+  /api/blobs                   every lock blob, flat, with its kind and item
+
+It never shows keys, SAS tokens or lease IDs: the page and the JSON carry only
+what a lock blob's azlease record says (holder, epoch, times, states) and the
+account's host; other metadata is not shown (a shard group's memberships keep
+the lease IDs they accept shards under there). It binds 127.0.0.1:8080 by
+default; on a loopback address it answers only requests addressed to loopback
+or localhost. It is read-only: it takes no lease and writes nothing, so read
+access (List Blobs) is all it needs. The page is plain HTML, CSS and JavaScript
+inside the binary: no network access beyond storage, and it is readable without
+colour (every colour has a label). SIGINT, SIGTERM or SIGHUP stop it (status 0).`,
+		Example: `  azlease ui                                    # then open http://127.0.0.1:8080/
+  azlease ui --prefix orders/ --refresh 10s     # one shard group, read every 10 s
+  azlease ui --addr 127.0.0.1:0                 # any free port: the first line of output is the URL
+  curl -s localhost:8080/api/overview | jq -r '.items[] | select(.kind == "leader") | .name + " " + .holder'
+  curl -s localhost:8080/api/items/shard-group/orders | jq '.item.group.members'`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if refresh < minUIRefresh || refresh > maxUIRefresh {
+				return exitf(exitUsage, "invalid --refresh %v: from %v to %v", refresh, minUIRefresh, maxUIRefresh)
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return exitf(exitUsage, "invalid --addr %q: %v", addr, err)
+			}
+			return g.serveUI(c, addr, prefix, refresh)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&addr, "addr", defaultUIAddr, "address to serve the page on (port 0: any free port); a non-loopback address shows the holders to anyone who can reach it")
+	f.StringVar(&prefix, "prefix", "", "show only the blobs whose names start with this")
+	f.DurationVar(&refresh, "refresh", defaultUIRefresh, "how often the page reads again (one List Blobs request per 5,000 blobs), from 1s to 1h")
+	return c
+}
+
+func (g *globals) serveUI(c *cobra.Command, addr, prefix string, refresh time.Duration) error {
+	const what = "ui"
+	ctx, stop := signal.NotifyContext(context.Background(), forwarded...)
+	defer stop()
+	cc, err := g.client(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if _, err := azlease.InspectPrefix(ctx, cc, prefix); err != nil {
+		// A refusal (a wrong key, a missing permission) or an invalid
+		// prefix is reported now; storage that cannot be reached is
+		// shown on the page, as it would be later.
+		var oe *azlease.OptionError
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &oe):
+			return exitf(exitUsage, "%s: invalid --prefix: %s", what, oe.Reason)
+		case errors.Is(err, azlease.ErrPermanent):
+			return classify(what, err)
+		}
+		g.log.Warn("ui: cannot list the container yet; the page shows it until storage answers", "error", line(err))
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return exitf(exitUsage, "%s: cannot listen on --addr %q: %v", what, addr, err)
+	}
+	s := newUIServer(ctx, g, cc, prefix, refresh, loopbackListener(ln))
+	url := "http://" + ln.Addr().String() + "/"
+	fmt.Fprintln(g.stdout, url)
+	if !s.loopbackOnly {
+		fmt.Fprintf(g.stderr, "azlease: ui: %s is not a loopback address: anyone who can reach it sees the lock holders (never keys, SAS tokens or lease IDs)\n", addr)
+	}
+	fmt.Fprintf(g.stderr, "azlease: ui serving %s (container %s, prefix %q, read every %v); Ctrl-C stops it\n", url, s.env.Container, prefix, refresh)
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		s.close()
+		return exitf(exitInternal, "%s: serving stopped: %v", what, err)
+	}
+	s.close()
+	<-done
+	return nil
+}
+
+// loopbackListener reports whether ln listens on a loopback address only.
+func loopbackListener(ln net.Listener) bool {
+	a, ok := ln.Addr().(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
+}

@@ -1,0 +1,393 @@
+// azlease ui: the page. Plain JavaScript, no dependencies, no build step.
+// It reads the JSON of /api/... every refresh_seconds (the server says how
+// often) and draws it. Every value goes in through textContent, never as
+// HTML. When storage or the server does not answer, it says so and shows
+// no older data.
+"use strict";
+
+(function () {
+  const path = location.pathname;
+  const isItem = path.startsWith("/items/");
+  const api = isItem ? "/api" + path : "/api/overview";
+  const PALETTE = 12; // .c0 … .c11 in style.css
+  let refreshMs = 5000;
+  let reads = 0;
+  // When the data on screen arrived (this machine's clock), and the read it
+  // came from; a fetch still waiting for storage past staleMs hides it.
+  let shownAt = 0;
+  let shownReadAt = "";
+  const staleMs = () => refreshMs + 10000; // a read retries for up to 6 s
+  const openDetails = {}; // which <details> the reader opened, kept across redraws
+
+  // el makes an element: el("td", {class: "x"}, "text", child, …).
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k.startsWith("data-")) e.setAttribute(k, v);
+      else if (k === "style") Object.assign(e.style, v); // CSSOM: the CSP allows no style attributes
+      else e.setAttribute(k, v);
+    }
+    for (const k of kids) {
+      if (k === undefined || k === null) continue;
+      e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    }
+    return e;
+  }
+
+  function stamp(iso) {
+    if (!iso) return "—";
+    return iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", " UTC");
+  }
+
+  function ago(iso, now) {
+    if (!iso) return "";
+    let s = Math.round(((now || Date.now()) - Date.parse(iso)) / 1000);
+    const sign = s < 0 ? "in " : "";
+    s = Math.abs(s);
+    let t;
+    if (s < 90) t = s + " s";
+    else if (s < 5400) t = Math.round(s / 60) + " min";
+    else if (s < 172800) t = Math.round(s / 3600) + " h";
+    else t = Math.round(s / 86400) + " d";
+    return sign ? sign + t : t + " ago";
+  }
+
+  function duration(ms) {
+    const s = Math.round(ms / 1000);
+    if (s < 90) return s + " s";
+    if (s < 5400) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+
+  function stateBadge(state) {
+    return el("span", { class: "badge state-" + state, "data-state": state }, state || "—");
+  }
+
+  function releaseText(r) {
+    if (r === "clean") return el("span", { class: "release-clean" }, "clean");
+    if (r === "not clean") return el("span", { class: "release-not-clean" }, "not clean (expired or broken)");
+    return el("span", { class: "muted" }, "—");
+  }
+
+  function link(p, text) {
+    return el("a", { href: p }, text);
+  }
+
+  function details(key, summary, ...body) {
+    const d = el("details", { "data-key": key }, el("summary", {}, summary), ...body);
+    if (openDetails[key]) d.open = true;
+    d.addEventListener("toggle", () => { openDetails[key] = d.open; });
+    return d;
+  }
+
+  function table(head, rows, attrs) {
+    return el("table", attrs || {},
+      el("thead", {}, el("tr", {}, ...head.map(h => el("th", { class: h.num ? "num" : null }, h.text || h)))),
+      el("tbody", {}, ...rows));
+  }
+
+  // --- the header, the problem banner, the footer ---
+
+  function showRead(d) {
+    document.getElementById("where").textContent =
+      d.account + " · container " + d.container + (d.prefix ? " · prefix " + d.prefix : "");
+    const r = document.getElementById("read");
+    r.textContent = "";
+    if (d.read_at) {
+      r.append("read " + stamp(d.read_at) + " (" + ago(d.read_at) + ")",
+        d.storage.ok ? ": " + d.requests + " List Blobs request" + (d.requests === 1 ? "" : "s") + ", " + d.blobs + " blob" + (d.blobs === 1 ? "" : "s") + ", " + d.took_ms + " ms" : "",
+        " · reads every " + d.refresh_seconds + " s");
+    }
+    r.setAttribute("data-reads", String(reads));
+    r.setAttribute("data-read-at", d.read_at || "");
+    document.getElementById("cost").textContent =
+      "Each read is one List Blobs request per 5,000 blobs, at most one every " + d.refresh_seconds +
+      " s however many pages are open, and none while none is.";
+  }
+
+  function showProblem(title, detail) {
+    const p = document.getElementById("problem");
+    p.hidden = false;
+    p.textContent = "";
+    p.append(el("span", { class: "title" }, title), el("span", { class: "detail" }, detail));
+  }
+
+  function clearProblem() {
+    const p = document.getElementById("problem");
+    p.hidden = true;
+    p.textContent = "";
+  }
+
+  function setMain(...kids) {
+    const m = document.getElementById("main");
+    m.textContent = "";
+    m.append(...kids);
+  }
+
+  // --- the overview ---
+
+  function renderOverview(d) {
+    document.title = "azlease ui · " + d.container;
+    const rows = d.items.map(it => el("tr", { "data-path": it.path, "data-kind": it.kind, class: "item" },
+      el("td", { class: "kind" }, it.kind_label),
+      el("td", { class: "name" }, link(it.path, it.name)),
+      el("td", { class: "state" }, it.kind === "shard-group" ? groupBadge(it.group) : stateBadge(it.state)),
+      el("td", { class: "holder" }, it.holder || ""),
+      el("td", { class: "epoch num" }, it.epoch ? String(it.epoch) : ""),
+      el("td", { class: "since" }, it.since ? stamp(it.since) : "", it.since ? el("span", { class: "muted" }, " (" + ago(it.since) + ")") : ""),
+      el("td", { class: "release" }, it.kind === "shard-group" ? "" : releaseText(it.last_release)),
+      el("td", { class: "summary" }, it.summary, waitingNote(it))));
+    const kinds = {};
+    for (const it of d.items) kinds[it.kind_label] = (kinds[it.kind_label] || 0) + 1;
+    const counts = Object.entries(kinds).map(([k, n]) => n + " " + k + (n === 1 ? "" : "s")).join(", ");
+    setMain(
+      el("h1", {}, "Lock blobs in " + d.container + (d.prefix ? " under " + d.prefix : "")),
+      el("p", { class: "muted" }, d.items.length ? counts + ". Since is when the latest term began, by the holder's clock." : "No lock blobs here yet."),
+      d.items.length ? table([{ text: "kind" }, { text: "name" }, { text: "state" }, { text: "holder" }, { text: "epoch", num: true },
+        { text: "since" }, { text: "last release" }, { text: "summary" }], rows, { id: "items" }) : "",
+      el("p", {}, el("a", { href: "/api/blobs" }, "Every lock blob (JSON)"),
+        " lists each membership and shard of the shard groups too, with its kind and item."));
+  }
+
+  function groupBadge(g) {
+    if (!g) return "";
+    return g.balanced ? el("span", { class: "badge state-leased", "data-state": "balanced" }, "balanced")
+      : el("span", { class: "badge state-expired", "data-state": "misplaced" }, g.misplaced + " misplaced");
+  }
+
+  function waitingNote(it) {
+    const parts = [];
+    if (it.queue && it.queue.length) parts.push(it.queue.length + " waiting");
+    if (it.candidates && it.candidates.length) parts.push(it.candidates.length + " candidates");
+    return parts.length ? el("span", { class: "muted" }, " · " + parts.join(", ")) : "";
+  }
+
+  // --- an item's page ---
+
+  function renderItem(d, it) {
+    document.title = it.kind_label + " " + it.name + " · azlease ui";
+    const parts = [
+      el("p", {}, link("/", "← every item")),
+      el("h1", {}, it.kind_label + " ", el("span", { class: "mono", id: "item-name" }, it.name)),
+    ];
+    if (it.kind !== "shard-group") parts.push(facts(it));
+    if (it.once) parts.push(...renderOnce(it.once));
+    if (it.group) parts.push(...renderGroup(it.group));
+    if (it.terms && it.terms.length) parts.push(...renderTimeline(d, it));
+    if (["mutex", "semaphore-slot", "lock"].includes(it.kind)) parts.push(...renderQueue(it.queue));
+    if (["leader", "lock"].includes(it.kind)) parts.push(...renderCandidates(it.candidates));
+    if (it.blobs && it.blobs.length > 1) parts.push(renderBlobs(it.blobs));
+    setMain(...parts);
+  }
+
+  function facts(it) {
+    const dl = el("dl", { class: "facts", id: "facts" });
+    const add = (k, cls, ...v) => dl.append(el("dt", {}, k), el("dd", { class: cls }, ...v));
+    add("state", "state", stateBadge(it.state));
+    add("holder", "holder", it.holder || "—");
+    add("epoch", "epoch", it.epoch ? String(it.epoch) : "—");
+    add("since", "since", it.since ? stamp(it.since) + " (" + ago(it.since) + ", by the holder's clock)" : "—");
+    add("last release", "release", it.state === "leased" ? "— (held now)" : releaseText(it.last_release));
+    if (it.slot) add("semaphore", "slot", "slot " + it.slot.index + " of " + it.slot.semaphore);
+    if (it.error) add("record", "error", el("span", { class: "release-not-clean" }, it.error));
+    return dl;
+  }
+
+  function renderOnce(o) {
+    const dl = el("dl", { class: "facts", id: "once" });
+    const add = (k, ...v) => dl.append(el("dt", {}, k), el("dd", {}, ...v));
+    add("key", el("span", { class: "mono" }, o.key));
+    add("state", el("span", { class: "badge once-" + o.state, "data-state": o.state }, o.state), o.running ? " (a runner holds the key now)" : "");
+    add("attempts", String(o.attempts) + (o.max_attempts ? " of at most " + o.max_attempts : ""));
+    add("by", o.holder || "—");
+    add("when", o.time ? stamp(o.time) + " (" + ago(o.time) + ", by the writer's clock)" : "—");
+    add("epoch", o.epoch ? String(o.epoch) : "—");
+    const out = [el("h2", {}, "Once marker"), dl];
+    if (o.last_error) out.push(el("h2", {}, "Recorded error of the last failed attempt"), el("pre", { class: "error", id: "once-error" }, o.last_error));
+    return out;
+  }
+
+  // The timeline: a lane per holder, a bar per recorded term, from the
+  // oldest recorded start to the time of the read.
+  function renderTimeline(d, it) {
+    const terms = it.terms;
+    const end = Date.parse(d.read_at);
+    let start = Math.min(...terms.map(t => t.start ? Date.parse(t.start) : end));
+    if (!(end > start)) start = end - 60000;
+    const span = end - start;
+    const holders = [];
+    for (const t of terms) if (!holders.includes(t.holder)) holders.push(t.holder);
+    const lanes = holders.map((h, i) => {
+      const track = el("div", { class: "track" });
+      const lane = el("div", { class: "lane", "data-holder": h }, el("span", { class: "lname", title: h }, h), track);
+      for (const t of terms.filter(t => t.holder === h)) {
+        const s = t.start ? Date.parse(t.start) : start;
+        const e = t.end ? Date.parse(t.end) : end;
+        const left = Math.max(0, (s - start) / span * 100);
+        const width = Math.max(0.4, (Math.min(e, end) - s) / span * 100);
+        const cls = "bar c" + (i % PALETTE) + (t.end ? "" : t.ended === "held now" ? " open-end" : " unknown-end");
+        track.append(el("div", {
+          class: cls, style: { left: left.toFixed(3) + "%", width: Math.min(width, 100 - left).toFixed(3) + "%" },
+          title: h + ", epoch " + t.epoch + ", from " + stamp(t.start) + (t.end ? " to " + stamp(t.end) : ": " + t.ended),
+          "data-holder": h, "data-epoch": String(t.epoch),
+        }, h + " · " + t.epoch));
+      }
+      return lane;
+    });
+    const rows = terms.slice().reverse().map(t => el("tr", { "data-epoch": String(t.epoch) },
+      el("td", { class: "holder" }, t.holder),
+      el("td", { class: "num" }, String(t.epoch)),
+      el("td", {}, stamp(t.start)),
+      el("td", {}, t.end ? stamp(t.end) : t.ended),
+      el("td", { class: "num" }, t.start ? duration((t.end ? Date.parse(t.end) : end) - Date.parse(t.start)) + (t.end || t.ended === "held now" ? "" : " or less") : "")));
+    return [
+      el("h2", {}, it.kind === "leader" ? "Leadership: recorded terms" : "Recorded terms"),
+      el("p", { class: "muted" }, "A lane per holder, a bar per term, from its start (by the holder's clock) to the next term's start. " +
+        "A bar ending in a double line is held now; a hatched one ended at a time the record does not keep. " +
+        "The lock blob keeps its latest terms only (8 by default)."),
+      el("div", { class: "timeline", id: "timeline" }, ...lanes),
+      el("div", { class: "axis" }, el("span", {}, stamp(new Date(start).toISOString())), el("span", {}, "read at " + stamp(d.read_at))),
+      table([{ text: "holder" }, { text: "epoch", num: true }, { text: "began" }, { text: "ended" }, { text: "lasted", num: true }], rows, { id: "terms" }),
+    ];
+  }
+
+  function renderGroup(g) {
+    const colour = {};
+    for (const m of g.members) colour[m.name] = m.colour % PALETTE;
+    const members = g.members.map(m => el("tr", { "data-member": m.name },
+      el("td", {}, el("span", { class: "swatch c" + colour[m.name] }), m.name, m.suspect ? el("span", { class: "release-not-clean" }, " (suspect: a shard's lease expired under it)") : ""),
+      el("td", { class: "num" }, String(m.weight)),
+      el("td", { class: "num" }, String(m.owns)),
+      el("td", { class: "num" }, String(m.share)),
+      el("td", {}, m.joined ? stamp(m.joined) : "—")));
+    const cells = g.shards.map(s => {
+      const c = s.owner ? (s.owner in colour ? "c" + colour[s.owner] : "c11") : "free";
+      const notes = [];
+      if (!s.owner) notes.push("free");
+      if (s.handing_to) notes.push("handing to " + s.handing_to);
+      if (s.owner && !(s.owner in colour)) notes.push("owner not a member");
+      if (s.misplaced) notes.push("misplaced: plan says " + (s.planned || "nobody"));
+      return el("div", {
+        class: "shard " + c + (s.misplaced ? " misplaced" : ""), "data-shard": s.name, "data-owner": s.owner || "",
+        title: "shard " + s.name + ": " + (s.owner ? "owned by " + s.owner + ", epoch " + s.epoch + ", since " + stamp(s.since) : "free") + " (" + s.state + ")",
+      },
+      el("span", { class: "sname" }, "shard " + s.name),
+      el("span", { class: "owner" }, s.owner || "—"),
+      el("span", { class: "note" }, notes.join("; ")));
+    });
+    const misplaced = g.shards.filter(s => s.misplaced);
+    const moves = g.moves.slice(0, 30).map(m => el("tr", {},
+      el("td", {}, stamp(m.at)),
+      el("td", {}, m.shard),
+      el("td", {}, m.from || "(first recorded term)"),
+      el("td", {}, m.to),
+      el("td", { class: "num" }, String(m.epoch))));
+    return [
+      el("p", { id: "group-state" }, groupBadge(g), " ", g.member_count + " members, " + g.shard_count + " shards, " + g.owned + " owned. " +
+        (g.balanced ? "Every shard is where the plan puts it." : g.misplaced + " shards are not where the plan puts them (free ones included).")),
+      el("h2", {}, "Members"),
+      table([{ text: "member" }, { text: "weight", num: true }, { text: "owns", num: true }, { text: "share", num: true }, { text: "joined (its clock)" }], members, { id: "members" }),
+      el("h2", {}, "Shards"),
+      el("p", { class: "muted" }, "Each cell: the shard, its owner (coloured as in Members, and named), and what is unusual about it. " +
+        "Shards no replica has taken yet do not exist, and are not shown."),
+      el("div", { class: "grid", id: "grid" }, ...cells),
+      el("h2", {}, "Misplaced"),
+      misplaced.length ? el("ul", { id: "misplaced" }, ...misplaced.map(s => el("li", {}, "shard " + s.name + ": " + (s.owner || "free") + (s.handing_to ? " → " + s.handing_to : "") + ", plan: " + (s.planned || "nobody"))))
+        : el("p", { id: "misplaced" }, "None."),
+      el("h2", {}, "Recent moves"),
+      el("p", { class: "muted" }, "From the shards' recorded terms (each keeps its latest 8): a term whose holder is not the previous one's."),
+      moves.length ? table([{ text: "when (new owner's clock)" }, { text: "shard" }, { text: "from" }, { text: "to" }, { text: "epoch", num: true }], moves, { id: "moves" })
+        : el("p", {}, "None recorded."),
+    ];
+  }
+
+  // Queue and candidates: the places for what the library is about to
+  // record next to a lock blob (fair lock queues, leader candidates).
+  function renderQueue(q) {
+    const rows = (q || []).map(w => el("tr", {}, el("td", { class: "num" }, String(w.position)), el("td", {}, w.identity), el("td", {}, w.since ? stamp(w.since) + " (" + ago(w.since) + ")" : "—")));
+    return [el("h2", {}, "Queue"), rows.length ? table([{ text: "#", num: true }, { text: "waiter" }, { text: "waiting since" }], rows, { id: "queue" })
+      : el("p", { class: "muted", id: "queue" }, "No waiters recorded.")];
+  }
+
+  function renderCandidates(cs) {
+    const rows = (cs || []).map(c => el("tr", {}, el("td", {}, c.identity), el("td", { class: "num" }, String(c.priority)),
+      el("td", {}, c.ready ? "ready" : "not ready"),
+      el("td", {}, Object.entries(c.labels || {}).map(([k, v]) => k + "=" + v).join(", ")),
+      el("td", {}, c.since ? stamp(c.since) : "—")));
+    return [el("h2", {}, "Candidates"), rows.length ? table([{ text: "candidate" }, { text: "priority", num: true }, { text: "ready" }, { text: "labels" }, { text: "since" }], rows, { id: "candidates" })
+      : el("p", { class: "muted", id: "candidates" }, "No candidates recorded.")];
+  }
+
+  function renderBlobs(blobs) {
+    const rows = blobs.map(b => el("tr", { "data-blob": b.name },
+      el("td", { class: "mono" }, b.name), el("td", {}, b.kind_label), el("td", {}, stateBadge(b.state)),
+      el("td", {}, b.holder || ""), el("td", { class: "num" }, b.epoch ? String(b.epoch) : ""),
+      el("td", {}, b.since ? stamp(b.since) : ""), el("td", {}, releaseText(b.last_release))));
+    return details("blobs", "Its " + blobs.length + " lock blobs",
+      table([{ text: "blob" }, { text: "kind" }, { text: "state" }, { text: "holder" }, { text: "epoch", num: true }, { text: "since" }, { text: "last release" }], rows, { id: "blobs" }));
+  }
+
+  // --- reading ---
+
+  async function tick() {
+    let d = null;
+    let status = 0;
+    try {
+      const r = await fetch(api, { cache: "no-store" });
+      status = r.status;
+      d = await r.json();
+    } catch (e) {
+      reads++;
+      document.body.dataset.state = "ui-down";
+      showProblem("azlease ui is not answering.", "The command serving this page stopped, or cannot be reached: " + e + ". Trying again every " + refreshMs / 1000 + " s; nothing below is shown until it answers.");
+      setMain();
+      document.getElementById("read").textContent = "no answer " + stamp(new Date().toISOString());
+      setTimeout(tick, refreshMs);
+      return;
+    }
+    reads++;
+    if (d && d.refresh_seconds) refreshMs = d.refresh_seconds * 1000;
+    document.getElementById("api-link").href = api;
+    if (d && d.storage) showRead(d);
+    if (!d || !d.storage) {
+      document.body.dataset.state = "error";
+      showProblem("Unexpected answer " + status + ".", d && d.error ? d.error : "");
+      setMain();
+    } else if (!d.storage.ok) {
+      document.body.dataset.state = "storage-" + d.storage.problem;
+      const what = d.storage.problem === "refused" ? "Storage refuses to list the container" : "Storage cannot be reached";
+      showProblem(what + (d.storage.failing_since ? " since " + stamp(d.storage.failing_since) + " (" + ago(d.storage.failing_since) + ")" : "") + ".",
+        d.storage.error + " — Last successful read: " + (d.storage.last_success ? stamp(d.storage.last_success) : "none") +
+        ". No data is shown until storage answers: what the last read showed may no longer be true.");
+      setMain();
+    } else if (isItem && !d.item) {
+      document.body.dataset.state = "not-found";
+      clearProblem();
+      setMain(el("p", {}, link("/", "← every item")), el("h1", {}, "Not here now"),
+        el("p", {}, "The read of " + stamp(d.read_at) + " has no such item: it may have been deleted, be of another kind, or lie outside the prefix."));
+    } else {
+      document.body.dataset.state = "ok";
+      clearProblem();
+      if (isItem) renderItem(d, d.item); else renderOverview(d);
+      shownAt = Date.now();
+      shownReadAt = d.read_at;
+    }
+    setTimeout(tick, refreshMs);
+  }
+
+  // Data on screen that no answer has replaced for too long (a read that
+  // hangs) is taken away, as a failed read's would be.
+  setInterval(() => {
+    if (document.body.dataset.state !== "ok" || !shownAt) return;
+    const waited = Date.now() - shownAt;
+    if (waited <= staleMs()) return;
+    document.body.dataset.state = "waiting";
+    showProblem("No answer for " + duration(waited) + ": azlease ui or storage is not answering.",
+      "The last read was at " + stamp(shownReadAt) + "; nothing is shown until an answer comes: what it showed may no longer be true.");
+    setMain();
+  }, 1000);
+
+  tick();
+})();

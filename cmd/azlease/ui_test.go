@@ -1,0 +1,439 @@
+package main
+
+// The data and the HTTP side of 'azlease ui', in process: real holders of
+// every kind on the emulator (inside synctest), one listing made into items,
+// and the handlers answering from it. The browser test is internal/uitest;
+// the command as a process is ui_cli_test.go.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/shards"
+)
+
+// uiWorld is a container with one holder of each kind, and what the test
+// needs to stop them.
+type uiWorld struct {
+	srv      *azleasetest.Server
+	leaseIDs []string // every lease ID held or recorded: none may reach the page
+	stop     []func()
+}
+
+func newUIWorld(t *testing.T) *uiWorld {
+	ctx := context.Background()
+	w := &uiWorld{srv: azleasetest.NewServer(t, nil)}
+	srv := w.srv
+
+	el, err := azlease.NewElector(srv.Client("lead-a"), "sched", &azlease.ElectorOptions{Identity: "lead-a"})
+	require.NoError(t, err)
+	leading := make(chan string, 1)
+	require.NoError(t, el.Start(ctx, func(ctx context.Context, term *azlease.Term) error {
+		leading <- term.Token().LeaseID
+		<-ctx.Done()
+		return nil
+	}))
+	w.leaseIDs = append(w.leaseIDs, <-leading)
+	w.stop = append(w.stop, func() { require.NoError(t, el.Stop(ctx)) })
+
+	m, err := azlease.NewMutex(srv.Client("locker"), "jobs", &azlease.MutexOptions{Identity: "locker"})
+	require.NoError(t, err)
+	lk, err := m.Lock(ctx)
+	require.NoError(t, err)
+	w.leaseIDs = append(w.leaseIDs, lk.Token().LeaseID)
+	require.NoError(t, lk.Unlock(ctx)) // released cleanly
+
+	sem, err := azlease.NewSemaphore(srv.Client("exporter"), "exports", 3, &azlease.MutexOptions{Identity: "exporter"})
+	require.NoError(t, err)
+	sl, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	w.leaseIDs = append(w.leaseIDs, sl.Token().LeaseID)
+	w.stop = append(w.stop, func() { require.NoError(t, sl.Unlock(ctx)) })
+
+	_, err = azlease.DoOnce(ctx, srv.Client("migrator"), "migrate-7", &azlease.DoOnceOptions{Identity: "migrator", MaxAttempts: 1},
+		func(context.Context, azlease.Token) error {
+			return errors.New("the command exited with status 3; its stderr ended with: no such table")
+		})
+	require.Error(t, err)
+
+	// A bare Lease that crashed: it expires, not released.
+	l, err := azlease.NewLease(srv.Client("crasher"), "cron", &azlease.LeaseOptions{Identity: "crasher"})
+	require.NoError(t, err)
+	tok, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	w.leaseIDs = append(w.leaseIDs, tok.LeaseID)
+	srv.Partition("crasher", azleasetest.Blackhole)
+
+	// A shard group of two replicas over 6 shards, and a shard leased by
+	// a replica that is not a member: misplaced.
+	for _, id := range []string{"rep-a", "rep-b"} {
+		g, err := shards.New(srv.Client(id), "orders", shards.Numbered(6), &shards.Options{Identity: id})
+		require.NoError(t, err)
+		require.NoError(t, g.Start(ctx, func(ctx context.Context, s *shards.Shard) error {
+			<-ctx.Done()
+			return nil
+		}))
+		w.stop = append(w.stop, func() { require.NoError(t, g.Stop(ctx)) })
+	}
+	ghost, err := azlease.NewLease(srv.Client("ghost"), "orders/shards/6", &azlease.LeaseOptions{Identity: "ghost", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	gt, err := ghost.Acquire(ctx)
+	require.NoError(t, err)
+	w.leaseIDs = append(w.leaseIDs, gt.LeaseID)
+	// Metadata other than azlease's record is never shown: a membership
+	// keeps lease IDs there (shardin), as this one does.
+	require.NoError(t, ghost.SetMetadata(ctx, map[string]string{"shardin": "0=" + gt.LeaseID, "note": "not-for-the-page"}))
+	w.stop = append(w.stop, func() { require.NoError(t, ghost.Release(ctx)) })
+	// A group whose replicas all left: a free shard, no member.
+	idle, err := azlease.NewLease(srv.Client("gone"), "idle/shards/0", &azlease.LeaseOptions{Identity: "gone"})
+	require.NoError(t, err)
+	_, err = idle.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, idle.Release(ctx))
+	time.Sleep(20 * time.Second) // the group settles; the crashed lease expires
+	return w
+}
+
+func (w *uiWorld) close() {
+	for i := len(w.stop) - 1; i >= 0; i-- {
+		w.stop[i]()
+	}
+	w.srv.Heal("crasher")
+}
+
+func itemByName(m *uiModel, name string) uiItem {
+	for _, it := range m.items {
+		if it.Name == name {
+			return it
+		}
+	}
+	return uiItem{}
+}
+
+// TestUIModel: one listing of a container with every kind of holder names
+// each item's kind, state, holder, epoch and last release; a leader's
+// terms; a semaphore slot's place; a once-key's failure with its recorded
+// error; a shard group with its members, shares, every shard once, what is
+// misplaced (as shards.Inspect counts it) and its moves; and the empty
+// queue and candidates every item has.
+func TestUIModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newUIWorld(t)
+		defer w.close()
+		listed, err := azlease.InspectPrefix(context.Background(), w.srv.Client("ui"), "")
+		require.NoError(t, err)
+		m := buildUIModel(listed)
+
+		var names []string
+		for _, it := range m.items {
+			names = append(names, it.Kind+" "+it.Name)
+			assert.NotNil(t, it.Queue, it.Name)
+			assert.NotNil(t, it.Candidates, it.Name)
+			assert.Equal(t, it.Path, m.items[m.byPath[it.Path]].Path)
+		}
+		assert.Equal(t, []string{
+			"lock cron", "semaphore-slot " + sl(listed), "shard-group idle", "mutex jobs", "once-key once/migrate-7", "shard-group orders",
+			"leader sched",
+		}, names)
+
+		lead := itemByName(m, "sched")
+		assert.Equal(t, "leased", lead.State)
+		assert.Equal(t, "lead-a", lead.Holder)
+		assert.Empty(t, lead.LastRelease, "held: no release yet")
+		require.Len(t, lead.Terms, 1)
+		assert.Equal(t, "held now", lead.Terms[0].Ended)
+		assert.Equal(t, "/items/leader/sched", lead.Path)
+
+		jobs := itemByName(m, "jobs")
+		assert.Equal(t, "free", jobs.State)
+		assert.Equal(t, "clean", jobs.LastRelease)
+		assert.Contains(t, jobs.Summary, "released cleanly")
+
+		cron := itemByName(m, "cron")
+		assert.Equal(t, "expired", cron.State)
+		assert.Equal(t, "not clean", cron.LastRelease)
+		assert.Equal(t, "expired: not released (when is not recorded)", cron.Terms[0].Ended)
+
+		slot := itemByName(m, sl(listed))
+		require.NotNil(t, slot.Slot)
+		assert.Equal(t, "exports", slot.Slot.Semaphore)
+		assert.Equal(t, "leased", slot.State)
+
+		once := itemByName(m, "once/migrate-7")
+		require.NotNil(t, once.Once)
+		assert.Equal(t, uiOnce{Key: "migrate-7", State: "failed", Holder: "migrator", Attempts: 1, MaxAttempts: 1, Epoch: once.Epoch,
+			Time: once.Once.Time, LastError: "the command exited with status 3; its stderr ended with: no such table"}, *once.Once)
+		assert.Equal(t, "/items/once-key/once/migrate-7", once.Path)
+
+		grp := itemByName(m, "orders")
+		require.NotNil(t, grp.Group)
+		g := grp.Group
+		require.Len(t, g.Members, 2)
+		assert.Equal(t, 7, g.ShardCount)
+		seen := map[string]int{}
+		misplaced := 0
+		for _, s := range g.Shards {
+			seen[s.Name]++
+			if s.Misplaced {
+				misplaced++
+			}
+		}
+		for _, s := range append(shards.Numbered(6), "6") {
+			assert.Equal(t, 1, seen[s], "shard %s once", s)
+		}
+		want := shards.AssignmentOf("orders", listed, nil)
+		assert.Equal(t, want.Misplaced, g.Misplaced)
+		assert.Equal(t, g.Misplaced, misplaced, "the grid marks as many shards as the plan counts")
+		assert.False(t, g.Balanced)
+		var ghost uiShard
+		for _, s := range g.Shards {
+			if s.Name == "6" {
+				ghost = s
+			}
+		}
+		assert.Equal(t, "ghost", ghost.Owner)
+		assert.True(t, ghost.Misplaced, "owned by a replica that is not a member")
+		for _, mb := range g.Members {
+			assert.Equal(t, 3, mb.Owns, mb.Name)
+		}
+		assert.NotEmpty(t, g.Moves)
+		assert.Len(t, grp.Blobs, 2+7, "memberships and shards")
+		for _, b := range grp.Blobs {
+			assert.Contains(t, []string{kindMembership, kindShard}, b.Kind, b.Name)
+			assert.Equal(t, grp.Path, b.Item)
+		}
+		assert.Len(t, m.blobs, len(listed), "every lock blob once")
+
+		// The grid marks as many shards as the plan counts, free ones
+		// of a group with no member included.
+		idle := itemByName(m, "idle")
+		require.NotNil(t, idle.Group)
+		assert.Equal(t, 1, idle.Group.Misplaced)
+		require.Len(t, idle.Group.Shards, 1)
+		assert.True(t, idle.Group.Shards[0].Misplaced)
+		assert.Equal(t, "free", idle.Group.Shards[0].State)
+	})
+}
+
+// sl is the name of the semaphore slot that was taken.
+func sl(listed []azlease.Status) string {
+	for _, st := range listed {
+		if strings.HasPrefix(st.Name, "exports/slot-") {
+			return st.Name
+		}
+	}
+	return ""
+}
+
+// uiGet answers one request through the server's handler.
+func uiGet(t *testing.T, s *uiServer, host, path string) (int, string) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.Host = host
+	rec := httptest.NewRecorder()
+	s.srv.Handler.ServeHTTP(rec, r)
+	b, err := io.ReadAll(rec.Result().Body)
+	require.NoError(t, err)
+	return rec.Code, string(b)
+}
+
+// newTestUIServer is a server on cc whose listings are list's, counted.
+func newTestUIServer(cc *container.Client, list func() ([]azlease.Status, error), refresh time.Duration) (*uiServer, *atomic.Int32) {
+	g := &globals{log: slog.New(slog.DiscardHandler)}
+	s := newUIServer(context.Background(), g, cc, "", refresh, true)
+	var n atomic.Int32
+	s.list = func(context.Context) ([]azlease.Status, error) {
+		n.Add(1)
+		return list()
+	}
+	return s, &n
+}
+
+// TestUIServer: the JSON of every endpoint; an item by its page's path,
+// and a missing one (404); every reader within --refresh shares one
+// listing; a failing storage is a 503 carrying no items, why, and since
+// when, then the data again when it answers; nothing in any answer is a
+// lease ID or a SAS signature; only reads, only addressed to loopback.
+func TestUIServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newUIWorld(t)
+		defer w.close()
+		cc := w.srv.Client("ui")
+		var failing atomic.Value
+		failing.Store(false)
+		list := func() ([]azlease.Status, error) {
+			if failing.Load().(bool) {
+				_, err := azlease.InspectPrefix(context.Background(), w.srv.Client("down"), "")
+				return nil, err
+			}
+			return azlease.InspectPrefix(context.Background(), cc, "")
+		}
+		s, lists := newTestUIServer(cc, list, 5*time.Second)
+		const host = "127.0.0.1:8080"
+
+		code, body := uiGet(t, s, host, "/api/overview")
+		require.Equal(t, http.StatusOK, code, body)
+		var ov uiOverview
+		require.NoError(t, json.Unmarshal([]byte(body), &ov))
+		assert.True(t, ov.Storage.OK)
+		assert.Equal(t, 1, ov.Requests)
+		assert.Len(t, ov.Items, 7)
+		assert.Equal(t, 5.0, ov.RefreshSeconds)
+		for _, it := range ov.Items {
+			assert.Nil(t, it.Terms, "the overview has no detail")
+			assert.Contains(t, body, `"queue": []`)
+			assert.Contains(t, body, `"candidates": []`)
+		}
+
+		code, body = uiGet(t, s, host, "/api/items/leader/sched")
+		require.Equal(t, http.StatusOK, code, body)
+		var ia uiItemAnswer
+		require.NoError(t, json.Unmarshal([]byte(body), &ia))
+		require.NotNil(t, ia.Item)
+		assert.Equal(t, "lead-a", ia.Item.Holder)
+		assert.Len(t, ia.Item.Terms, 1)
+
+		code, body = uiGet(t, s, host, "/api/items/shard-group/orders")
+		require.Equal(t, http.StatusOK, code, body)
+		require.NoError(t, json.Unmarshal([]byte(body), &ia))
+		assert.Len(t, ia.Item.Group.Shards, 7)
+
+		code, _ = uiGet(t, s, host, "/api/items/once-key/once/migrate-7")
+		assert.Equal(t, http.StatusOK, code)
+		code, _ = uiGet(t, s, host, "/api/items/mutex/sched")
+		assert.Equal(t, http.StatusNotFound, code, "another kind")
+		code, _ = uiGet(t, s, host, "/api/nothing")
+		assert.Equal(t, http.StatusNotFound, code)
+
+		code, body = uiGet(t, s, host, "/api/blobs")
+		require.Equal(t, http.StatusOK, code)
+		var ba uiBlobsAnswer
+		require.NoError(t, json.Unmarshal([]byte(body), &ba))
+		assert.Len(t, ba.BlobList, ba.Blobs)
+
+		for _, p := range []string{"/", "/items/leader/sched", "/ui/app.js", "/ui/style.css"} {
+			code, body := uiGet(t, s, host, p)
+			assert.Equal(t, http.StatusOK, code, p)
+			assert.NotContains(t, body, "http://", p+": nothing from elsewhere")
+		}
+		assert.Equal(t, int32(1), lists.Load(), "one listing shared by every answer within --refresh")
+
+		// Many readers at once, after the refresh: one listing.
+		time.Sleep(5 * time.Second)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { uiGet(t, s, host, "/api/overview") })
+		}
+		wg.Wait()
+		assert.Equal(t, int32(2), lists.Load())
+
+		// Storage fails: no data, why, since when.
+		time.Sleep(5 * time.Second)
+		w.srv.Partition("down", azleasetest.Blackhole)
+		failing.Store(true)
+		code, body = uiGet(t, s, host, "/api/overview")
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		require.NoError(t, json.Unmarshal([]byte(body), &ov))
+		assert.False(t, ov.Storage.OK)
+		assert.Equal(t, "unreachable", ov.Storage.Problem)
+		assert.NotEmpty(t, ov.Storage.Error)
+		assert.NotNil(t, ov.Storage.FailingSince)
+		assert.NotNil(t, ov.Storage.LastSuccess)
+		assert.Empty(t, ov.Items, "no data from an older read")
+		code, body = uiGet(t, s, host, "/api/items/leader/sched")
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		assert.NotContains(t, body, "lead-a")
+
+		// Refused.
+		time.Sleep(5 * time.Second)
+		w.srv.Heal("down")
+		w.srv.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "down" {
+				return azleasetest.Fault{Action: azleasetest.Fail, Status: http.StatusForbidden, Code: "AuthenticationFailed"}
+			}
+			return azleasetest.Fault{}
+		})
+		_, body = uiGet(t, s, host, "/api/overview")
+		require.NoError(t, json.Unmarshal([]byte(body), &ov))
+		assert.Equal(t, "refused", ov.Storage.Problem)
+		assert.Contains(t, ov.Storage.Error, "check the account name and key")
+
+		// Back.
+		time.Sleep(5 * time.Second)
+		failing.Store(false)
+		code, body = uiGet(t, s, host, "/api/overview")
+		assert.Equal(t, http.StatusOK, code)
+		ov = uiOverview{}
+		require.NoError(t, json.Unmarshal([]byte(body), &ov))
+		assert.True(t, ov.Storage.OK, body)
+		assert.Nil(t, ov.Storage.FailingSince)
+		assert.Len(t, ov.Items, 7)
+
+		// Nothing secret in any answer.
+		paths := []string{"/api/overview", "/api/blobs"}
+		for _, it := range ov.Items {
+			paths = append(paths, "/api"+it.Path, it.Path)
+		}
+		for _, p := range paths {
+			_, body := uiGet(t, s, host, p)
+			for _, id := range w.leaseIDs {
+				require.NotEmpty(t, id)
+				assert.NotContains(t, strings.ToLower(body), strings.ToLower(id), p)
+			}
+			assert.NotContains(t, body, azleasetest.AccountKey, p)
+			assert.NotContains(t, body, "not-for-the-page", p)
+		}
+
+		// Reads only; loopback only.
+		r := httptest.NewRequest(http.MethodPost, "/api/overview", nil)
+		r.Host = host
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, r)
+		assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+		for h, want := range map[string]int{
+			"localhost:8080": 200, "[::1]:8080": 200, "127.0.0.5": 200, "evil.example:8080": 421, "192.168.1.9:8080": 421,
+		} {
+			code, _ := uiGet(t, s, h, "/api/overview")
+			assert.Equal(t, want, code, h)
+		}
+		s.loopbackOnly = false
+		code, _ = uiGet(t, s, "ui.example:8080", "/api/overview")
+		assert.Equal(t, http.StatusOK, code, "served on a non-loopback address: any host")
+	})
+}
+
+// TestUIRedact: a signature or key in an error's text never reaches the
+// page.
+func TestUIRedact(t *testing.T) {
+	assert.Equal(t, "GET https://a.blob.core.windows.net/c?sv=1&sig=REDACTED&se=2: 403",
+		redact("GET https://a.blob.core.windows.net/c?sv=1&sig=abc%2Fdef&se=2: 403"))
+	assert.Equal(t, "AccountName=a;AccountKey=REDACTED;x", redact("AccountName=a;AccountKey=c2VjcmV0==;x"))
+	assert.Equal(t, "SIG=REDACTED sig=REDACTED", redact("SIG=x sig=y"))
+	assert.Equal(t, "http://127.0.0.1:10000/devstoreaccount1", accountOf("http://127.0.0.1:10000/devstoreaccount1/locks"))
+	assert.Equal(t, "https://a.blob.core.windows.net", accountOf("https://a.blob.core.windows.net/locks?sv=1&sig=secret"))
+}
+
+// TestUIShardOrder: numbered shards in counting order, named ones after.
+func TestUIShardOrder(t *testing.T) {
+	names := []string{"b", "10", "2", "a", "0", "1"}
+	slices.SortFunc(names, shardOrder)
+	assert.Equal(t, []string{"0", "1", "2", "10", "a", "b"}, names)
+}

@@ -1,0 +1,636 @@
+// uimodel.go: what 'azlease ui' shows, as data. One listing of the container
+// (or prefix) becomes items: a leader, a mutex, a semaphore slot, a once-key,
+// a shard group (its memberships and shards together), a lock whose kind is
+// not recorded, or another blob. The same structures are the JSON of /api/...
+// and what the page draws. Pure: no request, no clock but the read instant
+// passed in.
+//
+// Adding information: a new kind of blob gets a case in blobKind and, if it
+// belongs to another item (as memberships and shards belong to their group),
+// a case in buildUIModel that attaches it; a new kind of fact about an item
+// gets a field in uiItem (omitempty) and a renderer in ui/app.js. The lock
+// queues and leader candidates the library is about to record have their
+// places already: uiItem.Queue and uiItem.Candidates (see queueOf and
+// candidatesOf below), rendered by the page's "Queue" and "Candidates"
+// sections.
+
+package main
+
+import (
+	"cmp"
+	"errors"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/shards"
+)
+
+// Kinds of items and blobs, as the JSON and the page's URLs name them.
+const (
+	kindLeader     = "leader"         // an Elector's lock blob ('azlease lead')
+	kindMutex      = "mutex"          // a Mutex's ('azlease lock')
+	kindSlot       = "semaphore-slot" // NAME/slot-I of a Semaphore ('azlease lock -n N')
+	kindOnce       = "once-key"       // a DoOnce marker ('azlease once')
+	kindGroup      = "shard-group"    // the blobs of a shards.Group ('azlease shards'): an item, not a blob
+	kindMembership = "membership"     // GROUP/members/ID: a blob of a shard group
+	kindShard      = "shard"          // GROUP/shards/NAME: a blob of a shard group
+	kindLock       = "lock"           // a lease whose holder kind is not recorded (older azlease, a bare Lease)
+	kindOther      = "other"          // a blob with no azlease record
+)
+
+// kindLabels are the kinds as the page writes them.
+var kindLabels = map[string]string{
+	kindLeader: "leader", kindMutex: "mutex", kindSlot: "semaphore slot", kindOnce: "once-key",
+	kindGroup: "shard group", kindMembership: "membership", kindShard: "shard", kindLock: "lock",
+	kindOther: "other blob",
+}
+
+// The states a blob shows: Azure's lease state, "available" shown as free.
+const (
+	stateLeased   = "leased"
+	stateFree     = "free"
+	stateExpired  = "expired"
+	stateBroken   = "broken"
+	stateBreaking = "breaking"
+)
+
+// uiEnvelope is what every /api/... answer starts with: where the data comes
+// from, when it was read, what the read cost, and whether storage answered.
+// When it did not, the answer carries no items: the page shows the failure,
+// never the data of an older read.
+type uiEnvelope struct {
+	Account   string `json:"account"` // the Blob service host; never a key or SAS
+	Container string `json:"container"`
+	Prefix    string `json:"prefix"`
+	// ReadAt is when the listing this answer comes from was sent; TookMS
+	// how long it took.
+	ReadAt *time.Time `json:"read_at,omitempty"`
+	TookMS int64      `json:"took_ms"`
+	// Requests is how many List Blobs requests the listing made: one per
+	// 5,000 blobs (at least one), and Blobs how many blobs it listed.
+	Requests int `json:"requests"`
+	Blobs    int `json:"blobs"`
+	// RefreshSeconds is --refresh: the page reads again this often, and a
+	// listing younger than this is shared by every reader.
+	RefreshSeconds float64   `json:"refresh_seconds"`
+	Storage        uiStorage `json:"storage"`
+}
+
+// uiStorage says whether the latest listing succeeded.
+type uiStorage struct {
+	OK bool `json:"ok"`
+	// Problem is "unreachable" (no answer, or failing: retried) or
+	// "refused" (an authentication or permission error) when OK is false.
+	Problem string `json:"problem,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// FailingSince is when the first listing of the current run of
+	// failures was sent; LastSuccess when the latest successful one was.
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	LastSuccess  *time.Time `json:"last_success,omitempty"`
+}
+
+// uiOverview is /api/overview: every item, without the per-item detail
+// (blobs, terms, grid), which /api/items/KIND/NAME gives.
+type uiOverview struct {
+	uiEnvelope
+	Items []uiItem `json:"items"`
+}
+
+// uiItemAnswer is /api/items/KIND/NAME.
+type uiItemAnswer struct {
+	uiEnvelope
+	Item *uiItem `json:"item,omitempty"`
+}
+
+// uiBlobsAnswer is /api/blobs: every lock blob, flat, with its kind and
+// the item it belongs to.
+type uiBlobsAnswer struct {
+	uiEnvelope
+	BlobList []uiBlob `json:"blobs_list"`
+}
+
+// uiItem is one thing an operator asks about: a lock blob, or a shard
+// group's blobs together.
+type uiItem struct {
+	Kind      string `json:"kind"`
+	KindLabel string `json:"kind_label"`
+	Name      string `json:"name"` // the blob's name; a group's name
+	Path      string `json:"path"` // its page; "/api" + Path is its JSON
+	// The latest term of the lock blob (for a group: empty).
+	State       string     `json:"state,omitempty"`
+	Holder      string     `json:"holder,omitempty"`
+	Epoch       uint64     `json:"epoch,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`        // by the holder's clock
+	LastRelease string     `json:"last_release,omitempty"` // "clean", "not clean"; "" while held or never held
+	Error       string     `json:"error,omitempty"`        // a record azlease cannot read
+	Summary     string     `json:"summary"`                // one line for the overview
+
+	Slot  *uiSlot  `json:"slot,omitempty"`
+	Once  *uiOnce  `json:"once,omitempty"`
+	Group *uiGroup `json:"group,omitempty"`
+
+	// Queue is the waiters of a mutex (or semaphore), first in line
+	// first; Candidates the contenders of a leader election. Always
+	// present, empty until the library records them next to the lock blob:
+	// queueOf and candidatesOf fill them.
+	Queue      []uiWaiter    `json:"queue"`
+	Candidates []uiCandidate `json:"candidates"`
+
+	// Detail, in /api/items/... only.
+	Terms []uiTerm `json:"terms,omitempty"` // the lock blob's recorded terms, oldest first: a leader's timeline
+	Blobs []uiBlob `json:"blobs,omitempty"` // every blob of the item
+}
+
+// uiSlot places a semaphore slot.
+type uiSlot struct {
+	Semaphore string `json:"semaphore"`
+	Index     int    `json:"index"`
+}
+
+// uiWaiter is one waiter of a lock's queue (reserved: see queueOf).
+type uiWaiter struct {
+	Position int        `json:"position"` // 1 is next
+	Identity string     `json:"identity"`
+	Since    *time.Time `json:"since,omitempty"` // waiting since, by its clock
+}
+
+// uiCandidate is one contender of a leader election (reserved: see
+// candidatesOf).
+type uiCandidate struct {
+	Identity string            `json:"identity"`
+	Priority int               `json:"priority"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Ready    bool              `json:"ready"`
+	Since    *time.Time        `json:"since,omitempty"`
+}
+
+// uiBlob is one lock blob as listed.
+type uiBlob struct {
+	Name        string     `json:"name"`
+	Kind        string     `json:"kind"`
+	KindLabel   string     `json:"kind_label"`
+	Item        string     `json:"item"`  // the path of the item it belongs to
+	State       string     `json:"state"` // leased, free, expired, broken, breaking
+	AzureState  string     `json:"azure_state"`
+	Role        string     `json:"role,omitempty"` // as recorded (Status.Role)
+	Holder      string     `json:"holder,omitempty"`
+	Epoch       uint64     `json:"epoch,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	LastRelease string     `json:"last_release,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	History     []uiTerm   `json:"history"` // newest first, as recorded
+}
+
+// uiTerm is one recorded term of a lock blob. End is the next term's start;
+// for the latest term it is empty, and Ended says why: "held now", or how
+// it ended (released cleanly, expired, broken) at a time the record does not
+// keep.
+type uiTerm struct {
+	Holder string     `json:"holder"`
+	Epoch  uint64     `json:"epoch"`
+	Start  *time.Time `json:"start,omitempty"`
+	End    *time.Time `json:"end,omitempty"`
+	Ended  string     `json:"ended"`
+}
+
+// uiOnce is a once-key's marker.
+type uiOnce struct {
+	Key         string     `json:"key"`
+	State       string     `json:"state"` // pending, running, done, failed; "corrupt"
+	Holder      string     `json:"holder,omitempty"`
+	Attempts    int        `json:"attempts"`
+	MaxAttempts int        `json:"max_attempts,omitempty"`
+	Epoch       uint64     `json:"epoch,omitempty"`
+	Time        *time.Time `json:"time,omitempty"`
+	LastError   string     `json:"last_error,omitempty"` // the recorded tail of the last failure
+	Running     bool       `json:"running"`
+}
+
+// uiGroup is a shard group: its members, its shards as a grid, the plan's
+// view, and the moves its shards' recorded terms show.
+type uiGroup struct {
+	Balanced    bool `json:"balanced"`
+	Misplaced   int  `json:"misplaced"`
+	MemberCount int  `json:"member_count"`
+	ShardCount  int  `json:"shard_count"` // the shards that exist: one no replica has taken yet does not
+	Owned       int  `json:"owned"`
+	// In /api/items/... only.
+	Members []uiMember `json:"members,omitempty"`
+	Shards  []uiShard  `json:"shards,omitempty"`
+	Moves   []uiMove   `json:"moves,omitempty"` // newest first
+}
+
+type uiMember struct {
+	Name    string     `json:"name"`
+	Colour  int        `json:"colour"` // its index: the page's palette, and its label in the grid
+	Weight  int        `json:"weight"`
+	Owns    int        `json:"owns"`
+	Share   int        `json:"share"` // what the plan gives it
+	Joined  *time.Time `json:"joined,omitempty"`
+	Suspect bool       `json:"suspect,omitempty"` // a shard's lease expired under it: it may have crashed
+}
+
+type uiShard struct {
+	Name      string     `json:"name"`
+	State     string     `json:"state"`
+	Owner     string     `json:"owner,omitempty"`
+	Epoch     uint64     `json:"epoch,omitempty"`
+	Since     *time.Time `json:"since,omitempty"`
+	HandingTo string     `json:"handing_to,omitempty"`
+	Planned   string     `json:"planned,omitempty"`
+	Misplaced bool       `json:"misplaced"` // not where the plan puts it (free ones included)
+}
+
+// uiMove is a shard that changed owner: a recorded term whose holder is not
+// the previous term's. From is "" for a shard's first recorded term.
+type uiMove struct {
+	Shard string     `json:"shard"`
+	From  string     `json:"from,omitempty"`
+	To    string     `json:"to"`
+	Epoch uint64     `json:"epoch"`
+	At    *time.Time `json:"at,omitempty"`
+}
+
+// maxMoves bounds the moves a group's page lists.
+const maxMoves = 100
+
+// uiModel is one listing made into items.
+type uiModel struct {
+	items  []uiItem
+	byPath map[string]int
+	blobs  []uiBlob
+}
+
+// slotName matches a semaphore slot's blob: NAME/slot-I.
+var slotName = regexp.MustCompile(`^(.+)/slot-(0|[1-9][0-9]{0,3})$`)
+
+// groupPart splits a shard group's blob name into its group and part
+// ("members" or "shards"), or returns ok false. The last "/members/" or
+// "/shards/" decides, so that group names may hold slashes.
+func groupPart(name string) (group, part, rest string, ok bool) {
+	for _, p := range []string{"members", "shards"} {
+		sep := "/" + p + "/"
+		if i := strings.LastIndex(name, sep); i > 0 && i+len(sep) < len(name) {
+			if j := strings.LastIndex(name, "/members/"); p == "shards" && j > i {
+				continue
+			}
+			if j := strings.LastIndex(name, "/shards/"); p == "members" && j > i {
+				continue
+			}
+			return name[:i], p, name[i+len(sep):], true
+		}
+	}
+	return "", "", "", false
+}
+
+// blobKind names what a blob is, from its name, its recorded role and its
+// marker. A shard group's blobs are leases ("lease") or not recorded yet;
+// a blob named like one but leased by a Mutex or Elector is that instead.
+func blobKind(st azlease.Status) string {
+	_, hasMarker, markerErr := st.OnceMarker()
+	bare := st.Role == "lease" || st.Role == ""
+	if _, part, _, ok := groupPart(st.Name); ok && bare && !hasMarker {
+		if part == "members" {
+			return kindMembership
+		}
+		return kindShard
+	}
+	switch {
+	case hasMarker || markerErr != nil || st.Role == "once":
+		return kindOnce
+	case slotName.MatchString(st.Name) && (st.Role == "mutex" || st.Role == ""):
+		return kindSlot
+	case st.Role == "elector":
+		return kindLeader
+	case st.Role == "mutex":
+		return kindMutex
+	case st.Role != "" || st.Epoch > 0 || st.Err != nil:
+		return kindLock
+	}
+	return kindOther
+}
+
+// blobState is the state a blob shows.
+func blobState(st azlease.Status) string {
+	switch st.State {
+	case "leased":
+		return stateLeased
+	case "breaking":
+		return stateBreaking
+	case "expired":
+		return stateExpired
+	case "broken":
+		return stateBroken
+	}
+	return stateFree
+}
+
+// lastRelease says how the latest term ended, when it has: "clean" when its
+// holder released it (after stopping its work), "not clean" when its lease
+// expired or was broken (the holder may have crashed); "" while held or
+// never held.
+func lastRelease(st azlease.Status) string {
+	switch {
+	case st.Leased || st.Epoch == 0 || st.Err != nil:
+		return ""
+	case st.Released:
+		return "clean"
+	}
+	return "not clean"
+}
+
+// itemPath is an item's page: /items/KIND/NAME, the name escaped segment by
+// segment so that its slashes stay readable.
+func itemPath(kind, name string) string {
+	segs := strings.Split(name, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return "/items/" + kind + "/" + strings.Join(segs, "/")
+}
+
+func uiTime(t time.Time) *time.Time { return timePtr(t) }
+
+// terms are a blob's recorded terms, oldest first, each ending where the
+// next began; the latest is "held now" while leased in its epoch.
+func terms(st azlease.Status) []uiTerm {
+	hist := st.History
+	if len(hist) == 0 && st.Epoch > 0 {
+		hist = []azlease.HistoryEntry{{Holder: st.Holder, Epoch: st.Epoch, Acquired: st.Acquired}}
+	}
+	out := make([]uiTerm, 0, len(hist))
+	for i := len(hist) - 1; i >= 0; i-- {
+		h := hist[i]
+		t := uiTerm{Holder: h.Holder, Epoch: h.Epoch, Start: uiTime(h.Acquired)}
+		switch {
+		case i > 0:
+			t.End, t.Ended = uiTime(hist[i-1].Acquired), "the next term began"
+		case h.Epoch != st.Epoch:
+			t.Ended = "ended; a later term is not recorded"
+		case st.Leased:
+			t.Ended = "held now"
+		case st.Released:
+			t.Ended = "released cleanly (when is not recorded)"
+		case st.State == "broken":
+			t.Ended = "broken by an operator (when is not recorded)"
+		default:
+			t.Ended = "expired: not released (when is not recorded)"
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func toUIBlob(st azlease.Status, kind, item string) uiBlob {
+	b := uiBlob{
+		Name: st.Name, Kind: kind, KindLabel: kindLabels[kind], Item: item, State: blobState(st), AzureState: st.State,
+		Role: st.Role, Holder: st.Holder, Epoch: st.Epoch, Since: uiTime(st.Acquired), LastRelease: lastRelease(st),
+		History: []uiTerm{},
+	}
+	if st.Err != nil {
+		b.Error = line(st.Err)
+	}
+	t := terms(st)
+	for i := len(t) - 1; i >= 0; i-- {
+		b.History = append(b.History, t[i])
+	}
+	return b
+}
+
+// buildUIModel makes the items of one listing. listed is in name order.
+func buildUIModel(listed []azlease.Status) *uiModel {
+	m := &uiModel{byPath: map[string]int{}}
+	groups := map[string][]azlease.Status{} // a group's blobs
+	var groupOrder []string
+	add := func(it uiItem) {
+		m.byPath[it.Path] = len(m.items)
+		m.items = append(m.items, it)
+	}
+	for _, st := range listed {
+		kind := blobKind(st)
+		if kind == kindMembership || kind == kindShard {
+			g, _, _, _ := groupPart(st.Name)
+			if _, seen := groups[g]; !seen {
+				groupOrder = append(groupOrder, g)
+			}
+			groups[g] = append(groups[g], st)
+			continue
+		}
+		add(lockItem(st, kind))
+	}
+	for _, g := range groupOrder {
+		add(groupItem(g, groups[g]))
+	}
+	// Items in name order, groups among the locks.
+	slices.SortStableFunc(m.items, func(a, b uiItem) int { return strings.Compare(a.Name, b.Name) })
+	for i, it := range m.items {
+		m.byPath[it.Path] = i
+		for _, b := range it.Blobs {
+			m.blobs = append(m.blobs, b)
+		}
+	}
+	slices.SortStableFunc(m.blobs, func(a, b uiBlob) int { return strings.Compare(a.Name, b.Name) })
+	return m
+}
+
+// lockItem is the item of one lock blob.
+func lockItem(st azlease.Status, kind string) uiItem {
+	it := uiItem{
+		Kind: kind, KindLabel: kindLabels[kind], Name: st.Name, Path: itemPath(kind, st.Name),
+		State: blobState(st), Holder: st.Holder, Epoch: st.Epoch, Since: uiTime(st.Acquired), LastRelease: lastRelease(st),
+		Queue: queueOf(st), Candidates: candidatesOf(st), Terms: terms(st),
+	}
+	if st.Err != nil {
+		it.Error = line(st.Err)
+	}
+	it.Blobs = []uiBlob{toUIBlob(st, kind, it.Path)}
+	if sm := slotName.FindStringSubmatch(st.Name); kind == kindSlot && sm != nil {
+		i, _ := strconv.Atoi(sm[2])
+		it.Slot = &uiSlot{Semaphore: sm[1], Index: i}
+	}
+	if kind == kindOnce {
+		it.Once = onceOf(st)
+	}
+	it.Summary = lockSummary(it)
+	return it
+}
+
+// onceOf reads a once-key's marker. The key is the blob's name without the
+// default prefix "once/" (DoOnceOptions.Prefix may be another).
+func onceOf(st azlease.Status) *uiOnce {
+	o := &uiOnce{Key: strings.TrimPrefix(st.Name, "once/"), Running: st.Leased}
+	mk, _, err := st.OnceMarker()
+	switch {
+	case errors.Is(err, azlease.ErrOnceCorrupt):
+		o.State, o.LastError = "corrupt", line(err)
+	case err != nil:
+		o.State, o.LastError = "unreadable", line(err)
+	default:
+		o.State, o.Holder, o.Attempts, o.MaxAttempts, o.Epoch = string(mk.State), mk.Holder, mk.Attempts, mk.MaxAttempts, mk.Epoch
+		o.Time, o.LastError, o.Running = uiTime(mk.Time), mk.LastError, mk.Locked
+	}
+	return o
+}
+
+func lockSummary(it uiItem) string {
+	var b strings.Builder
+	switch {
+	case it.Error != "":
+		b.WriteString("record unreadable")
+	case it.Epoch == 0 && it.State == stateFree:
+		b.WriteString("never held")
+	case it.State == stateLeased || it.State == stateBreaking:
+		b.WriteString("held by " + it.Holder + ", epoch " + strconv.FormatUint(it.Epoch, 10))
+	default:
+		b.WriteString(it.State + "; last held by " + it.Holder + ", epoch " + strconv.FormatUint(it.Epoch, 10))
+		switch it.LastRelease {
+		case "clean":
+			b.WriteString(", released cleanly")
+		case "not clean":
+			b.WriteString(", not released cleanly")
+		}
+	}
+	if o := it.Once; o != nil {
+		b.WriteString("; once: " + o.State)
+		if o.Attempts > 0 {
+			b.WriteString(", " + strconv.Itoa(o.Attempts) + " attempt")
+			if o.Attempts > 1 {
+				b.WriteString("s")
+			}
+		}
+	}
+	return b.String()
+}
+
+// groupItem is a shard group's item, from its blobs.
+func groupItem(group string, blobs []azlease.Status) uiItem {
+	it := uiItem{Kind: kindGroup, KindLabel: kindLabels[kindGroup], Name: group, Path: itemPath(kindGroup, group),
+		Queue: []uiWaiter{}, Candidates: []uiCandidate{}}
+	a := shards.AssignmentOf(group, blobs, nil)
+	g := &uiGroup{Balanced: a.Misplaced == 0, Misplaced: a.Misplaced, Members: []uiMember{}, Shards: []uiShard{}, Moves: []uiMove{}}
+	live := map[string]bool{}
+	for i, mb := range a.Members {
+		live[mb.Name] = true
+		g.Members = append(g.Members, uiMember{Name: mb.Name, Colour: i, Weight: mb.Weight, Owns: mb.Owns, Share: mb.Share,
+			Joined: uiTime(mb.Joined), Suspect: mb.Suspect})
+	}
+	for _, s := range a.Shards {
+		owner := s.Owner
+		if s.HandingTo != "" {
+			owner = s.HandingTo // the plan counts a pending hand-off as its receiver's
+		}
+		st := s.State
+		if st == "" {
+			st = "available"
+		}
+		g.Shards = append(g.Shards, uiShard{Name: s.Name, State: blobState(azlease.Status{State: st}), Owner: s.Owner, Epoch: s.Epoch,
+			Since: uiTime(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Misplaced: owner != s.Planned || !live[owner]})
+	}
+	slices.SortStableFunc(g.Shards, func(a, b uiShard) int { return shardOrder(a.Name, b.Name) })
+	shardsPrefix := group + "/shards/"
+	for _, st := range blobs {
+		kind := kindShard
+		if strings.HasPrefix(st.Name, group+"/members/") {
+			kind = kindMembership
+		}
+		it.Blobs = append(it.Blobs, toUIBlob(st, kind, it.Path))
+		if kind != kindShard {
+			continue
+		}
+		h := st.History
+		for i, e := range h {
+			from := ""
+			if i+1 < len(h) {
+				from = h[i+1].Holder
+			}
+			if i+1 == len(h) || from != e.Holder {
+				g.Moves = append(g.Moves, uiMove{Shard: strings.TrimPrefix(st.Name, shardsPrefix), From: from, To: e.Holder, Epoch: e.Epoch, At: uiTime(e.Acquired)})
+			}
+		}
+	}
+	slices.SortStableFunc(g.Moves, func(a, b uiMove) int {
+		at, bt := time.Time{}, time.Time{}
+		if a.At != nil {
+			at = *a.At
+		}
+		if b.At != nil {
+			bt = *b.At
+		}
+		if c := bt.Compare(at); c != 0 {
+			return c
+		}
+		return shardOrder(a.Shard, b.Shard)
+	})
+	if len(g.Moves) > maxMoves {
+		g.Moves = g.Moves[:maxMoves]
+	}
+	it.Group = g
+	g.MemberCount, g.ShardCount = len(g.Members), len(g.Shards)
+	for _, s := range g.Shards {
+		if s.Owner != "" {
+			g.Owned++
+		}
+	}
+	it.Summary = strconv.Itoa(g.MemberCount) + " members, " + strconv.Itoa(g.ShardCount) + " shards (" + strconv.Itoa(g.Owned) + " owned), "
+	if g.Balanced {
+		it.Summary += "balanced"
+	} else {
+		it.Summary += strconv.Itoa(g.Misplaced) + " not where the plan puts them"
+	}
+	return it
+}
+
+// shardOrder orders shard names as people count them: numbers by value
+// ("2" before "10", as shards.Numbered names them), then other names by
+// their bytes.
+func shardOrder(a, b string) int {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
+// queueOf is the queue of waiters of the lock blob st, first in line first.
+//
+// Where the lead plugs in fair lock queues: when the library records a
+// mutex's waiters in blobs next to its lock blob, (1) give those blobs a
+// kind in blobKind (say kindQueueEntry, matched by their name pattern) and
+// attach them in buildUIModel to the item of their lock blob (as memberships
+// are attached to their group) instead of making items of them; (2) have
+// this function (or its caller, which then has the entries) turn them into
+// uiWaiter values, Position 1 next. The JSON field "queue" and the page's
+// "Queue" section (renderQueue in ui/app.js) show whatever is here; nothing
+// else changes.
+func queueOf(azlease.Status) []uiWaiter { return []uiWaiter{} }
+
+// candidatesOf is the contenders of the leader election on st.
+//
+// Where the lead plugs in leader candidates: as for queueOf, with the
+// candidate blobs attached to their election's item and made into
+// uiCandidate values (identity, priority, labels, ready, since); the JSON
+// field "candidates" and the page's "Candidates" section (renderCandidates
+// in ui/app.js) show them.
+func candidatesOf(azlease.Status) []uiCandidate { return []uiCandidate{} }
+
+// light is the item without its detail, for the overview.
+func (it uiItem) light() uiItem {
+	it.Terms, it.Blobs = nil, nil
+	if it.Group != nil {
+		g := *it.Group
+		g.Members, g.Shards, g.Moves = nil, nil, nil
+		it.Group = &g
+	}
+	return it
+}
