@@ -322,6 +322,9 @@ type Status struct {
 	// without reading again (bumpEpoch, conditional on etag).
 	etag    azcore.ETag
 	created time.Time
+	// modified is the blob's Last-Modified, on storage's clock, as a
+	// listing gives it (zero from Inspect).
+	modified time.Time
 }
 
 // Inspect reads the status of the lock blob blobName in the container cc
