@@ -50,7 +50,10 @@
 // A request that azlease gave up on may still reach Azure later. azlease
 // never lets such a request act on a newer term: each term has its own lease
 // ID, and an ID is never proposed again while a request carrying it may
-// still be on its way.
+// still be on its way. A term's ID is proposed by one request only, one that
+// was answered (an acquisition attempt whose answer was lost is followed by
+// attempts with fresh IDs), so after a term's lease is released no late
+// request can grant its ID again, and no late write of the term can land.
 //
 // # Fencing
 //
@@ -176,7 +179,7 @@
 //	azlease.mutex.wait.duration   histogram  s        how long Mutex.Lock waited: azlease.outcome (acquired,
 //	                                                  canceled, error)
 //	azlease.once.calls            counter    {call}   DoOnce calls: azlease.once.outcome (ran, done_elsewhere,
-//	                                                  failed, exhausted, canceled, lost, error)
+//	                                                  unrecorded, failed, exhausted, canceled, lost, error)
 //
 // Each also carries azlease.lock, the lock blob's container/name, unless
 // MetricsWithoutLockName is set (for processes that hold thousands of locks).

@@ -73,6 +73,18 @@ type OnceResult struct {
 // ErrOnceFailed is wrapped by [*OnceFailedError].
 var ErrOnceFailed = errors.New("azlease: once failed")
 
+// ErrOnceUnrecorded is wrapped by the error of a DoOnce call whose fn
+// returned nil but whose completion is not known to be recorded: the
+// marker does not say done in this call's term, so another process may run
+// fn again (or has: a call whose completion was overtaken by another
+// runner's gets the marker of that run in OnceResult.Status). The error's
+// text says which case it is: the term was lost before the completion
+// could be recorded, the marker shows it was not recorded, another runner
+// completed the key, or storage did not answer (it may have been recorded
+// after all). A call whose fn returned nil returns either Ran true or an
+// error wrapping ErrOnceUnrecorded, never a plain "done elsewhere".
+var ErrOnceUnrecorded = errors.New("azlease: fn completed, but its completion is not known to be recorded")
+
 // ErrOnceCorrupt means a DoOnce marker's state or attempt count is not one
 // azlease writes (foreign or damaged metadata). Guessing could run fn more
 // often than MaxAttempts allows, so every DoOnce and InspectOnce on the key
@@ -296,12 +308,15 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 // still the key's. DoOnce then settles it before answering: it releases the
 // lease ID (after which no write carrying it can be applied) and reads the
 // marker, retrying until it learns the outcome. It returns Ran true if the
-// marker says done in this runner's term; Ran false and nil if another
-// runner completed the key meanwhile (this call's fn ran too); an error
-// saying the completion could not be recorded if it was not; and an error
-// saying it may not have been recorded only if storage stayed unreachable
-// for UnreachableTimeout, or ctx ended (a ctx that had ended before fn
-// returned leaves one round of release and read).
+// marker says done in this runner's term; otherwise an error wrapping
+// [ErrOnceUnrecorded]: another runner completed the key meanwhile (fn ran
+// twice; OnceResult.Status is that runner's marker), the completion could
+// not be recorded, or, only if storage stayed unreachable for
+// UnreachableTimeout or ctx ended (a ctx that had ended before fn returned
+// leaves one round of release and read), it may not have been recorded.
+// So a call whose fn returned nil learns it: Ran true, or an error wrapping
+// ErrOnceUnrecorded (also when the lease was lost before the completion
+// could be written).
 func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
@@ -322,6 +337,8 @@ func onceOutcome(res OnceResult, err error) string {
 		return "ran"
 	case err == nil:
 		return "done_elsewhere"
+	case errors.Is(err, ErrOnceUnrecorded):
+		return "unrecorded"
 	case errors.Is(err, ErrOnceFailed):
 		return "exhausted"
 	case res.Status.State == OnceFailed:
@@ -518,7 +535,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	lost := cause != nil && errors.Is(cause, ErrLeaseLost)
 	switch {
 	case lost && ferr == nil:
-		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its lease was lost before completion could be recorded; another process may run it again: %w", o.key, cause)
+		return OnceResult{}, true, fmt.Errorf("%w: once %q: its lease was lost before completion could be recorded; another process may run it again: %w", ErrOnceUnrecorded, o.key, cause)
 	case lost:
 		return OnceResult{}, true, ferr
 	case ferr != nil && ctx.Err() != nil:
@@ -564,11 +581,10 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 // term's epoch. Until then settle retries, releasing and reading, until ctx
 // ends or storage has been unreachable for UnreachableTimeout; a ctx that
 // has ended already leaves one round. The done marker of this term is the
-// answer as soon as it is read: nothing of this runner's can undo it. (Not
-// covered: an attempt of the acquisition that began this term, whose
-// retries reuse its lease ID, applied late after the release: it would
-// grant the ID again. That needs two requests of one term applied late,
-// the second after the first.)
+// answer as soon as it is read: nothing of this runner's can undo it. Once
+// released, the ID can never be granted again: the term's lease ID was
+// proposed by one request only, which was answered (see acquire.go), so no
+// acquisition carrying it can be applied late.
 func (o *once) settle(ctx context.Context, tok Token, werr error) (OnceResult, bool, error) {
 	o.log.Warn("azlease: once: fn completed but marking the key done failed; finding out whether it was recorded", slog.Any("error", werr))
 	sctx, rounds := ctx, 0
@@ -582,7 +598,7 @@ func (o *once) settle(ctx context.Context, tok Token, werr error) (OnceResult, b
 		// No release after this: it would overrun the caller's ctx or the
 		// bound, and the lease, no longer renewed, frees itself.
 		o.lease.forget(tok.LeaseID)
-		return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its completion may not have been recorded (%w); if it was not, another process may run it again; marking it done failed: %w", o.key, why, lastAttempt(werr))
+		return OnceResult{}, true, fmt.Errorf("%w: once %q: fn completed but its completion may not have been recorded (%w); if it was not, another process may run it again; marking it done failed: %w", ErrOnceUnrecorded, o.key, why, lastAttempt(werr))
 	}
 	released := false
 	var last error
@@ -606,11 +622,14 @@ func (o *once) settle(ctx context.Context, tok Token, werr error) (OnceResult, b
 			o.log.Info("azlease: once: done (marking it done had been applied)", slog.Int("attempt", st.Attempts), slog.Uint64("epoch", tok.Epoch))
 			return OnceResult{Ran: true, Status: st}, true, nil
 		case st.State == OnceDone:
+			// Not "done elsewhere": this call's fn completed too, and the
+			// caller must learn that its completion was not the one
+			// recorded (fn ran twice).
 			o.log.Warn("azlease: once: fn completed, but another runner completed the key after this one's lease ended",
 				slog.String("holder", st.Holder), slog.Uint64("epoch", st.Epoch))
-			return OnceResult{Status: st}, true, nil
+			return OnceResult{Status: st}, true, fmt.Errorf("%w: once %q: fn completed, but its completion could not be recorded: %s completed the key after this run's lease ended (epoch %d, this run's %d), so fn ran twice: %w", ErrOnceUnrecorded, o.key, st.Holder, st.Epoch, tok.Epoch, werr)
 		case released || epoch > tok.Epoch || st.Epoch > tok.Epoch:
-			return OnceResult{}, true, fmt.Errorf("azlease: once %q: fn completed but its completion could not be recorded (the marker says %s, epoch %d); another process may run it again: %w", o.key, st.State, st.Epoch, werr)
+			return OnceResult{}, true, fmt.Errorf("%w: once %q: fn completed but its completion could not be recorded (the marker says %s, epoch %d); another process may run it again: %w", ErrOnceUnrecorded, o.key, st.State, st.Epoch, werr)
 		}
 		ended := func(cause error) (OnceResult, bool, error) {
 			if last != nil {

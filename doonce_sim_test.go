@@ -37,7 +37,10 @@ import (
 //     server's grants), with epochs growing from run to run;
 //   - the runs of fn that counted (all but those abandoned by their caller,
 //     which do not count) never exceed the key's limit (the MaxAttempts
-//     recorded with its first attempt), nor does the marker's count.
+//     recorded with its first attempt), nor does the marker's count;
+//   - every call whose fn returned nil returned Ran true or an error
+//     wrapping ErrOnceUnrecorded (issue 24): its completion is never
+//     hidden as "done elsewhere" or a bare loss.
 
 // onceScenario is one seed's world.
 type onceScenario struct {
@@ -113,6 +116,7 @@ type onceCall struct {
 	caller  string
 	key     int
 	ran     bool   // fn ran in this call
+	done    bool   // fn returned nil in this call
 	epoch   uint64 // the term fn ran in
 	res     azlease.OnceResult
 	err     error
@@ -128,6 +132,8 @@ func outcomeOf(res azlease.OnceResult, err error) string {
 		return "ran"
 	case err == nil:
 		return "done elsewhere"
+	case errors.Is(err, azlease.ErrOnceUnrecorded) && strings.Contains(err.Error(), "ran twice"):
+		return "overtaken"
 	case errors.Is(err, errFnFailed):
 		return "fn failed"
 	case errors.As(err, &fe):
@@ -160,6 +166,7 @@ type onceStats struct {
 	twice    int // keys with more than one Ran true
 	wrong    int // keys whose final marker disagrees with the Ran answers
 	tooMany  int // keys with more counted runs (or recorded attempts) than their limit
+	hidden   int // calls whose fn returned nil that returned neither Ran true nor ErrOnceUnrecorded
 	finals   map[azlease.OnceState]int
 	requests int
 	late     map[azleasetest.Op]int
@@ -190,12 +197,13 @@ func (s *onceStats) add(o onceStats) {
 	s.twice += o.twice
 	s.wrong += o.wrong
 	s.tooMany += o.tooMany
+	s.hidden += o.hidden
 	s.requests += o.requests
 	s.breaks += o.breaks
 }
 
 func (s onceStats) violations() int {
-	return s.outside + s.overlaps + s.epochs + s.twice + s.wrong + s.tooMany
+	return s.outside + s.overlaps + s.epochs + s.twice + s.wrong + s.tooMany + s.hidden
 }
 
 // runOnceScenario plays sc. It must run inside a synctest bubble.
@@ -296,6 +304,7 @@ func runOnceScenario(t *testing.T, sc onceScenario) onceStats {
 					if fail {
 						return errFnFailed
 					}
+					call.done = true
 					return nil
 				})
 				cancel()
@@ -387,6 +396,8 @@ func runOnceScenario(t *testing.T, sc onceScenario) onceStats {
 				st.wrong++
 			case strings.HasPrefix(p, "too many"):
 				st.tooMany++
+			case strings.HasPrefix(p, "hidden"):
+				st.hidden++
 			}
 			report = append(report, fmt.Sprintf("key %d (final %+v): %s", k, final, p))
 		}
@@ -423,6 +434,9 @@ func checkOnceKey(sc onceScenario, k int, final azlease.OnceStatus, calls []once
 		}
 		if cl.ran && cl.outcome != "abandoned" {
 			counted++
+		}
+		if cl.done && !cl.res.Ran && !errors.Is(cl.err, azlease.ErrOnceUnrecorded) {
+			problems = append(problems, fmt.Sprintf("hidden: %s's fn completed (epoch %d), and it returned Ran false with %v", cl.caller, cl.epoch, cl.err))
 		}
 	}
 	switch {
@@ -482,8 +496,8 @@ func TestDoOnceSimulation(t *testing.T) {
 				st = runOnceScenario(t, sc)
 			})
 			if st.violations() > 0 {
-				t.Errorf("%v: %d keys answered Ran true twice, %d keys whose answers disagree with the marker, %d keys with more runs than their limit, %d runs outside their lease, %d overlapping pairs, %d epochs that did not grow",
-					sc, st.twice, st.wrong, st.tooMany, st.outside, st.overlaps, st.epochs)
+				t.Errorf("%v: %d keys answered Ran true twice, %d keys whose answers disagree with the marker, %d keys with more runs than their limit, %d completions hidden from their caller, %d runs outside their lease, %d overlapping pairs, %d epochs that did not grow",
+					sc, st.twice, st.wrong, st.tooMany, st.hidden, st.outside, st.overlaps, st.epochs)
 			}
 		})
 		if !ok {
@@ -491,8 +505,8 @@ func TestDoOnceSimulation(t *testing.T) {
 		}
 		total.add(st)
 	}
-	t.Logf("%d seeds: %d fn runs; calls %v; final markers %v; logged %v; %d keys answered Ran true twice, %d disagreeing with the marker, %d over their limit, %d runs outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks",
-		n, total.fnRuns, total.calls, total.finals, total.logged, total.twice, total.wrong, total.tooMany, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks)
+	t.Logf("%d seeds: %d fn runs; calls %v; final markers %v; logged %v; %d keys answered Ran true twice, %d disagreeing with the marker, %d over their limit, %d completions hidden, %d runs outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks",
+		n, total.fnRuns, total.calls, total.finals, total.logged, total.twice, total.wrong, total.tooMany, total.hidden, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks)
 }
 
 // countingHandler counts the DoOnce callers' Warn lines by message, and the

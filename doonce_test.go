@@ -813,3 +813,143 @@ func TestDoOnceSettleReleasesBeforeTrustingARead(t *testing.T) {
 		assert.Equal(t, azlease.OnceDone, st.State, "the late write landed before the release")
 	})
 }
+
+// TestDoOnceCompletionNeverHidden is issue 24's second safety item: a call
+// whose fn returned nil returns Ran true, or an error wrapping
+// ErrOnceUnrecorded; never a plain "done elsewhere" (Ran false, nil) and
+// never a bare loss. Each case is one way a completion goes unrecorded:
+//   - overtaken: the runner's done write is not applied (its connection
+//     drops) and the runner stays cut off past its lease; a waiter takes
+//     over, runs fn and marks the key done; the first runner, settling,
+//     reads the other's done marker (fn ran twice: it must learn that);
+//   - lost: the runner's renewals hang until its deadline while fn still
+//     runs; fn then returns nil in a term already lost;
+//   - not recorded: the done write is refused for good (the lease is
+//     broken by an operator between fn's end and the write).
+func TestDoOnceCompletionNeverHidden(t *testing.T) {
+	t.Run("overtaken", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newEmu(t)
+			var cut, healed atomic.Bool
+			e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+				switch {
+				case r.Client != "runner" || healed.Load():
+					return azleasetest.Fault{}
+				case cut.Load():
+					return azleasetest.Fault{Action: azleasetest.Hang}
+				case r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == string(azlease.OnceDone):
+					cut.Store(true)
+					return azleasetest.Fault{Action: azleasetest.Drop} // not applied
+				}
+				return azleasetest.Fault{}
+			})
+			var runs atomic.Int32
+			waiterDone := make(chan azlease.OnceResult, 1)
+			go func() {
+				time.Sleep(time.Second)
+				res, err := azlease.DoOnce(context.Background(), e.client("waiter"), "k", &azlease.DoOnceOptions{Identity: "waiter"},
+					func(context.Context, azlease.Token) error { runs.Add(1); return nil })
+				assert.NoError(t, err)
+				waiterDone <- res
+			}()
+			go func() {
+				w := <-waiterDone // the waiter completed the key: heal the runner
+				assert.True(t, w.Ran)
+				healed.Store(true)
+				waiterDone <- w
+			}()
+			res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+				func(context.Context, azlease.Token) error { runs.Add(1); return nil })
+			require.Equal(t, int32(2), runs.Load(), "fn ran in both calls")
+			require.ErrorIs(t, err, azlease.ErrOnceUnrecorded, "its completion must not be hidden as done elsewhere")
+			assert.ErrorContains(t, err, "ran twice")
+			assert.False(t, res.Ran)
+			assert.Equal(t, "waiter", res.Status.Holder, "the marker that was recorded")
+			<-waiterDone
+		})
+	})
+	t.Run("lost", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newEmu(t)
+			var cut atomic.Bool
+			e.SetFaults(faultsFor("runner", func(r azleasetest.Request) azleasetest.Fault {
+				if cut.Load() {
+					return azleasetest.Fault{Action: azleasetest.Hang}
+				}
+				return azleasetest.Fault{}
+			}))
+			res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+				func(ctx context.Context, _ azlease.Token) error {
+					cut.Store(true)
+					<-ctx.Done() // the lease is lost at its deadline
+					cut.Store(false)
+					return nil // and fn says it completed anyway
+				})
+			require.ErrorIs(t, err, azlease.ErrOnceUnrecorded)
+			require.ErrorIs(t, err, azlease.ErrLeaseLost, "with the cause")
+			assert.False(t, res.Ran)
+		})
+	})
+	t.Run("not recorded", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newEmu(t)
+			operator := newLease(t, e.client("operator"), "once/k", nil)
+			res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+				func(ctx context.Context, _ azlease.Token) error {
+					_, err := operator.Break(context.Background(), 0)
+					require.NoError(t, err)
+					return nil
+				})
+			require.ErrorIs(t, err, azlease.ErrOnceUnrecorded)
+			assert.False(t, res.Ran)
+			st, ierr := azlease.InspectOnce(context.Background(), e.client("x"), "k", nil)
+			require.NoError(t, ierr)
+			assert.NotEqual(t, azlease.OnceDone, st.State)
+		})
+	})
+}
+
+// TestDoOnceLateAcquireCannotRevealUnrecordedCompletion closes the hole
+// issue 22's note left open: an acquisition attempt whose answer is lost
+// (to be applied 10 s after the runner gave up on it) and a done write
+// applied late too. The runner used to retry the acquisition with the same
+// lease ID, so its term ran under that ID; settling released it and read
+// "not recorded", and then the late acquisition granted the ID again and
+// the late done write landed: the key was done in the runner's term after
+// the runner had said its completion could not be recorded. Now the retry
+// proposes a fresh ID, the late acquisition grants an ID no write carries,
+// and the answer stays true.
+func TestDoOnceLateAcquireCannotRevealUnrecordedCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		setup := newLease(t, e.client("setup"), "once/k", nil) // the blob exists, free
+		_, err := setup.Acquire(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, setup.Release(context.Background()))
+		var acquires, dones atomic.Int32
+		e.SetFaults(faultsFor("runner", func(r azleasetest.Request) azleasetest.Fault {
+			switch {
+			case r.Op == azleasetest.OpAcquireLease && acquires.Add(1) == 1:
+				// Given up after 3 s, applied at 23 s: after the release.
+				return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 20 * time.Second}
+			case r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleaseoncestate") == string(azlease.OnceDone):
+				if dones.Add(1) == 1 {
+					// Applied 25 s after the runner gave up on it: after
+					// the late acquisition.
+					return azleasetest.Fault{Action: azleasetest.ApplyLate, LateBy: 25 * time.Second}
+				}
+				return azleasetest.Fault{Action: azleasetest.Hang}
+			}
+			return azleasetest.Fault{}
+		}))
+		res, err := azlease.DoOnce(context.Background(), e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+			func(context.Context, azlease.Token) error { return nil })
+		require.ErrorIs(t, err, azlease.ErrOnceUnrecorded)
+		require.ErrorContains(t, err, "could not be recorded")
+		assert.False(t, res.Ran)
+		time.Sleep(time.Minute) // every late request has landed
+		st, ierr := azlease.InspectOnce(context.Background(), e.client("x"), "k", nil)
+		require.NoError(t, ierr)
+		assert.NotEqual(t, azlease.OnceDone, st.State, "the runner said its completion could not be recorded, and then it was")
+	})
+}

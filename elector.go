@@ -237,9 +237,12 @@ func (e *Elector) calledFromTask(ctx context.Context) bool {
 // Run returns an error wrapping [ErrPermanent] at once if storage refuses
 // the Elector's first requests for a reason retrying will not fix (a wrong
 // key, a missing role, a missing container with NoCreate, a host name that
-// does not exist): a misconfigured fleet fails at start-up, loudly. Once
-// storage has answered, later failures of any kind are retried (logged at
-// Warn or Error, and reported by [Elector.Check]). If ctx ends before
+// does not exist), or refuses its first acquisition while it may read (a
+// role that can read blobs but not lease or write them, such as Storage
+// Blob Data Reader): a misconfigured fleet fails at start-up, loudly. Once
+// an operation has succeeded, later failures of any kind are retried
+// (logged at Warn, or at Error once until the operation succeeds again, and
+// reported by [Elector.Check]). If ctx ends before
 // storage ever answered, Run returns an error saying so, with the last
 // failure. The task must return when its context is done: Run
 // waits for it. The task may end the election itself by calling Stop, with
@@ -510,18 +513,30 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 	}
 }
 
-// refused reports whether err is a permanent failure before storage ever
-// answered this Elector: a misconfiguration to report at once rather than
-// retry for ever. It then records it as the reason the Elector stops.
-// (Failures are logged by the Lease as they happen.)
+// refused reports whether err is a permanent failure of an operation that
+// has never succeeded for this Elector: before storage ever answered (a
+// wrong key, a host that does not exist), or the first acquisition refused
+// while reads succeed (a role that may read but not lease or write). That
+// is a misconfiguration to report at once rather than retry for ever: it
+// is then recorded as the reason the Elector stops. An operation that has
+// succeeded before and is refused later (a role assignment removed) is
+// retried, and logged at Error once. (Failures are logged by the Lease as
+// they happen.)
 func (e *Elector) refused(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || !errors.Is(err, ErrPermanent) || e.lease.health.snapshot().reached {
+	if ctx.Err() != nil || !errors.Is(err, ErrPermanent) {
+		return false
+	}
+	var ae *Error
+	if e.lease.health.snapshot().reached && (!errors.As(err, &ae) || e.lease.health.everSucceeded(ae.Op)) {
 		return false
 	}
 	e.mu.Lock()
 	e.runErr = err
 	e.mu.Unlock()
 	msg := "azlease: storage refused the elector's first requests; stopping"
+	if ae != nil && e.lease.health.snapshot().reached {
+		msg = "azlease: storage refuses to let the elector " + ae.Op + " (it can read: a role without write access?); stopping"
+	}
 	if errors.Is(err, ErrEndpointNotFound) {
 		msg = "azlease: the storage endpoint's host name does not resolve; stopping"
 	}

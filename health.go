@@ -31,6 +31,35 @@ type storageHealth struct {
 	since    time.Time // when the streak began
 	last     error     // the latest failure
 	reported bool      // the episode was logged
+	// refused holds the operations storage refused for good (a missing
+	// role, a wrong key) and that have not succeeded since: each is
+	// logged at Error once, however other operations fare meanwhile (a
+	// read-only role reads fine between refused acquisitions).
+	refused map[string]bool
+	// succeeded holds the operations that have succeeded at least once.
+	succeeded map[string]bool
+}
+
+// everSucceeded reports whether op has succeeded at least once.
+func (h *storageHealth) everSucceeded(op string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.succeeded[op]
+}
+
+// succeededOp records that op succeeded, and ends its refusal, if any.
+func (h *storageHealth) succeededOp(log *slog.Logger, op string) {
+	h.mu.Lock()
+	if h.succeeded == nil {
+		h.succeeded = map[string]bool{}
+	}
+	h.succeeded[op] = true
+	wasRefused := h.refused[op]
+	delete(h.refused, op)
+	h.mu.Unlock()
+	if wasRefused {
+		log.Info("azlease: storage accepts the operation again", slog.String("op", op))
+	}
 }
 
 // healthSnapshot is what storageHealth knows at one instant.
@@ -59,7 +88,10 @@ func (h *storageHealth) answered(log *slog.Logger) {
 	}
 }
 
-// failed records a request that got no usable answer.
+// failed records a request that got no usable answer. A permanent refusal
+// is logged at Error once per operation, until that operation succeeds
+// (however other operations fare meanwhile: a read-only role reads fine
+// between refused acquisitions); other failures at Warn once per episode.
 func (h *storageHealth) failed(log *slog.Logger, op string, err error) {
 	permanent := errors.Is(err, ErrPermanent)
 	h.mu.Lock()
@@ -68,8 +100,17 @@ func (h *storageHealth) failed(log *slog.Logger, op string, err error) {
 		h.since = time.Now()
 	}
 	h.last = err
-	report := !h.reported && (permanent || h.streak >= failuresBeforeWarning)
-	h.reported = h.reported || report
+	var report bool
+	if permanent {
+		report = !h.refused[op]
+		if h.refused == nil {
+			h.refused = map[string]bool{}
+		}
+		h.refused[op] = true
+	} else {
+		report = !h.reported && h.streak >= failuresBeforeWarning
+		h.reported = h.reported || report
+	}
 	streak := h.streak
 	h.mu.Unlock()
 	if !report {
@@ -102,6 +143,7 @@ func (h *storageHealth) consecutive() int64 {
 func (h *storageHealth) record(ctx context.Context, log *slog.Logger, op string, err error) {
 	if err == nil {
 		h.answered(log)
+		h.succeededOp(log, op)
 		return
 	}
 	switch classify(ctx, err) {

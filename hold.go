@@ -27,6 +27,15 @@ import (
 // HandOff. Holding again after the Lock ended starts a new term with a new
 // lease ID. When another holder has the lease, Hold returns an error
 // wrapping [ErrLeaseHeld].
+//
+// A Lock acts only on its own term, whatever the Lease did since: every
+// request it makes carries its own term's lease ID. Once the Lease has
+// been held again, an older Lock's Unlock sends nothing (the older lease ID
+// was given back when the new term began) and returns the older term's
+// loss, if it was lost; its HandOff and its Term's writes send nothing and
+// return an error wrapping [ErrNotHeld]. So work that outlives its term
+// and unlocks late, as Abandon recommends, can never free or hand away a
+// newer term's lease.
 func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
 	if l == nil || l.bc == nil {
 		return nil, fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)
@@ -50,8 +59,10 @@ func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
 // Stop the work done under the lock before handing it off: the receiver may
 // act as soon as it acquires. HandOff returns an error wrapping
 // [ErrLeaseLost] if the lock was lost before (the hand-off was not made),
-// and otherwise what [Lease.HandOff] returns. After a HandOff, Unlock
-// returns the same result without a request.
+// an error wrapping [ErrNotHeld] without a request if the lock was
+// abandoned ([Lock.Abandon]: its work may still run, and the receiver must
+// not act beside it), and otherwise what [Lease.HandOff] returns. After a
+// HandOff, Unlock returns the same result without a request.
 func (lk *Lock) HandOff(ctx context.Context, proposedID string) error {
 	if lk == nil || lk.k == nil {
 		return fmt.Errorf("azlease: HandOff of a Lock that Mutex.Lock, TryLock or Lease.Hold did not return: %w", ErrNotHeld)
@@ -64,18 +75,28 @@ func (lk *Lock) HandOff(ctx context.Context, proposedID string) error {
 	if lk.released {
 		return fmt.Errorf("azlease: HandOff of a Lock already released or handed off: %w", ErrNotHeld)
 	}
+	if lk.stopped && lk.lost == nil {
+		// Abandoned: the term ended before this call, and its work may
+		// still run. Handing its lease on would let the receiver act
+		// beside it (and the Lease may already hold a newer term, whose
+		// lease this Lock must never touch).
+		return fmt.Errorf("azlease: HandOff of a Lock whose term had already ended (%w): %w", lk.Term.Err(), ErrNotHeld)
+	}
 	lk.stopLocked()
 	if lk.lost != nil {
 		return lk.lost
 	}
-	err := lk.lease.HandOff(ctx, proposedID)
+	canon, _ := azname.GUID(proposedID)
+	err := lk.lease.handOff(ctx, lk.Token().LeaseID, canon)
 	switch {
 	case errors.Is(err, ErrInvalidOptions):
 		// Nothing was sent: the lock stays as it was (stopped, still
 		// held until Unlock releases it or its lease expires).
 		return err
 	case errors.Is(err, ErrNotHeld):
-		// The term's validity deadline passed before the hand-off.
+		// The term's validity deadline passed before the hand-off (or
+		// the Lease no longer holds this term's lease ID): nothing was
+		// sent.
 		lk.released, lk.err = true, fmt.Errorf("%w: the lock's validity deadline passed before the hand-off", ErrDeadlinePassed)
 		return lk.err
 	}
@@ -94,7 +115,9 @@ func (lk *Lock) HandOff(ctx context.Context, proposedID string) error {
 // while that work still runs, whereas after the lease expired the work's
 // own checks ([Term.Valid], the term's context) have long reported the term
 // ended. Unlock, called once the work has stopped at last, still releases
-// what may be held.
+// what may be held under this term's lease ID, and nothing if the Lease
+// has been held again since (see [Lease.Hold]). HandOff of an abandoned
+// Lock sends nothing.
 func (lk *Lock) Abandon() {
 	if lk == nil || lk.k == nil {
 		return

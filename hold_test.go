@@ -80,3 +80,76 @@ func TestLockHandOffRefusals(t *testing.T) {
 		require.ErrorIs(t, nilLock.HandOff(ctx, other.NextLeaseID()), azlease.ErrNotHeld)
 	})
 }
+
+// TestStaleLockNeverTouchesNewerTerm is issue 24's first safety item: one
+// Lease held by Hold (term T1), T1 ends (abandoned, or lost at its deadline
+// behind a partition), the same Lease is held again (T2, a new lease ID),
+// and T1's Lock is used late. Its Unlock must not release T2's lease, its
+// HandOff must not hand T2's lease away, its Term's writes must not act,
+// and stopping T1's renewals must not unhook T2's loss signal: T2 stays
+// held on the server and valid, and another holder cannot acquire.
+func TestStaleLockNeverTouchesNewerTerm(t *testing.T) {
+	for _, end := range []string{"abandoned", "lost at the deadline"} {
+		t.Run(end, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				a := newLease(t, e.client("a"), "x", nil)
+				l1, err := a.Hold(ctx)
+				require.NoError(t, err)
+				switch end {
+				case "abandoned":
+					l1.Abandon()
+					require.ErrorIs(t, l1.Err(), azlease.ErrStopped)
+					time.Sleep(16 * time.Second) // the abandoned lease expires
+				default:
+					e.Partition("a", azleasetest.Blackhole) // renewals hang
+					time.Sleep(20 * time.Second)
+					require.ErrorIs(t, l1.Err(), azlease.ErrDeadlinePassed)
+					e.Heal("a")
+				}
+				l2, err := a.Hold(ctx)
+				require.NoError(t, err, "the same Lease holds again: a new term")
+				require.NotEqual(t, l1.Token().LeaseID, l2.Token().LeaseID)
+				require.Greater(t, l2.Epoch(), l1.Epoch())
+
+				// T1, late: every operation acts on T1's own ID or not at all.
+				other := newLease(t, e.client("b"), "x", nil)
+				err = l1.HandOff(ctx, other.NextLeaseID())
+				require.Error(t, err, "an ended term hands nothing off")
+				uerr := l1.Unlock(ctx)
+				if end == "abandoned" {
+					require.NoError(t, uerr, "T1's own lease was given back already")
+				} else {
+					require.ErrorIs(t, uerr, azlease.ErrLeaseLost, "T1 reports its own loss")
+				}
+				require.ErrorIs(t, l1.Term.Write(ctx, []byte("late")), azlease.ErrNotHeld)
+				require.ErrorIs(t, l1.Term.Write(ctx, []byte("late")), l1.Err(), "with the term's end cause")
+
+				// T2 is untouched: held on the server, valid, renewed.
+				require.True(t, l2.Valid())
+				st, err := other.Inspect(ctx)
+				require.NoError(t, err)
+				require.True(t, st.Leased, "T1's Unlock or HandOff freed T2's lease")
+				_, err = other.Hold(ctx)
+				require.ErrorIs(t, err, azlease.ErrLeaseHeld, "another holder acquired during T2")
+				time.Sleep(time.Minute)
+				require.True(t, l2.Valid(), "T2 renewed all along")
+
+				// T2's loss signal still works after T1's renewals stopped:
+				// an operator breaks the lease, and T2's next write learns
+				// it and ends T2 at once (not at its next renewal).
+				_, err = other.Break(ctx, 0)
+				require.NoError(t, err)
+				werr := l2.Term.Write(ctx, []byte("after the break"))
+				require.ErrorIs(t, werr, azlease.ErrLeaseLost)
+				require.False(t, l2.Valid(), "T2 ended at once by its write's loss")
+
+				grants := e.Grants(testContainer, "x")
+				require.Len(t, grants, 2)
+				assert.Equal(t, l2.Token().LeaseID, grants[1].LeaseID)
+				require.ErrorIs(t, l2.Unlock(ctx), azlease.ErrLeaseLost, "T2 reports its own loss")
+			})
+		})
+	}
+}

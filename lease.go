@@ -42,12 +42,17 @@ const (
 // [Elector], [Mutex] and [DoOnce].
 //
 // Each acquisition starts a term with a fresh lease ID and a larger fencing
-// epoch. The retries of one call reuse its lease ID, so a retried acquire or
-// release is idempotent; a lease ID is never proposed by two Acquire calls
-// when a request carrying it may still be on its way, so a request applied
-// late, after its sender gave up, can never act on a newer term. A request
-// whose outcome is unknown (a timeout, a lost response) is resolved by
-// retrying it with the same lease ID before anything is reported.
+// epoch. A lease ID is never proposed by two Acquire calls when a request
+// carrying it may still be on its way, so a request applied late, after its
+// sender gave up, can never act on a newer term. Within one call, an
+// acquisition attempt whose outcome is unknown (a timeout, a lost response)
+// is followed by attempts with a fresh ID, and if Azure then says the lease
+// is held, Acquire asks whether it is held under one of its own unanswered
+// IDs (Change Lease to a fresh ID, then Renew) before it reports anything:
+// a term's lease ID is proposed by one request only, and that request was
+// answered, so once the term's ID is released nothing can grant it again.
+// Retries of a release or renewal reuse the term's ID (they are
+// idempotent).
 //
 // A Lease is safe for concurrent use; its lease operations run one at a time.
 // A zero or nil Lease is not usable: its methods return [ErrNotInitialized]
@@ -72,9 +77,12 @@ type Lease struct {
 	md             map[string]*string // the metadata as this holder last wrote it
 	etag           azcore.ETag        // the ETag after this holder's last write
 	prevUnreleased bool               // a previous term exists and did not end with a clean release
-	// onLost, set by the keeper of the current term, ends that term at
-	// once when any operation learns from Azure that the lease is gone.
-	onLost func(cause error)
+	// onLost, set by the keeper of the term whose lease ID is onLostID,
+	// ends that term at once when any operation learns from Azure that
+	// the lease of that ID is gone. It is bound to the ID so that an
+	// older term's keeper, stopping late, never removes a newer term's.
+	onLost   func(cause error)
+	onLostID string
 	// seen is the highest epoch this holder (or the Mutex it belongs to)
 	// has seen on the lock blob; the next epoch is always above it.
 	seen *atomic.Uint64
@@ -206,6 +214,19 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 // seen, when not nil, is the lock blob as a look just before found it free:
 // the epoch write then starts from it instead of reading (see bumpEpoch).
 func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *Status) (Token, error) {
+	return l.begin(ctx, budget, seen, l.acquire)
+}
+
+// grantFunc obtains the lease for a new term, proposing id first, within
+// budget: it returns the granted lease ID and the send instant its validity
+// starts from, or an error and the IDs that may hold the lease although no
+// answer said so (see acquire, and takeHandOff in succession.go).
+type grantFunc func(ctx context.Context, id string, budget time.Duration) (granted string, send time.Time, unsure []string, err error)
+
+// begin starts a term: it obtains the lease with grant (an acquisition, or
+// the take-over of a lease handed to this Lease), then writes the next
+// epoch under it.
+func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, grant grantFunc) (Token, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 
@@ -229,26 +250,29 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 	l.id, l.state, l.token = id, notHeld, Token{}
 	l.mu.Unlock()
 
-	send, unsure, err := l.acquire(ctx, id, budget)
+	granted, send, unsure, err := grant(ctx, id, budget)
 	if err != nil {
 		l.mu.Lock()
 		l.id = ""
-		if !unsure && l.nextID == "" {
+		if len(unsure) == 0 && l.nextID == "" {
 			l.nextID = id // every request with it was answered: nothing can land later
 		}
 		l.mu.Unlock()
-		if unsure {
-			// It may have been granted: give it back. The ID is never
-			// proposed again, since this Release, or an acquire still on
-			// its way, may be applied after a later term began.
-			l.giveBack(ctx, id)
-		}
+		// Each may have been granted: give it back. None is ever
+		// proposed again, since this Release, or an acquire still on its
+		// way, may be applied after a later term began.
+		l.giveBack(ctx, unsure)
 		return Token{}, err
 	}
 	validUntil := timing.ValidUntil(send, l.cfg.duration, l.cfg.margin)
 	l.mu.Lock()
-	l.state, l.lastSend, l.validUntil = held, send, validUntil
+	id = granted
+	l.id, l.state, l.lastSend, l.validUntil = id, held, send, validUntil
 	l.mu.Unlock()
+	// IDs proposed by attempts whose answers were lost, other than the one
+	// granted, hold nothing now (the lease is under id); one may still be
+	// granted later by its request applied late, which only delays the
+	// next holder until that lease expires.
 
 	// The epoch write leaves time for a renewal attempt before the
 	// deadline, so a term never starts with its validity used up.
@@ -276,66 +300,6 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 	l.mu.Unlock()
 	l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
 	return tok, nil
-}
-
-// acquire sends Acquire Lease with id until Azure grants or refuses it, and
-// returns the send instant of the granting request. unsure reports that a
-// request may have been granted although no answer said so.
-func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (send time.Time, unsure bool, err error) {
-	var created bool
-	limit := time.Now().Add(budget)
-	err = l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
-		_, err := l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
-		c := classify(ctx, err)
-		if c == classNotFound && l.cfg.create && !created {
-			if err = l.ensure(ctx, actx, err); err != nil {
-				return l.acquireOutcome(ctx, err, &unsure)
-			}
-			created = true
-			now = time.Now()
-			_, err = l.leaseClient(id).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
-		}
-		done, oerr := l.acquireOutcome(ctx, err, &unsure)
-		if err == nil {
-			send = now
-		}
-		return done, oerr
-	})
-	if err != nil {
-		return time.Time{}, unsure, err
-	}
-	return send, false, nil
-}
-
-func (l *Lease) acquireOutcome(ctx context.Context, err error, unsure *bool) (bool, error) {
-	switch c := classify(ctx, err); c {
-	case classOK:
-		return true, nil
-	case classHeld:
-		return true, l.errorf("acquire", ErrLeaseHeld, err)
-	case classTransient, classConflict:
-		*unsure = *unsure || ambiguous(err)
-		return false, l.errorf("acquire", ErrTransient, err)
-	case classCanceled:
-		*unsure = *unsure || ambiguous(err) // cut short: it may have been granted
-		return true, err
-	default:
-		return true, l.errorf("acquire", ErrPermanent, err)
-	}
-}
-
-// giveBack releases a lease ID that an acquire whose answer was lost may
-// have been granted, so that the lease does not stay blocked until it
-// expires, within what the caller's context leaves (cleanupContext). Its
-// outcome does not matter: the ID is never used again.
-func (l *Lease) giveBack(ctx context.Context, id string) {
-	cctx, cancel, ok := l.cleanupContext(ctx)
-	if !ok {
-		l.cfg.log.Debug("azlease: not giving back a lease that may have been granted: the caller's context has ended; it expires on its own")
-		return
-	}
-	defer cancel()
-	_ = l.releaseID(cctx, id, time.Now().Add(l.cfg.attemptTimeout), true)
 }
 
 // cleanupContext is the context of a clean-up request (giving back a lease
@@ -429,12 +393,20 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if err := l.initErr(); err != nil {
 		return err
 	}
+	return l.renewID(ctx, "")
+}
+
+// renewID is Renew for the term whose lease ID is id ("" for whatever
+// term the Lease holds now): a keeper renews only its own term's lease, and
+// once the Lease has moved on to another ID it gets ErrNotHeld without a
+// request.
+func (l *Lease) renewID(ctx context.Context, want string) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	id, state, validUntil := l.id, l.state, l.validUntil
 	l.mu.Unlock()
-	if state != held {
+	if state != held || (want != "" && want != id) {
 		return ErrNotHeld
 	}
 	if !time.Now().Before(validUntil) {
@@ -681,11 +653,18 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 	if !ok {
 		return optionErr("proposedID", "%q: must be a GUID", proposedID)
 	}
+	return l.handOff(ctx, "", canon)
+}
+
+// handOff is HandOff of the term whose lease ID is want ("" for whatever
+// term the Lease holds now) to canon, a canonical GUID: a Lock hands off
+// only its own term's lease, never a newer term's.
+func (l *Lease) handOff(ctx context.Context, want, canon string) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	id, state, validUntil := l.id, l.state, l.validUntil
-	if state != held || !time.Now().Before(validUntil) || !l.termStarted() {
+	if state != held || !time.Now().Before(validUntil) || !l.termStarted() || (want != "" && want != id) {
 		l.mu.Unlock()
 		return ErrNotHeld
 	}
@@ -694,7 +673,7 @@ func (l *Lease) HandOff(ctx context.Context, proposedID string) error {
 		return optionErr("proposedID", "is this Lease's own lease ID")
 	}
 	l.state, l.id, l.md, l.token = notHeld, "", nil, Token{}
-	notify := l.onLost
+	notify := l.hookFor(id)
 	l.mu.Unlock()
 	if notify != nil {
 		notify(ErrStopped)
@@ -739,11 +718,20 @@ func (l *Lease) markLost(id string, cause error) {
 		return
 	}
 	l.state = notHeld
-	notify := l.onLost
+	notify := l.hookFor(id)
 	l.mu.Unlock()
 	if notify != nil {
 		notify(cause)
 	}
+}
+
+// hookFor returns the loss hook of the term whose lease ID is id, or nil;
+// l.mu is held.
+func (l *Lease) hookFor(id string) func(error) {
+	if id == "" || l.onLostID != id {
+		return nil
+	}
+	return l.onLost
 }
 
 // markStale records that the term of id ran out of validity without a
@@ -782,18 +770,47 @@ func (l *Lease) termValid(id string) (time.Time, bool) {
 	return l.validUntil, id != "" && l.id == id && l.termStarted() && time.Now().Before(l.validUntil)
 }
 
-// setOnLost installs (or, with nil, removes) the current term's loss hook.
-func (l *Lease) setOnLost(f func(error)) {
+// setOnLost installs the loss hook of the term whose lease ID is id.
+func (l *Lease) setOnLost(id string, f func(error)) {
 	l.mu.Lock()
-	l.onLost = f
+	l.onLost, l.onLostID = f, id
 	l.mu.Unlock()
 }
 
-// snapshot returns what the timing core needs about the current term.
-func (l *Lease) snapshot() (id string, lastSend, validUntil time.Time, ok bool) {
+// clearOnLost removes the loss hook of the term whose lease ID is id, if it
+// is still installed: a newer term's hook stays.
+func (l *Lease) clearOnLost(id string) {
+	l.mu.Lock()
+	if l.onLostID == id {
+		l.onLost, l.onLostID = nil, ""
+	}
+	l.mu.Unlock()
+}
+
+// snapshot returns what the timing core needs about the term whose lease ID
+// is id: ok is false once the Lease holds no lease under id.
+func (l *Lease) snapshot(id string) (lastSend, validUntil time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.id, l.lastSend, l.validUntil, l.state == held
+	return l.lastSend, l.validUntil, l.state == held && l.id == id
+}
+
+// releaseTerm is Release for a Lock of the term whose lease ID is id: it
+// releases only that ID, while the Lease still has it (held, or stale: a
+// term that ran out and is yet to be given back). Once the Lease has moved
+// on (its next Acquire gave the ID back, or it was handed off or lost),
+// there is nothing of this term's to release: it sends nothing and
+// reports gone.
+func (l *Lease) releaseTerm(ctx context.Context, id string) (gone bool, err error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	mine := id != "" && l.id == id && l.state != notHeld
+	l.mu.Unlock()
+	if !mine {
+		return true, nil
+	}
+	return false, l.release(ctx, l.cfg.markRelease)
 }
 
 func (l *Lease) leaseClient(id string) *lease.BlobClient {

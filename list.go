@@ -101,13 +101,28 @@ func newListLease(t target, prefix string, cfg leaseConfig) *Lease {
 // InspectPrefix). It does not record the epochs it sees in l.seen: they are
 // other blobs' epochs.
 func (l *Lease) listPrefix(ctx context.Context, prefix string, limit time.Time) ([]Status, error) {
-	return l.listPages(ctx, prefix, func(time.Time) time.Time { return limit })
+	sts, _, err := l.listPagesAt(ctx, prefix, func(time.Time) time.Time { return limit })
+	return sts, err
+}
+
+// listPrefixAt is listPrefix that also returns storage's clock when it
+// answered the last page (its Date header; zero when it sent none), to
+// compare with the listed blobs' modification times on one clock.
+func (l *Lease) listPrefixAt(ctx context.Context, prefix string, limit time.Time) ([]Status, time.Time, error) {
+	return l.listPagesAt(ctx, prefix, func(time.Time) time.Time { return limit })
 }
 
 // listPages lists page by page; pageLimit gives, from the instant a page's
 // first attempt starts, until when that page's transient failures are
 // retried.
 func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(start time.Time) time.Time) ([]Status, error) {
+	sts, _, err := l.listPagesAt(ctx, prefix, pageLimit)
+	return sts, err
+}
+
+// listPagesAt is listPages, also returning storage's Date of the last page.
+func (l *Lease) listPagesAt(ctx context.Context, prefix string, pageLimit func(start time.Time) time.Time) ([]Status, time.Time, error) {
+	var date time.Time
 	opts := &container.ListBlobsFlatOptions{
 		Include:    container.ListBlobsInclude{Metadata: true},
 		MaxResults: to.Ptr(int32(listPageSize)),
@@ -134,6 +149,9 @@ func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(sta
 			default:
 				return true, opError("list", l.t.container, prefix, ErrPermanent, err)
 			}
+			if resp.Date != nil {
+				date = *resp.Date
+			}
 			var items []*container.BlobItem
 			if resp.Segment != nil {
 				items = resp.Segment.BlobItems
@@ -146,7 +164,7 @@ func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(sta
 			return true, nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if gone {
 			break // a container deleted during the listing has no more blobs
@@ -156,14 +174,14 @@ func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(sta
 			break
 		}
 		if opts.Marker != nil && *opts.Marker == *next {
-			return nil, opError("list", l.t.container, prefix, ErrPermanent, errors.New("the List Blobs answer gave back the marker it was sent: the listing would not advance"))
+			return nil, time.Time{}, opError("list", l.t.container, prefix, ErrPermanent, errors.New("the List Blobs answer gave back the marker it was sent: the listing would not advance"))
 		}
 		opts.Marker = next
 	}
 	// Azure lists in name order, page after page; sort in case a service
 	// does not (Azurite compares UTF-16, not UTF-8).
 	slices.SortStableFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return out, date, nil
 }
 
 // quotedETag is a listed ETag in the form of the ETag header, for
@@ -205,12 +223,15 @@ func statusesOf(containerName, prefix string, items []*container.BlobItem) ([]St
 			if p.CreationTime != nil {
 				st.created = *p.CreationTime
 			}
+			if p.LastModified != nil {
+				st.modified = *p.LastModified
+			}
 		}
 		r, err := parseRecord(it.Metadata)
 		if err != nil {
 			st.Err = opError("list", containerName, name, ErrPermanent, err)
 		} else {
-			st.Holder, st.Epoch, st.Acquired, st.Released, st.History, st.Role = r.holder, r.epoch, r.acquired, r.released, r.history, r.role
+			st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.History, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.history, r.role
 		}
 		out = append(out, st)
 	}

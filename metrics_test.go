@@ -311,7 +311,8 @@ func TestMetricsMutexWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		m := newMeters(t)
-		opts := &azlease.MutexOptions{MeterProvider: m.mp, MetricsWithoutLockName: true}
+		// Unordered: the wait's bound below is one poll interval.
+		opts := &azlease.MutexOptions{MeterProvider: m.mp, MetricsWithoutLockName: true, Unordered: true}
 		a, err := azlease.NewMutex(e.client("a"), "m", opts)
 		require.NoError(t, err)
 		b, err := azlease.NewMutex(e.client("b"), "m", opts)

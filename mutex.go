@@ -39,6 +39,9 @@ type Mutex struct {
 	// health follows whether its requests reach storage, across its locks
 	// (and, for a Semaphore's slot, across the Semaphore's slots).
 	health *storageHealth
+	// fair is its waiting queue, unless MutexOptions.Unordered (nil for a
+	// Semaphore's slot: the Semaphore has the queue).
+	fair *fairLock
 }
 
 // NewMutex returns a Mutex on the lock blob name in the container cc points
@@ -52,7 +55,19 @@ func NewMutex(cc *container.Client, name string, opts *MutexOptions) (*Mutex, er
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{t: t, cfg: cfg, health: new(storageHealth)}, nil
+	m := &Mutex{t: t, cfg: cfg, health: new(storageHealth)}
+	if !cfg.unordered {
+		m.fair = &fairLock{
+			name: name, q: newQueue(t, cfg.lease, m.health), cfg: cfg, slots: []*Mutex{m},
+			look: func(ctx context.Context, budget time.Duration) ([]Status, error) {
+				st, err := m.newLease().inspect(ctx, time.Now().Add(budget))
+				return []Status{st}, err
+			},
+			unreachable: m.unreachable,
+			what:        fmt.Sprintf("lock %s/%s", t.container, t.blob),
+		}
+	}
+	return m, nil
 }
 
 // Lock is a held Mutex: one term of its lease. It embeds the [Term], whose
@@ -66,6 +81,7 @@ type Lock struct {
 	k     *keeper
 	lease *Lease
 
+	fair     *fairState  // set when taken through a fair lock: Unlock hands it to the next waiter
 	mu       sync.Mutex  // serialises Unlock
 	stopped  bool        // the term has ended and its renewals stopped
 	released bool        // the lease was released, or is known to be gone
@@ -87,6 +103,10 @@ type Lock struct {
 func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
 	if err := m.initErr(); err != nil {
 		return nil, false, err
+	}
+	if m.fair != nil {
+		lk, _, err := m.fair.tryFree(ctx, m.cfg.lease.duration)
+		return lk, lk != nil, err
 	}
 	l := m.newLease()
 	return m.tryLock(ctx, l, 2*l.cfg.attemptTimeout, nil)
@@ -119,6 +139,12 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration, see
 	case err != nil:
 		return nil, false, err
 	}
+	return m.newLock(ctx, l, tok), true, nil
+}
+
+// newLock starts holding the term tok that l just began: its keeper, and
+// the MaxHold timer.
+func (m *Mutex) newLock(ctx context.Context, l *Lease, tok Token) (lock *Lock) {
 	k := hold(context.WithoutCancel(ctx), l, tok, m.cfg.renewEvery, nil)
 	l.cfg.log.Info("azlease: locked", slog.Uint64("epoch", tok.Epoch))
 	lock = &Lock{Term: k.term, k: k, lease: l}
@@ -134,7 +160,7 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration, see
 			k.stop(ErrMaxHoldExceeded)
 		})
 	}
-	return lock, true, nil
+	return lock
 }
 
 // Lock waits until it takes the mutex or ctx ends. Each poll, every
@@ -150,6 +176,19 @@ func (m *Mutex) tryLock(ctx context.Context, l *Lease, budget time.Duration, see
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 	if err := m.initErr(); err != nil {
 		return nil, err
+	}
+	if m.fair != nil {
+		start := time.Now()
+		lk, err := m.fair.lock(ctx)
+		outcome := "acquired"
+		switch {
+		case err != nil && ctx.Err() != nil:
+			outcome = "canceled"
+		case err != nil:
+			outcome = "error"
+		}
+		m.newLease().tm.waited(time.Since(start), outcome)
+		return lk, err
 	}
 	l := m.newLease()
 	start := time.Now()
@@ -238,7 +277,22 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lk.lease.cfg.attemptTimeout)
 		defer cancel()
 	}
-	err := lk.lease.Release(rctx)
+	if lk.fair != nil && lk.lost == nil {
+		// A fair lock: hand the lease to the first waiter in line.
+		if handed, err := lk.unlockFair(rctx); handed {
+			lk.released, lk.err = true, err
+			return err
+		}
+	}
+	// Only this term's own lease ID is released: a Lease held again (by
+	// Lease.Hold) after this lock's term ended has a newer term, which
+	// this Unlock must never release.
+	gone, err := lk.lease.releaseTerm(rctx, lk.Token().LeaseID)
+	if gone {
+		lk.released, lk.err = true, lk.lost
+		lk.lease.cfg.log.Debug("azlease: unlock of a term whose lease was already given up; nothing to release", slog.Uint64("epoch", lk.Epoch()))
+		return lk.err
+	}
 	lk.released = err == nil || errors.Is(err, ErrLeaseLost)
 	switch {
 	case lk.lost != nil:

@@ -512,10 +512,31 @@ type MutexOptions struct {
 	// bounds as [ElectorOptions.RenewInterval].
 	RenewInterval time.Duration
 
-	// PollInterval is how long Lock waits between tries while the mutex is
-	// held elsewhere. Zero means 1 s. Otherwise from 100 ms to 1 h
+	// PollInterval paces the waiters behind the first in line (see
+	// [Mutex]): right behind it a waiter looks at least every 2 ×
+	// PollInterval, further back at least every 10 × position ×
+	// PollInterval, and more often while the queue moves. With Unordered,
+	// it is how long Lock waits between tries while the mutex is held
+	// elsewhere. Zero means 1 s. Otherwise from 100 ms to 1 h
 	// (MaxPollInterval); negative is an error.
 	PollInterval time.Duration
+
+	// HeadPollInterval is how often the first waiter in line looks at the
+	// lock (one request), so it takes the lock within about this long when
+	// the holder hands it over, and a holder waits this long (plus a few
+	// round trips) for a first waiter that has died before passing the
+	// lock on. Zero means 200 ms. Otherwise from 20 ms to PollInterval;
+	// negative is an error. Unused with Unordered.
+	HeadPollInterval time.Duration
+
+	// Unordered turns the waiting queue off: each waiter polls every
+	// PollInterval and the first to try after a release gets the lock, as
+	// before azlease served waiters in order. Zero (false) means waiters
+	// are served in the order they asked (see [Mutex]). Unordered and
+	// ordered waiters on one lock exclude each other as ever; an unordered
+	// waiter can take the lock only when it is free, which a contended
+	// ordered Unlock never lets it be.
+	Unordered bool
 
 	// Jitter spreads each wait over PollInterval × (1 ± Jitter). Zero means
 	// 0.2; negative means none; at most 0.5.
@@ -575,6 +596,8 @@ type holdConfig struct {
 	poll       time.Duration
 	jitter     float64
 	maxHold    time.Duration // Mutex only: 0 is no limit
+	headPoll   time.Duration // Mutex only: the first waiter's poll (fair locks)
+	unordered  bool          // Mutex only: no waiting queue
 	// unreachable bounds waiting while storage is unreachable (Mutex,
 	// DoOnce): negative is no bound.
 	unreachable time.Duration
@@ -642,9 +665,17 @@ func (o *MutexOptions) config() (holdConfig, error) {
 	if hc.maxHold, err = bounded("MutexOptions.MaxHold", o.MaxHold, 0, 0, MaxWait); err != nil {
 		return hc, err
 	}
+	hc.unordered = o.Unordered
+	if hc.headPoll, err = bounded("MutexOptions.HeadPollInterval", o.HeadPollInterval, min(defaultHeadPoll, hc.poll), 20*time.Millisecond, hc.poll); err != nil {
+		return hc, err
+	}
 	hc.unreachable, err = unreachableBound("MutexOptions.UnreachableTimeout", o.UnreachableTimeout)
 	return hc, err
 }
+
+// defaultHeadPoll is what a zero MutexOptions.HeadPollInterval means (or
+// PollInterval, when that is shorter).
+const defaultHeadPoll = 200 * time.Millisecond
 
 // DoOnceOptions configures [DoOnce], [InspectOnce] and [ResetOnce]. A nil
 // *DoOnceOptions means the defaults; so does the zero value of each field.

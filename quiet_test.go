@@ -195,8 +195,9 @@ func requirePolls(t *testing.T, n int, window, poll time.Duration, j float64) {
 
 const idleWindow = 10 * time.Minute
 
-// TestTryLockIsOneRequest: TryLock on a held mutex is one request, the
-// refused acquire; on a free one, acquire and the epoch write (with its read).
+// TestTryLockIsOneRequest: an unordered TryLock on a held mutex is one
+// request, the refused acquire; on a free one, acquire and the epoch write
+// (with its read). (A fair TryLock looks first: fairlock_test.go.)
 func TestTryLockIsOneRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
@@ -207,7 +208,7 @@ func TestTryLockIsOneRequest(t *testing.T) {
 		require.True(t, ok)
 
 		var c counter
-		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "job", nil)
+		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "job", unordered)
 		require.NoError(t, err)
 		_, ok, err = m.TryLock(ctx)
 		require.NoError(t, err)
@@ -227,7 +228,11 @@ func TestTryLockIsOneRequest(t *testing.T) {
 	})
 }
 
-// TestLockWaiterIsQuiet: a Lock waiting on a held mutex reads once per poll
+// unordered is the waiting of a Mutex or Semaphore before fair locks, which
+// the quiet tests below measure; fairlock_test.go measures the queue's.
+var unordered = &azlease.MutexOptions{Unordered: true}
+
+// TestLockWaiterIsQuiet: an unordered Lock waiting on a held mutex reads once per poll
 // and makes no failed request; when the holder unlocks, it takes the lock
 // with read, acquire, write: the read that found it free stands in for the
 // epoch write's own.
@@ -241,7 +246,7 @@ func TestLockWaiterIsQuiet(t *testing.T) {
 		require.True(t, ok)
 
 		var c counter
-		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "job", nil)
+		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "job", unordered)
 		require.NoError(t, err)
 		got := make(chan *azlease.Lock, 1)
 		go func() {
@@ -302,7 +307,7 @@ func TestLockHandOffAfterAWriteSinceTheLook(t *testing.T) {
 			return azleasetest.Fault{}
 		}))
 		var c counter
-		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "job", nil)
+		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "job", unordered)
 		require.NoError(t, err)
 		got := make(chan *azlease.Lock, 1)
 		go func() {
@@ -358,7 +363,7 @@ func TestSemaphoreWaiterIsQuiet(t *testing.T) {
 				}
 
 				var c counter
-				s, err := azlease.NewSemaphore(countedClient(t, e.Server, "w", &c), "exports", n, nil)
+				s, err := azlease.NewSemaphore(countedClient(t, e.Server, "w", &c), "exports", n, unordered)
 				require.NoError(t, err)
 				got := make(chan *azlease.Lock, 1)
 				go func() {
@@ -413,7 +418,7 @@ func TestSemaphoreOfOneIsTheMutex(t *testing.T) {
 		assert.False(t, ok, "the Mutex on the same name is held")
 
 		var c counter
-		w, err := azlease.NewSemaphore(countedClient(t, e.Server, "w", &c), "deploy", 1, nil)
+		w, err := azlease.NewSemaphore(countedClient(t, e.Server, "w", &c), "deploy", 1, unordered)
 		require.NoError(t, err)
 		got := make(chan *azlease.Lock, 1)
 		go func() {
@@ -595,8 +600,8 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestAzuriteWaitersLookFirst: on the real wire, a Mutex.Lock waiter and a
-// Semaphore.Acquire waiter (two slots) make only reads or listings while
+// TestAzuriteWaitersLookFirst: on the real wire, an unordered Mutex.Lock
+// waiter and Semaphore.Acquire waiter (two slots) make only reads or listings while
 // the lock is held, none failing, and take it with read (or list),
 // acquire, write: Azurite keeps the ETag through lease operations and
 // lists it as Get Blob Properties gives it (without quotes), so the epoch
@@ -614,7 +619,7 @@ func TestAzuriteWaitersLookFirst(t *testing.T) {
 		require.NoError(t, err)
 		return cc
 	}
-	opts := &azlease.MutexOptions{PollInterval: 100 * time.Millisecond}
+	opts := &azlease.MutexOptions{PollInterval: 100 * time.Millisecond, Unordered: true}
 	for _, tc := range []struct {
 		name string
 		look string

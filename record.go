@@ -25,7 +25,11 @@ const (
 	metaAcquired = "azleaseacquired"
 	metaReleased = "azleasereleased"
 	metaHistory  = "azleasehistory"
-	metaRole     = "azleaserole"
+	// metaNext names the successor the holder of the record's epoch is
+	// handing the lease to (succession.go): a queue ticket or a
+	// candidate's identity.
+	metaNext = "azleasenext"
+	metaRole = "azleaserole"
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
@@ -71,11 +75,12 @@ type HistoryEntry struct {
 
 // record is azlease's part of a lock blob's metadata.
 type record struct {
-	epoch    uint64
-	holder   string
-	acquired time.Time
-	released bool // the holder of epoch released the lease cleanly
-	history  []HistoryEntry
+	epoch     uint64
+	holder    string
+	acquired  time.Time
+	released  bool // the holder of epoch released the lease cleanly
+	history   []HistoryEntry
+	successor string // the successor the holder of epoch hands the lease to, if any
 	// role is the kind of holder that began the term: "elector", "mutex",
 	// "once" or "lease" (see Status.Role); "" when not recorded.
 	role string
@@ -119,6 +124,9 @@ func parseRecord(md map[string]*string) (record, error) {
 	if v, ok := lookup(md, metaReleased); ok {
 		e, err := strconv.ParseUint(v, 10, 64)
 		r.released = err == nil && e == r.epoch && r.epoch > 0
+	}
+	if v, ok := lookup(md, metaNext); ok {
+		r.successor, _ = url.QueryUnescape(v)
 	}
 	if v, ok := lookup(md, metaRole); ok && validRole(v) {
 		r.role = v
@@ -179,7 +187,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaRole}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -205,6 +213,9 @@ func (r record) format(md map[string]*string) map[string]*string {
 	set(metaAcquired, strconv.FormatInt(r.acquired.UnixMilli(), 10))
 	if r.released {
 		set(metaReleased, strconv.FormatUint(r.epoch, 10))
+	}
+	if r.successor != "" {
+		set(metaNext, url.QueryEscape(r.successor))
 	}
 	if r.role != "" {
 		set(metaRole, r.role)
@@ -277,6 +288,12 @@ type Status struct {
 	// than releasing it: their holders read as not released, like a holder
 	// that crashed.
 	Released bool
+	// Next names the successor the holder of Epoch is handing the lease to
+	// (a queue ticket of a fair Mutex or Semaphore, or an Elector
+	// candidate's identity), or "": the holder has stopped its work and
+	// passes the lease on without releasing it. It is cleared when the
+	// successor's term begins.
+	Next string
 	// History lists past terms, newest first.
 	History []HistoryEntry
 	// Role is the kind of holder that began the latest term, as it
@@ -305,6 +322,9 @@ type Status struct {
 	// without reading again (bumpEpoch, conditional on etag).
 	etag    azcore.ETag
 	created time.Time
+	// modified is the blob's Last-Modified, on storage's clock, as a
+	// listing gives it (zero from Inspect).
+	modified time.Time
 }
 
 // Inspect reads the status of the lock blob blobName in the container cc
@@ -352,7 +372,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		st = Status{
 			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
+			Next: r.successor, History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		if props.ETag != nil {
 			st.etag = *props.ETag

@@ -52,6 +52,8 @@ type Semaphore struct {
 	// list reads every slot with one List Blobs request (more than one
 	// slot): the blobs whose names start with slotPrefix(name).
 	list *Lease
+	// fair is its waiting queue, unless MutexOptions.Unordered.
+	fair *fairLock
 }
 
 // SlotName returns the lock blob of slot i of the semaphore name when it has
@@ -96,6 +98,24 @@ func NewSemaphore(cc *container.Client, name string, n int, opts *MutexOptions) 
 		s.list = newListLease(ct, slotPrefix(name), cfg.lease)
 		s.list.health = s.health
 	}
+	if !cfg.unordered {
+		t, err := newTarget(cc, name, "name")
+		if err != nil {
+			return nil, err
+		}
+		s.fair = &fairLock{
+			name: name, q: newQueue(t, cfg.lease, s.health), cfg: cfg, slots: s.slots,
+			look: func(ctx context.Context, budget time.Duration) ([]Status, error) {
+				if n == 1 {
+					st, err := s.slots[0].newLease().inspect(ctx, time.Now().Add(budget))
+					return []Status{st}, err
+				}
+				return s.look(ctx, budget)
+			},
+			unreachable: s.unreachable,
+			what:        fmt.Sprintf("semaphore %s (%d slots)", name, n),
+		}
+	}
 	return s, nil
 }
 
@@ -133,6 +153,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 	if err := s.initErr(); err != nil {
 		return nil, false, err
 	}
+	if s.fair != nil {
+		lk, _, err := s.fair.tryFree(ctx, s.cfg.lease.duration)
+		return lk, lk != nil, err
+	}
 	n := len(s.slots)
 	start := mrand.IntN(n)
 	for k := range n {
@@ -165,6 +189,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	if err := s.initErr(); err != nil {
 		return nil, err
+	}
+	if s.fair != nil {
+		return s.fair.lock(ctx)
 	}
 	// One Lease per slot for the whole wait, as Mutex.Lock keeps one: a
 	// lease ID refused with a definitive answer is proposed again.

@@ -3,6 +3,7 @@ package azlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
@@ -228,7 +229,7 @@ func (t *Term) renewedAt() time.Time {
 // State kept in the lock blob is fenced by Azure itself: see [Term.Write].
 func (t *Term) Read(ctx context.Context) ([]byte, error) {
 	if !t.Valid() {
-		return nil, ErrNotHeld
+		return nil, t.endedErr()
 	}
 	return t.lease.readAs(ctx, t.token.LeaseID)
 }
@@ -238,11 +239,12 @@ func (t *Term) Read(ctx context.Context) ([]byte, error) {
 // so a former holder that was paused or cut off cannot overwrite a newer
 // holder's state: the write fails with an error wrapping [ErrLeaseLost], and
 // the term ends at once with that cause. Writing after the term ended
-// returns [ErrNotHeld] without a request. The write always carries this
+// returns an error wrapping [ErrNotHeld] and the term's end cause, without
+// a request. The write always carries this
 // term's lease ID, never a later term's.
 func (t *Term) Write(ctx context.Context, content []byte) error {
 	if !t.Valid() {
-		return ErrNotHeld
+		return t.endedErr()
 	}
 	return t.lease.writeAs(ctx, t.token.LeaseID, content)
 }
@@ -251,9 +253,18 @@ func (t *Term) Write(ctx context.Context, content []byte) error {
 // see [Lease.SetMetadata] and [Term.Write].
 func (t *Term) SetMetadata(ctx context.Context, md map[string]string) error {
 	if !t.Valid() {
-		return ErrNotHeld
+		return t.endedErr()
 	}
 	return t.lease.setMetadataAs(ctx, t.token.LeaseID, md)
+}
+
+// endedErr is what an operation of an ended term returns without a
+// request: an error wrapping ErrNotHeld and the cause the term ended with.
+func (t *Term) endedErr() error {
+	if t == nil || t.ctx == nil {
+		return ErrNotHeld
+	}
+	return fmt.Errorf("%w: its term has ended: %w", ErrNotHeld, t.Err())
 }
 
 // extend records a renewal. It moves the validity deadline only while the
@@ -349,7 +360,7 @@ const (
 // parent bounds the term's context; the renewals are not tied to parent's
 // cancellation, only to stop.
 func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration, beforeRenew func()) *keeper {
-	_, lastSend, validUntil, _ := l.snapshot()
+	lastSend, validUntil, _ := l.snapshot(tok.LeaseID)
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(parent))
 	k := &keeper{
 		lease:       l,
@@ -363,7 +374,7 @@ func hold(parent context.Context, l *Lease, tok Token, renewEvery time.Duration,
 	}
 	// Any operation that learns from Azure that the lease is gone ends
 	// the term at once, without waiting for the next renewal.
-	l.setOnLost(k.term.end)
+	l.setOnLost(tok.LeaseID, k.term.end)
 	k.mu.Lock()
 	k.arm(&k.deadline, time.Until(validUntil), k.deadlineFired)
 	cause := k.scheduleLocked()
@@ -393,7 +404,7 @@ func (k *keeper) stop(cause error) {
 	}
 	k.mu.Unlock()
 	k.pending.Wait()
-	k.lease.setOnLost(nil)
+	k.lease.clearOnLost(k.term.token.LeaseID)
 }
 
 // arm sets *t (a timer running f) to fire after d, counting it in pending;
@@ -442,7 +453,7 @@ func (k *keeper) deadlineFired() {
 // and never after the validity deadline. It returns the cause to end the
 // term with if the lease is no longer held. k.mu is held.
 func (k *keeper) scheduleLocked() error {
-	_, lastSend, validUntil, ok := k.lease.snapshot()
+	lastSend, validUntil, ok := k.lease.snapshot(k.term.token.LeaseID)
 	if !ok {
 		k.phase = phaseIdle
 		return ErrLeaseLost
@@ -550,7 +561,7 @@ func (k *keeper) renew(due, limit time.Time) (cause error, again bool) {
 			slog.Duration("late", late), slog.Uint64("epoch", k.term.token.Epoch))
 		return ErrPaused, false
 	}
-	if err := k.lease.Renew(k.rctx); err != nil {
+	if err := k.lease.renewID(k.rctx, k.term.token.LeaseID); err != nil {
 		switch {
 		case k.rctx.Err() != nil: // stopping
 			return nil, false
@@ -564,7 +575,7 @@ func (k *keeper) renew(due, limit time.Time) (cause error, again bool) {
 			return err, false
 		}
 	}
-	_, lastSend, validUntil, _ := k.lease.snapshot()
+	lastSend, validUntil, _ := k.lease.snapshot(k.term.token.LeaseID)
 	k.term.extend(lastSend, validUntil)
 	return nil, true
 }

@@ -64,6 +64,7 @@ var zeroTypes = map[string]map[string]reflect.Type{
 		"PanicError":      reflect.TypeFor[azlease.PanicError](),
 		"Semaphore":       reflect.TypeFor[azlease.Semaphore](),
 		"Status":          reflect.TypeFor[azlease.Status](),
+		"Waiter":          reflect.TypeFor[azlease.Waiter](),
 		"Task":            reflect.TypeFor[azlease.Task](),
 		"Term":            reflect.TypeFor[azlease.Term](),
 		"Token":           reflect.TypeFor[azlease.Token](),

@@ -26,6 +26,7 @@ const (
 	exitRefused     = 77  // EX_NOPERM: storage refused: authentication, permission, or another permanent error
 	exitLost        = 79  // the lease was lost while the command ran; the command was stopped
 	exitOnceFailed  = 80  // a once key has used up its attempts (the recorded error is printed)
+	exitUnrecorded  = 81  // once: the command succeeded, but its completion is not known to be recorded
 	exitNoExec      = 126 // the command was found but could not be run
 	exitNotFound    = 127 // the command was not found
 	exitSignalBase  = 128 // 128+N: azlease was stopped by signal N before the command ran, or the command was killed by it

@@ -131,16 +131,18 @@
 //	         permission, or another permanent error
 //	79       the lease was lost while CMD ran, and CMD was stopped
 //	80       once: the key failed for good (the recorded error is printed)
+//	81       once: CMD exited 0, but its completion is not known to be
+//	         recorded (another caller may run it again, or did)
 //	126      CMD was found but could not be run
 //	127      CMD was not found
 //	128+N    CMD was killed by signal N, or azlease was stopped by signal N
 //	         before CMD ran (130 for SIGINT, 143 for SIGTERM)
 //
-// CMD's status passes through unchanged, so a CMD that itself exits 64–80 is
+// CMD's status passes through unchanged, so a CMD that itself exits 64–81 is
 // indistinguishable by status alone from azlease's own outcomes; azlease
 // prints one line on stderr, starting "azlease: ", for each of its own, and
 // nothing when it passes CMD's status through. Scripts that must tell them
-// apart should have CMD avoid 64–80.
+// apart should have CMD avoid 64–81.
 //
 // Errors are one line on stderr. Keys, SAS tokens and lease IDs are never
 // printed or logged. Command-line arguments are visible to other users of

@@ -51,7 +51,10 @@ all (counting runners that died; the first caller's value is recorded with the
 key and wins); then every caller exits 80 with the recorded error, until the key
 is reset. If a runner dies, its lease expires and a waiter takes over. CMD may
 run more than once if a runner dies after its side effects and before it is
-recorded done: make it idempotent, or fence it with AZLEASE_EPOCH.
+recorded done: make it idempotent, or fence it with AZLEASE_EPOCH. A caller
+whose CMD exited 0 but whose completion is not known to be recorded (its lease
+was lost first, storage did not answer, or another caller completed the key
+meanwhile) says so and exits 81: CMD may run again elsewhere, or did.
 
 CMD is stopped before the lease can pass to another caller, whatever CMD does
 with SIGTERM and whatever happens to azlease: if no renewal has moved the
@@ -179,6 +182,8 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts,
 			what, attempts(of.Attempts), limit, of.Holder, of.LastError, key)
 	case res != nil && res.err != nil:
 		return res.err
+	case errors.Is(err, azlease.ErrOnceUnrecorded):
+		return exitf(exitUnrecorded, "%s: %s", what, line(err))
 	case res != nil && (res.lost != nil || errors.Is(err, azlease.ErrLeaseLost)):
 		return exitf(exitLost, "%s: %s", what, line(err))
 	case res != nil && res.code != 0:

@@ -43,8 +43,9 @@ type globals struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
-	reach          *reachability // what the storage client's requests met
-	health         *healthServer // --health-addr, when given
+	refusals       *refusalHandler // holds the library's records of refusals (refusals.go)
+	reach          *reachability   // what the storage client's requests met
+	health         *healthServer   // --health-addr, when given
 }
 
 func newRoot(g *globals) *cobra.Command {
@@ -74,7 +75,8 @@ a local Azurite or 'azlease emulator'.
 Exit statuses: CMD's own status passes through (128+N if signal N killed it).
 azlease's own: 64 usage, 69 storage unavailable, 70 internal error, 75 not
 acquired in time, 77 storage refused (authentication, permission), 79 lease
-lost while CMD ran, 80 once failed for good, 126/127 CMD not executable / not
+lost while CMD ran, 80 once failed for good, 81 once's CMD succeeded but its
+completion is not known to be recorded, 126/127 CMD not executable / not
 found, 128+N stopped by signal N before CMD ran.`,
 		Example: `  azlease emulator &                                   # a local lease service, for trying it out
   export AZURE_STORAGE_CONNECTION_STRING=UseDevelopmentStorage=true
@@ -122,7 +124,8 @@ func (g *globals) setUp(c *cobra.Command) error {
 		return exitf(exitUsage, "invalid --log-level %q: use debug, info, warn, error or off", g.logLevel)
 	}
 	if g.log == nil {
-		g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+		g.refusals = newRefusalHandler(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+		g.log = slog.New(g.refusals)
 	}
 	if err := checkLeaseDuration(g.leaseDuration); err != nil {
 		return err
@@ -337,12 +340,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
+	var ee *exitError
+	if err != nil && !errors.As(err, &ee) {
+		ee = exitf(exitUsage, "%s (see 'azlease --help')", line(err))
+	}
+	if g.refusals != nil {
+		// A refusal that ends the command is its one line (77).
+		g.refusals.hold.finish(ee != nil && ee.code == exitRefused)
+	}
 	if err == nil {
 		return exitOK
-	}
-	var ee *exitError
-	if !errors.As(err, &ee) {
-		ee = exitf(exitUsage, "%s (see 'azlease --help')", line(err))
 	}
 	if ee.msg != "" {
 		fmt.Fprintln(stderr, "azlease: "+ee.msg)

@@ -136,3 +136,48 @@ func ToleratedRateRatio(duration, margin time.Duration) float64 {
 	}
 	return float64(duration) / float64(duration-margin)
 }
+
+// QueueWait is how long a waiter of a fair lock's queue waits before it
+// looks again, at position p behind the first waiter (p >= 1; the first
+// waiter itself polls every head), when the queue last moved age ago (as
+// far as this waiter saw). Right after a move it looks often, since the
+// queue may move again soon (short holds); the longer nothing moves, the
+// less often, up to QueueCap(p, poll). Those caps make a queue that does
+// not move cost about 1/(2×poll) + (H(min(W−1,10)) − 1)/(15×poll) +
+// max(W−11, 0)/(150×poll) requests per second behind its first waiter, for
+// W waiters (H the harmonic number): 0.89 a second for 50 waiters with a
+// poll of 1 s.
+func QueueWait(p int, age, head, poll time.Duration) time.Duration {
+	if p < 1 {
+		return head
+	}
+	lo := time.Duration(p) * head
+	if p == 1 {
+		lo = head
+	}
+	return min(max(age/2, lo), max(QueueCap(p, poll), lo))
+}
+
+// QueueCap is the longest a waiter at position p behind the first waits
+// between two looks: 2×poll right behind it, 15×p×poll further back, and
+// never more than MaxQueueLook(poll).
+func QueueCap(p int, poll time.Duration) time.Duration {
+	if p <= 1 {
+		return 2 * poll
+	}
+	return min(15*time.Duration(p)*poll, MaxQueueLook(poll))
+}
+
+// MaxQueueLook is the longest any waiter of a fair lock's queue goes
+// without looking: 150×poll.
+func MaxQueueLook(poll time.Duration) time.Duration { return 150 * poll }
+
+// HandOffWait is how long a fair lock's holder waits for a successor that
+// has not said it polls as the first waiter (its queue entry carries no head
+// mark) to take the lock: as long as such a waiter may take to look again
+// (QueueWait right behind the first, at most 2×poll), estimated from how
+// long the holder held the lock and how long it was itself first in line
+// before (the queue's recent pace), and never less than head.
+func HandOffWait(held, wasHead, head, poll time.Duration) time.Duration {
+	return min(max(2*max(held, wasHead), head), max(2*poll, head))
+}

@@ -1,0 +1,530 @@
+package azlease
+
+// Fair locks: a Mutex or Semaphore whose waiters are served in the order
+// they asked (the default; MutexOptions.Unordered turns it off). The queue
+// is in queue.go, the hand-off from holder to waiter in succession.go; this
+// file is the waiting and the unlocking.
+//
+// A waiter that finds the lock free and nobody waiting takes it, as an
+// unordered one does. Otherwise it takes a ticket, joins the queue, and
+// waits:
+//   - the first in line polls the lock (one request; a Semaphore's slots
+//     with one listing) every HeadPollInterval: it takes the lock when the
+//     holder hands it over (the hand-off marker names its ticket), or when
+//     the lock is free (the holder crashed and its lease expired, or it
+//     released while the queue looked empty);
+//   - the one behind it polls the lock too, often while the queue moves and
+//     less and less while it does not (timing.QueueWait): it notices when
+//     the first is served, or when the lock stays free while the first does
+//     not take it (then the first is dead, and it removes it);
+//   - the others list the queue, less often the further back they are.
+// A contended Unlock never frees the lease: it hands it to the first in
+// line (succession.go), so a waiter that arrives later, ordered or not,
+// cannot take it first.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// fairLock is the waiting of a fair Mutex (one slot: its lock blob) or
+// Semaphore (its slots).
+type fairLock struct {
+	name  string
+	q     *queue
+	cfg   holdConfig
+	slots []*Mutex
+	// look reads every slot's status, in slot order: the first waiter's
+	// poll (one Get Blob Properties for a Mutex, one List Blobs for a
+	// Semaphore).
+	look func(ctx context.Context, budget time.Duration) ([]Status, error)
+	// unreachable is the caller's ErrUnreachable bound (Mutex, Semaphore).
+	unreachable func() error
+	// what names the lock in errors ("lock locks/x", "semaphore s (3 slots)").
+	what string
+}
+
+// fairState is what a Lock taken through a queue knows for its Unlock.
+type fairState struct {
+	f       *fairLock
+	key     string        // its own ticket's key, or "" (it took a free lock without queuing)
+	took    time.Time     // when it took the lock
+	wasHead time.Duration // how long it was first in line before
+}
+
+// errRequeue means a waiter found itself no longer in the queue (a holder
+// removed it after it missed its turn twice): it joins again.
+var errRequeue = errors.New("azlease: removed from the queue")
+
+// lock waits for the lock in the queue's order; see the top of this file.
+func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
+	budget := f.slots[0].cfg.lease.duration
+	var last error
+	gaveUp := func() (*Lock, error) {
+		if last == nil {
+			return nil, fmt.Errorf("azlease: %s: %w", f.what, context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("azlease: %s: %w; last attempt: %w", f.what, context.Cause(ctx), lastAttempt(last))
+	}
+	// The lock free and nobody waiting: take it, as an unordered waiter.
+	for {
+		lk, queued, err := f.tryFree(ctx, budget)
+		if lk != nil {
+			return lk, nil
+		}
+		if err != nil && errors.Is(err, ErrTransient) {
+			last = err
+		}
+		if ctx.Err() != nil {
+			return gaveUp()
+		}
+		if err == nil && queued {
+			break
+		}
+		if err != nil && !errors.Is(err, ErrTransient) {
+			return nil, err
+		}
+		if err := f.unreachable(); err != nil {
+			return nil, err
+		}
+		if !sleepCtx(ctx, timing.Jitter(f.cfg.headPoll, f.cfg.jitter, mrand.Float64())) {
+			return gaveUp()
+		}
+	}
+	for {
+		w, err := f.join(ctx, budget)
+		switch {
+		case ctx.Err() != nil:
+			return gaveUp()
+		case err != nil && !errors.Is(err, ErrTransient):
+			return nil, err
+		case err != nil:
+			last = err
+			if err := f.unreachable(); err != nil {
+				return nil, err
+			}
+			if !sleepCtx(ctx, timing.Jitter(f.cfg.headPoll, f.cfg.jitter, mrand.Float64())) {
+				return gaveUp()
+			}
+			continue
+		}
+		fairHook("joined", f.name, w.Ticket)
+		lk, err := f.wait(ctx, w, &last)
+		if lk != nil {
+			fairHook("served", f.name, w.Ticket)
+			return lk, nil
+		}
+		f.leave(ctx, w)
+		switch {
+		case errors.Is(err, errRequeue):
+			fairHook("removed", f.name, w.Ticket)
+			f.cfg.lease.log.Info("azlease: removed from the lock's queue after missing its turn; joining again at the back", slog.Uint64("ticket", w.Ticket))
+			continue
+		case ctx.Err() != nil:
+			fairHook("left", f.name, w.Ticket)
+			return gaveUp()
+		}
+		fairHook("left", f.name, w.Ticket)
+		return nil, err
+	}
+}
+
+// fairHook, when tests set it, is told of a waiter's events: "joined"
+// (its ticket taken and its blob created), "served", "left" (its ctx ended
+// or it failed) and "removed" (a holder removed it; it joins again).
+var fairHook = func(event, lock string, ticket uint64) {}
+
+// tryFree takes a free slot if nobody waits: one look, and when a slot is
+// free, one listing of the queue. queued is true when the caller should
+// join the queue (everything held, or someone waits).
+func (f *fairLock) tryFree(ctx context.Context, budget time.Duration) (lk *Lock, queued bool, err error) {
+	try := 2 * f.cfg.lease.attemptTimeout
+	sts, err := f.look(ctx, try)
+	if err != nil {
+		return nil, false, err
+	}
+	free := -1
+	for i, st := range sts {
+		if !st.Leased {
+			free = i
+			break
+		}
+	}
+	if free < 0 {
+		return nil, true, nil
+	}
+	ws, err := f.q.waiters(ctx, time.Now().Add(try))
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ws) > 0 {
+		return nil, true, nil
+	}
+	for i := free; i < len(sts); i++ {
+		if sts[i].Leased {
+			continue
+		}
+		m := f.slots[i]
+		l := m.newLease()
+		l.see(sts[i].Epoch)
+		lk, ok, err := m.tryLock(ctx, l, try, &sts[i])
+		switch {
+		case ok:
+			lk.fair = &fairState{f: f, took: time.Now()}
+			return lk, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+	}
+	return nil, true, nil
+}
+
+// join takes a ticket and puts the waiter in the queue.
+func (f *fairLock) join(ctx context.Context, budget time.Duration) (waiter, error) {
+	limit := time.Now().Add(budget)
+	ticket, err := f.q.take(ctx, limit)
+	if err != nil {
+		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
+	}
+	w, err := f.q.join(ctx, limit, ticket, newLeaseID(), f.cfg.lease.identity)
+	if err != nil {
+		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
+	}
+	return w, nil
+}
+
+// leave takes w out of the queue, within what ctx leaves (one attempt if it
+// has ended): a waiter that did not get the lock.
+func (f *fairLock) leave(ctx context.Context, w waiter) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.lease.attemptTimeout)
+	defer cancel()
+	_ = f.q.remove(cctx, w, false)
+}
+
+// wait waits in the queue until w gets the lock, ctx ends, or something
+// fails for good; last keeps the last transient failure.
+func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, error) {
+	var (
+		moved   = time.Now() // when the queue last moved, as far as w saw
+		pos     = -1
+		first   uint64 // the first waiter's ticket, at the last listing
+		marked  bool
+		headAt  time.Time
+		lastErr = func(err error) { *last = err }
+	)
+	for {
+		ws, err := f.q.waiters(ctx, time.Now().Add(2*f.cfg.lease.attemptTimeout))
+		if err != nil {
+			if ctx.Err() != nil || !errors.Is(err, ErrTransient) {
+				return nil, err
+			}
+			lastErr(err)
+			if err := f.unreachable(); err != nil {
+				return nil, err
+			}
+			if !sleepCtx(ctx, timing.Jitter(f.cfg.headPoll, f.cfg.jitter, mrand.Float64())) {
+				return nil, context.Cause(ctx)
+			}
+			continue
+		}
+		p := -1
+		for _, x := range ws {
+			if x.Ticket == w.Ticket {
+				w = x
+				p = 0
+				break
+			}
+		}
+		if p < 0 {
+			return nil, errRequeue
+		}
+		if w.Missed {
+			// Passed over while it did not look: show it is here (the head
+			// mark clears the missed one) to take its place again.
+			if err := f.q.clearMissed(ctx, w); err == nil {
+				fairHook("back", f.name, w.Ticket)
+				marked, headAt = false, time.Time{}
+				continue
+			}
+		}
+		ws = effective(ws, w.Ticket)
+		for i, x := range ws {
+			if x.Ticket == w.Ticket {
+				p = i
+				break
+			}
+		}
+		if p != pos || ws[0].Ticket != first {
+			moved, pos, first = time.Now(), p, ws[0].Ticket
+		}
+		switch p {
+		case 0:
+			if !marked {
+				marked, headAt = true, time.Now()
+				if err := f.q.markHead(ctx, w); err != nil {
+					f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
+				}
+			}
+			lk, err := f.head(ctx, w, last)
+			if lk != nil {
+				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(headAt)}
+				f.leave(ctx, w) // served: out of the queue
+				return lk, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+		case 1:
+			lk, err := f.next(ctx, w, ws[0], &moved, last)
+			if lk != nil {
+				lk.fair = &fairState{f: f, key: w.key, took: time.Now()}
+				f.leave(ctx, w)
+				return lk, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+		default:
+			if !sleepCtx(ctx, timing.QueueWait(p, time.Since(moved), f.cfg.headPoll, f.cfg.poll)) {
+				return nil, context.Cause(ctx)
+			}
+		}
+	}
+}
+
+// relistEvery is how long the first waiter polls the lock before it lists
+// the queue again, to notice a change the lock does not show (a holder
+// removed it).
+const relistEvery = 10 * time.Second
+
+// nextPollsPerListing is how many times the waiter right behind the first
+// looks between two listings of the queue, the listing included: the
+// listing shows it when the first left without being served (its ctx
+// ended).
+const nextPollsPerListing = 3
+
+// head is the first waiter's polling: it returns the lock, an error, or
+// neither when the queue should be listed again.
+func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, error) {
+	budget := f.slots[0].cfg.lease.duration
+	until := time.Now().Add(relistEvery)
+	for time.Now().Before(until) {
+		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
+		if err == nil {
+			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget)
+			switch {
+			case lk != nil:
+				return lk, nil
+			case err != nil && ctx.Err() == nil && !errors.Is(err, ErrTransient):
+				return nil, err
+			case err != nil:
+				*last = err
+			case passedOver:
+				return nil, nil // the lock went to someone else: still in the queue?
+			}
+		} else if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
+			return nil, err
+		} else {
+			*last = err
+		}
+		if err := f.unreachable(); err != nil {
+			return nil, err
+		}
+		// Never later than HeadPollInterval: jitter only shortens it.
+		if !sleepCtx(ctx, time.Duration(float64(f.cfg.headPoll)*(1-f.cfg.jitter/2*mrand.Float64()))) {
+			return nil, context.Cause(ctx)
+		}
+	}
+	return nil, nil
+}
+
+// takeTurn takes the lock if sts show it handed to w, or a slot free. It
+// reports passedOver when a slot names another successor than w (the
+// holder moved on, or w's place is in doubt).
+func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget time.Duration) (lk *Lock, passedOver bool, err error) {
+	for i := range sts {
+		st := sts[i]
+		if !st.Leased || st.Next != w.key {
+			continue
+		}
+		m := f.slots[i]
+		l := m.newLease()
+		l.nextID = w.id
+		tok, err := l.takeOver(ctx, budget, &st)
+		switch {
+		case err == nil:
+			return m.newLock(ctx, l, tok), false, nil
+		case errors.Is(err, errHandOffGone):
+			sts[i].Leased = false // free now: take it below
+		case errors.Is(err, ErrLeaseHeld):
+			return nil, true, nil
+		default:
+			return nil, false, err
+		}
+	}
+	for i := range sts {
+		if sts[i].Leased {
+			continue
+		}
+		m := f.slots[i]
+		l := m.newLease()
+		l.see(sts[i].Epoch)
+		lk, ok, err := m.tryLock(ctx, l, budget, &sts[i])
+		switch {
+		case ok:
+			return lk, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+	}
+	for _, st := range sts {
+		if st.Leased && st.Next != "" && st.Next != w.key {
+			return nil, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// next is the polling of the waiter right behind the first: it returns the
+// lock (handed to it: the first left), an error, or neither when the queue
+// should be listed again (it moved, or the first seems dead and was
+// removed).
+func (f *fairLock) next(ctx context.Context, w, first waiter, moved *time.Time, last *error) (*Lock, error) {
+	budget := f.slots[0].cfg.lease.duration
+	var (
+		epochs    []uint64
+		freeSince time.Time
+	)
+	for polls := 0; ; polls++ {
+		if !sleepCtx(ctx, timing.QueueWait(1, time.Since(*moved), f.cfg.headPoll, f.cfg.poll)) {
+			return nil, context.Cause(ctx)
+		}
+		if polls == nextPollsPerListing-1 {
+			return nil, nil // this look is a listing of the queue
+		}
+		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
+				return nil, err
+			}
+			*last = err
+			if err := f.unreachable(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, st := range sts {
+			if st.Leased && st.Next == w.key {
+				lk, _, err := f.takeTurn(ctx, w, sts, budget)
+				if lk != nil || err != nil {
+					return lk, err
+				}
+				return nil, nil
+			}
+		}
+		cur := make([]uint64, len(sts))
+		allFree := true
+		for i, st := range sts {
+			cur[i] = st.Epoch
+			allFree = allFree && !st.Leased
+		}
+		if epochs != nil && !equalEpochs(epochs, cur) {
+			*moved = time.Now()
+			return nil, nil // someone took a slot: the first, probably
+		}
+		epochs = cur
+		switch {
+		case !allFree:
+			freeSince = time.Time{}
+		case freeSince.IsZero():
+			freeSince = time.Now()
+		case time.Since(freeSince) > 2*f.cfg.headPoll+minHandOffMargin:
+			// The lock stayed free while the first waiter, which polls
+			// every HeadPollInterval, did not take it: it is dead (or cut
+			// off, or has not noticed yet that it is first). Mark it
+			// missed, so that this waiter acts as the first.
+			f.cfg.lease.log.Debug("azlease: the first waiter does not take a free lock; passing it over", slog.Uint64("ticket", first.Ticket))
+			if err := f.q.markMissed(ctx, first); err == nil {
+				fairHook("missed", f.name, first.Ticket)
+			}
+			return nil, nil
+		}
+	}
+}
+
+func equalEpochs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// unlockFair is Unlock for a Lock of a fair lock whose term ended cleanly:
+// it hands the lease to the first waiter in line (and on, to the next, if
+// one does not take it), or releases it when nobody waits. handed is false
+// when the caller should release as an unordered lock does.
+func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
+	fs := lk.fair
+	f := fs.f
+	ws, now, err := f.q.waitersAt(ctx, time.Now().Add(f.cfg.lease.attemptTimeout))
+	if err != nil {
+		lk.lease.cfg.log.Debug("azlease: could not list the lock's queue; releasing", slog.Any("error", err))
+		return false, nil
+	}
+	held := time.Since(fs.took)
+	succs := make([]successor, 0, len(ws))
+	for _, w := range ws {
+		if w.key == fs.key {
+			continue // this holder's own entry, not removed yet
+		}
+		if w.Missed {
+			// Passed over before and silent since: dead once it has not
+			// looked for longer than any live waiter goes without.
+			if !now.IsZero() && !w.modified.IsZero() && now.Sub(w.modified) > 2*timing.MaxQueueLook(f.cfg.poll) {
+				if f.q.remove(ctx, w, true) == nil {
+					fairHook("evicted", f.name, w.Ticket)
+				}
+			}
+			continue
+		}
+		wait := f.cfg.headPoll
+		if !w.Head {
+			wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
+		}
+		q := f.q
+		succs = append(succs, successor{key: w.key, id: w.id, wait: wait, passed: func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.lease.attemptTimeout)
+			defer cancel()
+			if q.markMissed(cctx, w) == nil {
+				fairHook("missed", f.name, w.Ticket)
+			}
+		}})
+	}
+	if len(succs) == 0 {
+		return false, nil
+	}
+	out, err := lk.lease.handOn(ctx, succs)
+	if err != nil {
+		if errors.Is(err, errHandOffLost) {
+			return true, err
+		}
+		return true, err
+	}
+	if out.taker != "" {
+		lk.lease.cfg.log.Info("azlease: unlocked; handed to the next waiter", slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed)))
+	} else {
+		lk.lease.cfg.log.Info("azlease: unlocked; no waiter took the lock", slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed)))
+	}
+	return true, nil
+}

@@ -1,0 +1,446 @@
+package azlease
+
+// The waiting queue of a fair Mutex or Semaphore (fairlock.go): who waits,
+// in which order, and the blobs that say so.
+//
+// For the lock named NAME (a Mutex's lock blob, or a Semaphore's name):
+//   - NAME/queue is the ticket counter: a zero-byte blob whose metadata
+//     holds the next ticket, taken by a conditional write (If-Match), so
+//     tickets grow strictly in the order storage accepted the writes,
+//     whatever the clocks of the waiters' hosts say.
+//   - NAME/queue/<ticket, 20 digits> is a waiter: created with its ticket,
+//     its metadata holds the lease ID it announced (a holder hands the lock
+//     to it), its identity, when it began to wait (its wall clock, for
+//     display), and, once it is first in line and polls the lock every
+//     HeadPollInterval, when that began (the head mark). List Blobs
+//     returns them in name order, which is ticket order.
+//
+// Waiter blobs have no lease: waiting costs no renewals. A waiter that
+// gives up deletes its blob. One that dies leaves it: when its turn comes
+// and it does not take the lock in time, the holder passes the lock on and
+// marks it missed. Missed waiters keep their ticket but are passed over
+// until they show they are there (a waiter that finds itself missed writes
+// its head mark, which clears it, and is first again); one still missed
+// MaxQueueLook after it was marked (storage's clock: its blob's
+// Last-Modified against a listing's Date) is dead, and the next holder
+// removes it.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+)
+
+// Metadata keys of the queue's blobs.
+const (
+	metaNextTicket    = "azleasenextticket" // the counter: the next ticket to give
+	metaWaiterID      = "azleasewaiterid"   // a waiter: the lease ID it announced
+	metaWaiterHolder  = "azleaseholder"     // a waiter: its identity (escaped)
+	metaWaiterSince   = "azleasesince"      // a waiter: when it began to wait (ms since 1970, its clock)
+	metaWaiterHead    = "azleasehead"       // a waiter: when it began to poll as the first in line
+	metaWaiterMissed  = "azleasemissed"     // a waiter: its turn came and it did not take the lock
+	queueSuffix       = "/queue"
+	ticketDigits      = 20
+	maxTicketAttempts = 20 // conditional writes tried for one ticket before giving up
+)
+
+// QueueName returns the prefix of the waiter blobs of the fair lock name
+// (a Mutex's lock blob name, or a Semaphore's name): name + "/queue/". The
+// ticket counter is the blob name + "/queue".
+func QueueName(name string) string { return name + queueSuffix + "/" }
+
+// Waiter is one entry of a fair lock's queue, as [InspectQueue] reads it.
+type Waiter struct {
+	// Ticket orders the queue: the lower, the sooner served. Tickets are
+	// given by storage in the order waiters asked.
+	Ticket uint64
+	// Holder is the waiter's identity.
+	Holder string
+	// Since is when it began to wait, by its own wall clock; for display.
+	Since time.Time
+	// Head is true once it is first in line and polls the lock every
+	// HeadPollInterval (MutexOptions).
+	Head bool
+	// Missed is true when its turn came and it did not take the lock in
+	// time: it is passed over until it shows it is there, and removed if
+	// it does not within a while.
+	Missed bool
+}
+
+// waiter is a queue entry as a listing found it.
+type waiter struct {
+	Waiter
+	name     string      // its blob
+	key      string      // the ticket as the hand-off marker names it
+	id       string      // the lease ID it announced
+	etag     azcore.ETag // as listed, for conditional writes and deletes
+	modified time.Time   // its blob's Last-Modified, storage's clock
+}
+
+// queue is the waiting queue of one fair lock.
+type queue struct {
+	lock    string // the lock's name
+	ops     *Lease // requests on the counter blob (its loop, health and metrics)
+	lister  *Lease // listings of the waiters
+	counter *blob.Client
+}
+
+func newQueue(t target, cfg leaseConfig, health *storageHealth) *queue {
+	ct := t
+	ct.blob = t.blob + queueSuffix
+	ops := newLease(ct, cfg)
+	ops.health = health
+	lister := newListLease(t, QueueName(t.blob), cfg)
+	lister.health = health
+	return &queue{lock: t.blob, ops: ops, lister: lister, counter: ops.bc}
+}
+
+// ticketKey is a ticket as a waiter's blob name and the hand-off marker
+// carry it: 20 digits, so that name order is ticket order.
+func ticketKey(t uint64) string {
+	s := strconv.FormatUint(t, 10)
+	return strings.Repeat("0", ticketDigits-len(s)) + s
+}
+
+// take takes the next ticket: it reads the counter and writes it one
+// higher, conditional on what it read, until a write succeeds (creating
+// the counter, and the container, on first use). A write whose outcome is
+// unknown is not trusted: it reads again and takes a later ticket (a
+// ticket may go unused; order only needs tickets to grow).
+func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
+	l := q.ops
+	var ticket uint64
+	for tries := 0; ; tries++ {
+		var (
+			cur  uint64
+			etag azcore.ETag
+			md   map[string]*string
+			none bool
+		)
+		err := l.loop(ctx, "read", limit, func(actx context.Context, _ time.Time) (bool, error) {
+			props, err := q.counter.GetProperties(actx, nil)
+			switch c := classify(ctx, err); c {
+			case classOK:
+			case classNotFound:
+				none = true
+				return true, nil
+			case classTransient, classConflict:
+				return false, l.errorf("read", ErrTransient, err)
+			case classCanceled:
+				return true, err
+			default:
+				return true, l.errorf("read", ErrPermanent, err)
+			}
+			md, none = props.Metadata, false
+			if props.ETag != nil {
+				etag = *props.ETag
+			}
+			cur = 1
+			if v, ok := lookup(md, metaNextTicket); ok {
+				n, perr := strconv.ParseUint(v, 10, 64)
+				if perr != nil || n == 0 || n >= 1<<62 {
+					return true, l.errorf("read", ErrPermanent, fmt.Errorf("the queue counter's %s metadata is %q, not a ticket; delete the blob %s to start the queue again", metaNextTicket, echo(v), q.lock+queueSuffix))
+				}
+				cur = n
+			}
+			return true, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		ok, werr := q.advance(ctx, limit, none, cur, md, etag)
+		switch {
+		case werr != nil:
+			return 0, werr
+		case ok:
+			ticket = cur
+			return ticket, nil
+		case tries+1 >= maxTicketAttempts:
+			return 0, l.errorf("write", ErrTransient, fmt.Errorf("%d waiters took the ticket first, %d times in a row", maxTicketAttempts, maxTicketAttempts))
+		}
+		// Someone else took it: read again (after a short pause, so that
+		// many waiters arriving together do not stay in step).
+		if !sleepCtx(ctx, time.Duration(1+tries)*5*time.Millisecond) {
+			return 0, l.canceled(ctx, "write", l.t.blob, nil)
+		}
+	}
+}
+
+// advance writes the counter one above cur, conditional on etag (or on the
+// blob's absence when none): ok is false when another waiter wrote first,
+// or when the outcome is unknown.
+func (q *queue) advance(ctx context.Context, limit time.Time, none bool, cur uint64, md map[string]*string, etag azcore.ETag) (ok bool, err error) {
+	l := q.ops
+	next := map[string]*string{}
+	for k, v := range md {
+		if !strings.EqualFold(k, metaNextTicket) {
+			next[k] = v
+		}
+	}
+	next[metaNextTicket] = to.Ptr(strconv.FormatUint(cur+1, 10))
+	createdContainer := false
+	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
+		var err error
+		if none {
+			_, err = l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{
+				Metadata: next,
+				AccessConditions: &blob.AccessConditions{
+					ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
+				},
+			})
+			if bloberror.HasCode(err, bloberror.ContainerNotFound) && l.cfg.create && !createdContainer {
+				createdContainer = true
+				if _, cerr := l.t.cc.Create(actx, nil); cerr != nil && !bloberror.HasCode(cerr, bloberror.ContainerAlreadyExists) {
+					return false, l.errorf("create", kindOf(classify(ctx, cerr)), cerr)
+				}
+				return false, l.errorf("create", ErrTransient, errors.New("created the container"))
+			}
+		} else {
+			_, err = q.counter.SetMetadata(actx, next, &blob.SetMetadataOptions{
+				AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: &etag}},
+			})
+		}
+		switch c := classify(ctx, err); {
+		case c == classOK:
+			ok = true
+			return true, nil
+		case c == classConflict, c == classExists, c == classLost:
+			return true, nil // another waiter wrote first (412, 409)
+		case c == classTransient && ambiguous(err):
+			return true, nil // unknown: take a later ticket
+		case c == classTransient:
+			return false, l.errorf("write", ErrTransient, err)
+		case c == classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("write", ErrPermanent, err)
+		}
+	})
+	return ok, err
+}
+
+// join puts a waiter with ticket into the queue: its blob, created only if
+// absent, with the lease ID it announces and its identity.
+func (q *queue) join(ctx context.Context, limit time.Time, ticket uint64, announced, identity string) (waiter, error) {
+	l := q.ops
+	key := ticketKey(ticket)
+	name := QueueName(q.lock) + key
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	md := map[string]*string{
+		metaWaiterID:     to.Ptr(announced),
+		metaWaiterHolder: to.Ptr(url.QueryEscape(identity)),
+		metaWaiterSince:  to.Ptr(strconv.FormatInt(now.UnixMilli(), 10)),
+	}
+	w := waiter{Waiter: Waiter{Ticket: ticket, Holder: identity, Since: now}, name: name, key: key, id: announced}
+	bbc := l.t.cc.NewBlockBlobClient(name)
+	err := l.loopOn(ctx, "write", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
+		resp, err := bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{
+			Metadata: md,
+			AccessConditions: &blob.AccessConditions{
+				ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
+			},
+		})
+		switch c := classify(ctx, err); c {
+		case classOK:
+			w.etag = *resp.ETag
+			return true, nil
+		case classExists, classConflict:
+			// A retry whose first attempt was applied: tickets are never
+			// given twice, so the blob is this waiter's.
+			return true, nil
+		case classTransient:
+			return false, l.errorf("write", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("write", ErrPermanent, err)
+		}
+	})
+	return w, err
+}
+
+// waiters lists the queue, in ticket order.
+func (q *queue) waiters(ctx context.Context, limit time.Time) ([]waiter, error) {
+	ws, _, err := q.waitersAt(ctx, limit)
+	return ws, err
+}
+
+// waitersAt lists the queue, and returns storage's clock when it answered
+// (zero if unknown), to tell how long ago a waiter's blob last changed.
+func (q *queue) waitersAt(ctx context.Context, limit time.Time) ([]waiter, time.Time, error) {
+	sts, date, err := q.lister.listPrefixAt(ctx, QueueName(q.lock), limit)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	out := make([]waiter, 0, len(sts))
+	for _, st := range sts {
+		if w, ok := parseWaiter(q.lock, st); ok {
+			out = append(out, w)
+		}
+	}
+	return out, date, nil
+}
+
+// effective returns the waiters that take part in hand-offs: all but those
+// marked missed, except self (its own entry, whatever its marks).
+func effective(ws []waiter, self uint64) []waiter {
+	out := make([]waiter, 0, len(ws))
+	for _, w := range ws {
+		if !w.Missed || w.Ticket == self {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// parseWaiter reads a waiter from its listed blob; ok is false for a blob
+// that is not one (a name that is not a ticket, no announced ID).
+func parseWaiter(lock string, st Status) (waiter, bool) {
+	key := strings.TrimPrefix(st.Name, QueueName(lock))
+	if len(key) != ticketDigits || strings.Trim(key, "0123456789") != "" {
+		return waiter{}, false
+	}
+	t, err := strconv.ParseUint(key, 10, 64)
+	id, ok := lookup(st.raw, metaWaiterID)
+	if err != nil || !ok || id == "" {
+		return waiter{}, false
+	}
+	w := waiter{Waiter: Waiter{Ticket: t}, name: st.Name, key: key, id: id, etag: st.etag, modified: st.modified}
+	if v, ok := lookup(st.raw, metaWaiterHolder); ok {
+		w.Holder, _ = url.QueryUnescape(v)
+	}
+	if v, ok := lookup(st.raw, metaWaiterSince); ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			w.Since = time.UnixMilli(ms).UTC()
+		}
+	}
+	if v, ok := lookup(st.raw, metaWaiterHead); ok && v != "" {
+		w.Head = true
+	}
+	if v, ok := lookup(st.raw, metaWaiterMissed); ok && v != "" {
+		w.Missed = true
+	}
+	return w, true
+}
+
+// markHead writes the head mark on w's blob (keeping its other metadata,
+// clearing a missed mark): w is first in line and polls every
+// HeadPollInterval from now on. It is conditional on the blob as listed;
+// a failure only costs w a longer wait from the next holder.
+func (q *queue) markHead(ctx context.Context, w waiter) error {
+	md := map[string]*string{
+		metaWaiterID:     to.Ptr(w.id),
+		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
+		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
+		metaWaiterHead:   to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)),
+	}
+	return q.setWaiter(ctx, w, md)
+}
+
+// clearMissed rewrites w's blob without its missed mark (nor a head mark):
+// w, passed over while it did not look, shows it is there and takes its
+// place again.
+func (q *queue) clearMissed(ctx context.Context, w waiter) error {
+	md := map[string]*string{
+		metaWaiterID:     to.Ptr(w.id),
+		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
+		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
+	}
+	return q.setWaiter(ctx, w, md)
+}
+
+// markMissed writes the missed mark on w's blob, conditional on the blob as
+// listed (a waiter that has written its head mark since keeps its place).
+func (q *queue) markMissed(ctx context.Context, w waiter) error {
+	md := map[string]*string{
+		metaWaiterID:     to.Ptr(w.id),
+		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
+		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
+		metaWaiterMissed: to.Ptr("1"),
+	}
+	return q.setWaiter(ctx, w, md)
+}
+
+func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) error {
+	l := q.ops
+	bc := l.t.cc.NewBlobClient(w.name)
+	var cond *blob.AccessConditions
+	if w.etag != "" {
+		cond = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(w.etag)}}
+	}
+	return l.loopOn(ctx, "write", w.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: cond})
+		switch c := classify(ctx, err); c {
+		case classOK:
+			return true, nil
+		case classTransient:
+			return false, l.errorf("write", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("write", kindOf(c), err)
+		}
+	})
+}
+
+// remove deletes w's blob: conditional on the blob as listed when
+// ifUnchanged (a holder removing a waiter that missed its turn twice), or
+// whatever it holds (a waiter leaving). Its outcome does not matter much: a
+// waiter left behind is removed when its turn comes.
+func (q *queue) remove(ctx context.Context, w waiter, ifUnchanged bool) error {
+	l := q.ops
+	bc := l.t.cc.NewBlobClient(w.name)
+	opts := &blob.DeleteOptions{}
+	if ifUnchanged && w.etag != "" {
+		opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(w.etag)}}
+	}
+	return l.loopOn(ctx, "write", w.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := bc.Delete(actx, opts)
+		switch c := classify(ctx, err); c {
+		case classOK, classNotFound:
+			return true, nil
+		case classTransient:
+			return false, l.errorf("write", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("write", kindOf(c), err)
+		}
+	})
+}
+
+// InspectQueue reads the waiting queue of the fair lock name (a Mutex's lock
+// blob name, or a Semaphore's name) in the container cc points at, first in
+// line first. It needs only read access: one List Blobs request per 5,000
+// waiters. Transient failures are retried for at most 6 s, never past
+// ctx's deadline. An unordered lock (MutexOptions.Unordered) has no queue.
+func InspectQueue(ctx context.Context, cc *container.Client, name string) ([]Waiter, error) {
+	t, err := newTarget(cc, name, "name")
+	if err != nil {
+		return nil, err
+	}
+	cfg, _ := (*LeaseOptions)(nil).config("")
+	q := newQueue(t, cfg, new(storageHealth))
+	ws, err := q.waiters(ctx, time.Now().Add(2*cfg.attemptTimeout))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Waiter, len(ws))
+	for i, w := range ws {
+		out[i] = w.Waiter
+	}
+	return out, nil
+}

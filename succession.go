@@ -1,0 +1,316 @@
+package azlease
+
+// Passing a held lease to a chosen successor, and the successor taking it:
+// the one mechanism behind fair locks (the holder of a Mutex, or of a
+// Semaphore's slot, passes the lease to the first waiter of its queue:
+// queue.go, fairlock.go) and planned succession (an Elector passes
+// leadership to the candidate it chose: candidates.go).
+//
+// The holder, its work stopped (handOn):
+//  1. writes a hand-off marker into the lock blob's metadata under its lease
+//     (the record's "next", naming the successor, with the clean-release
+//     mark), so that the successor, polling the lock blob, learns that the
+//     lease is passed to it;
+//  2. changes the lease to the ID the successor announced (Change Lease):
+//     the lease is never free, so nobody else can take it meanwhile;
+//  3. waits, for a bounded time, for the successor's term to show in the
+//     lock blob (its epoch). If it does not, the holder, which knows the
+//     ID it handed the lease to, moves the marker and the lease on to the
+//     next candidate, and so on, and releases the lease when none is left.
+//     Azure decides the race between a late successor and the holder
+//     moving on: whoever changes the lease's ID first wins; the other's
+//     Change is refused.
+//
+// The successor (takeHandOff), seeing the marker name it, changes the lease
+// from the ID it announced to a fresh one only it knows (from then on the
+// holder cannot move it on), renews it (Change Lease does not renew: the
+// lease's time is still the former holder's), and writes its epoch; its
+// term's validity starts at that renewal's send. Every request of either
+// side carries one lease ID and acts only while the lease has that ID, so a
+// request applied late acts on nothing: the successor's term has a lease ID
+// that no request of the holder's ever carried.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+)
+
+// successor is a candidate for a hand-off.
+type successor struct {
+	// key names it in the hand-off marker: a queue ticket, or an Elector
+	// candidate's identity.
+	key string
+	// id is the lease ID it announced (its Lease's NextLeaseID).
+	id string
+	// wait is how long it may take to notice the marker and change the
+	// lease to its own ID: its poll interval, while it polls the lock
+	// blob. The holder adds a margin for requests in flight.
+	wait time.Duration
+	// passed, when not nil, is called when it did not take the lease in
+	// time (a fair lock removes it from its queue).
+	passed func()
+}
+
+// handOnOutcome is how a hand-off ended.
+type handOnOutcome struct {
+	// taker is the key of the successor that took the lease, or "".
+	taker string
+	// released is true when nobody took it and it was released (or it was
+	// no longer present: expired or broken).
+	released bool
+	// passed lists the keys of the successors that did not take it in time.
+	passed []string
+}
+
+// errHandOffLost means the lease was not this Lease's any more when the
+// hand-off began: nothing was handed on.
+var errHandOffLost = errors.New("the lease was no longer this holder's")
+
+// minHandOffMargin bounds from below the margin a holder adds to a
+// successor's wait for requests in flight (its poll's read and its Change):
+// a few round trips as the holder measured them, but never less than this,
+// so that a loaded machine's scheduling delays do not pass over a
+// successor that is there.
+const minHandOffMargin = 50 * time.Millisecond
+
+// handOn hands the held lease on to the first of succs that takes it (see
+// the top of this file). The term must have ended and its work stopped:
+// handOn stops holding before it sends anything, as HandOff does. It
+// returns who took it, or that nobody did (the lease was then released).
+// An error means the hand-off could not go on (the lease was lost before it
+// began, or storage failed): the lease may still be under the ID it was last
+// handed to, and expires on its own.
+func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, error) {
+	var out handOnOutcome
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	own, state, validUntil, md, etag, epoch := l.id, l.state, l.validUntil, l.md, l.etag, l.token.Epoch
+	if state != held || !time.Now().Before(validUntil) || !l.termStarted() {
+		l.mu.Unlock()
+		return out, ErrNotHeld
+	}
+	l.state, l.id, l.md, l.token = notHeld, "", nil, Token{}
+	notify := l.hookFor(own)
+	l.mu.Unlock()
+	if notify != nil {
+		notify(ErrStopped)
+	}
+	rec, err := parseRecord(md)
+	if err != nil {
+		return out, l.errorf("handoff", ErrPermanent, err)
+	}
+	rec.released = true
+	cur := own
+	for i, s := range succs {
+		// 1. The marker, under the lease as it is now.
+		rec.successor = s.key
+		start := time.Now()
+		newTag, werr := l.writeMarker(ctx, cur, rec.format(md), etag)
+		switch {
+		case werr == nil:
+			etag = newTag
+		case cur != own && errors.Is(werr, ErrLeaseLost):
+			// The previous successor changed the lease to its own ID after
+			// all: it took it.
+			out.taker = succs[i-1].key
+			return out, nil
+		case errors.Is(werr, ErrLeaseLost):
+			return out, fmt.Errorf("%w: %w", errHandOffLost, werr)
+		default:
+			l.abandonHandOff(ctx, cur)
+			return out, werr
+		}
+		// 2. The lease, to the ID the successor announced.
+		cerr := l.changeID(ctx, cur, s.id)
+		rtt := time.Since(start)
+		switch {
+		case cerr == nil:
+			cur = s.id
+		case bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
+			out.released = true // it expired meanwhile: free for the queue's head
+			return out, nil
+		case cur != own && errors.Is(cerr, ErrLeaseLost):
+			out.taker = succs[i-1].key
+			return out, nil
+		case errors.Is(cerr, ErrLeaseLost):
+			return out, fmt.Errorf("%w: %w", errHandOffLost, cerr)
+		default:
+			l.abandonHandOff(ctx, cur)
+			return out, cerr
+		}
+		// 3. Its term, within its wait and a margin for requests in flight:
+		// four round trips as the two requests above measured them.
+		margin := max(minHandOffMargin, 2*rtt)
+		took, gone, err := l.awaitTaker(ctx, epoch, time.Now().Add(s.wait+margin))
+		switch {
+		case err != nil:
+			return out, err
+		case took:
+			out.taker = s.key
+			return out, nil
+		case gone:
+			out.released = true
+			return out, nil
+		}
+		out.passed = append(out.passed, s.key)
+		l.cfg.log.Debug("azlease: successor did not take the lease in time; passing it on", slog.String("successor", s.key))
+		if s.passed != nil {
+			s.passed()
+		}
+	}
+	// Nobody took it: release it under the ID it has now, marked clean and
+	// with no successor named. If the last successor took it meanwhile,
+	// Azure refuses both requests.
+	rec.successor = ""
+	if _, werr := l.writeMarker(ctx, cur, rec.format(md), etag); cur != own && errors.Is(werr, ErrLeaseLost) {
+		out.taker = succs[len(succs)-1].key
+		return out, nil
+	}
+	if err := l.releaseID(ctx, cur, time.Now().Add(l.cfg.attemptTimeout), true); err != nil {
+		return out, err
+	}
+	out.released = true
+	return out, nil
+}
+
+// abandonHandOff gives up a hand-off that storage did not let go on: the
+// lease stays under id, held by nobody, and expires on its own; the ID is
+// released if a request gets through (it is never used for a term again).
+func (l *Lease) abandonHandOff(ctx context.Context, id string) {
+	if cctx, cancel, ok := l.cleanupContext(ctx); ok {
+		_ = l.releaseID(cctx, id, time.Now().Add(l.cfg.attemptTimeout), true)
+		cancel()
+	}
+}
+
+// writeMarker writes md into the lock blob's metadata under the lease ID
+// id, conditional on etag when known, retrying transient failures for at
+// most AttemptTimeout. A stale etag (someone wrote since) is read again
+// once: under the lease, only a successor's epoch write can have changed it,
+// and then the write is refused for the lease ID anyway.
+func (l *Lease) writeMarker(ctx context.Context, id string, md map[string]*string, etag azcore.ETag) (azcore.ETag, error) {
+	var out azcore.ETag
+	err := l.loop(ctx, "write", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		var ifMatch *azcore.ETag
+		if etag != "" {
+			ifMatch = &etag
+		}
+		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, ifMatch)})
+		if err == nil {
+			out = *resp.ETag
+			return true, nil
+		}
+		if bloberror.HasCode(err, bloberror.ConditionNotMet) {
+			etag = "" // read under the lease's own check instead
+			return false, l.errorf("write", ErrTransient, err)
+		}
+		switch c := classify(ctx, err); c {
+		case classTransient, classConflict:
+			return false, l.errorf("write", ErrTransient, err)
+		case classLost, classBroken, classNotFound:
+			return true, l.errorf("write", ErrLeaseLost, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("write", ErrPermanent, err)
+		}
+	})
+	return out, err
+}
+
+// changeID changes the lease from the ID from to the ID to, retrying
+// transient failures (a retried change that already happened succeeds) for
+// at most AttemptTimeout.
+func (l *Lease) changeID(ctx context.Context, from, to string) error {
+	return l.loop(ctx, "handoff", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := l.leaseClient(from).ChangeLease(actx, to, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+			return true, nil
+		case classLost, classBroken, classNotFound:
+			return true, l.errorf("handoff", ErrLeaseLost, err)
+		case classTransient, classConflict:
+			return false, l.errorf("handoff", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("handoff", ErrPermanent, err)
+		}
+	})
+}
+
+// awaitTaker polls the lock blob until deadline for the successor's term:
+// an epoch above epoch (took), or no lease at all (gone: the successor
+// released it already, or it expired).
+func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time) (took, gone bool, err error) {
+	step := min(max(time.Until(deadline)/8, 10*time.Millisecond), 100*time.Millisecond)
+	for {
+		st, ierr := l.inspect(ctx, deadline)
+		switch {
+		case ierr != nil && ctx.Err() != nil:
+			return false, false, ierr
+		case ierr == nil && st.Epoch > epoch:
+			return true, false, nil
+		case ierr == nil && !st.Leased:
+			return false, true, nil
+		}
+		if !time.Now().Add(step).Before(deadline) {
+			return false, false, nil
+		}
+		if !sleepCtx(ctx, step) {
+			return false, false, context.Cause(ctx)
+		}
+	}
+}
+
+// errPassedOver means a lease handed to this Lease had been passed on to
+// another successor (or taken by another holder) when this Lease tried to
+// take it.
+var errPassedOver = fmt.Errorf("%w: the hand-off was passed on before this holder took it", ErrLeaseHeld)
+
+// errHandOffGone means a lease handed to this Lease was no longer present
+// (it expired, or was released or broken) when this Lease tried to take it:
+// the lock is free.
+var errHandOffGone = errors.New("azlease: the lease handed to this holder is no longer present")
+
+// takeHandOff is a grantFunc (see Lease.begin): it takes the lease handed
+// to announced, the ID this Lease announced (its NextLeaseID), by changing
+// it to a fresh ID and renewing it (find). It fails with errPassedOver when
+// the lease is held under another ID, and with errHandOffGone when there is
+// no lease.
+func (l *Lease) takeHandOff(ctx context.Context, announced string, budget time.Duration) (string, time.Time, []string, error) {
+	limit := time.Now().Add(budget)
+	maybe := []string{announced}
+	for round := 0; ; round++ {
+		id, send, ok, present, more := l.find(ctx, maybe, limit)
+		maybe = append(maybe, more...)
+		switch {
+		case ok:
+			return id, send, idsExcept(maybe[1:], id), nil
+		case !present:
+			return "", time.Time{}, maybe[1:], errHandOffGone
+		case len(more) == 0 || ctx.Err() != nil || round == 2 || !time.Now().Before(limit):
+			// Held under another ID: the holder moved on, or someone else
+			// holds it. The announced ID is given back too, in case the
+			// lease comes back to it.
+			return "", time.Time{}, maybe, errPassedOver
+		}
+		// A change whose outcome is unknown: the lease may be under its
+		// fresh ID; look again, that ID included.
+	}
+}
+
+// takeOver starts a term on a lease handed to this Lease (see the top of
+// this file): seen is the lock blob as the poll that found the marker read
+// it. The ID taken over is the one NextLeaseID announced.
+func (l *Lease) takeOver(ctx context.Context, budget time.Duration, seen *Status) (Token, error) {
+	return l.begin(ctx, budget, seen, l.takeHandOff)
+}
