@@ -21,10 +21,36 @@ import (
 // automatically; the holder's context is cancelled, with a cause, when the
 // lock is lost or its validity deadline passes.
 //
-// Waiters are not served in order: each one polls (every PollInterval, with
-// jitter) and the first to try after a release gets the lock. A waiter can
-// therefore wait longer than others that came later, and under constant
-// contention one may wait indefinitely; bound Lock with a context deadline.
+// Waiters are served in the order they asked (a fair lock): a waiter that
+// does not find the lock free with nobody waiting takes a ticket (storage
+// orders the tickets, not the hosts' clocks) and joins the lock's queue
+// (blobs under [QueueName]; [InspectQueue] reads it). The first in line
+// looks at the lock every HeadPollInterval (200 ms by default); the others
+// look less often the further back they are, and more often while the
+// queue moves. Unlock hands the lease straight to the first in line,
+// never free in between, so a waiter that came later cannot take it first;
+// the next holder starts within about a head poll. A waiter whose ctx ends
+// leaves the queue. One that dies is passed over when its turn comes and
+// it does not take the lock (within a head poll once it has begun to look
+// as the first; up to 2 × PollInterval otherwise), and removed once it has
+// been silent for longer than any live waiter. After a quiet time (the
+// lock held for minutes), waiters far back look rarely: a hand-off may then
+// pass over one that has not looked yet; it keeps its place and takes the
+// lock once it looks again.
+//
+// Cost, in requests per second while W waiters wait behind a holder and
+// the queue does not move: 1/HeadPollInterval for the first (5 with the
+// defaults) plus 1/(2 × PollInterval) + (H(min(W−1, 10)) − 1)/(15 ×
+// PollInterval) + max(W − 11, 0)/(150 × PollInterval) for the rest (H the
+// harmonic number; under 1 for 50 waiters with the default PollInterval of
+// 1 s). Joining costs three requests (the ticket's read and conditional
+// write, the entry's creation), being served one more (the entry's
+// deletion); Unlock of a lock someone waits for lists the queue, writes
+// the hand-off marker and changes the lease (three requests), then reads
+// the lock until the next holder's epoch shows. With
+// MutexOptions.Unordered, waiters instead each poll every PollInterval and
+// the first to try after a release gets the lock; one may wait
+// indefinitely under constant contention.
 //
 // A Mutex is safe for concurrent use. Each Lock or TryLock is a separate
 // holder with its own lease, so two goroutines of one process exclude each
