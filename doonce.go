@@ -312,11 +312,15 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 // [ErrOnceUnrecorded]: another runner completed the key meanwhile (fn ran
 // twice; OnceResult.Status is that runner's marker), the completion could
 // not be recorded, or, only if storage stayed unreachable for
-// UnreachableTimeout or ctx ended (a ctx that had ended before fn returned
-// leaves one round of release and read), it may not have been recorded.
+// UnreachableTimeout or ctx ended, it may not have been recorded.
 // So a call whose fn returned nil learns it: Ran true, or an error wrapping
 // ErrOnceUnrecorded (also when the lease was lost before the completion
 // could be written).
+//
+// Once ctx has ended (the caller gave up, or is stopping), everything
+// DoOnce does after fn returns (recording the outcome, settling it,
+// releasing the lease) takes at most 2 × AttemptTimeout (6 s by default)
+// in all, whether storage answers or not.
 func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
@@ -485,7 +489,15 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		return OnceResult{}, true, err
 	}
 	bg := context.WithoutCancel(ctx) // to release even if ctx has ended
-	defer func() { _ = o.lease.Release(bg) }()
+	// post bounds what follows fn (afterFn), the final release included.
+	var (
+		post       = bg
+		cancelPost = func() {}
+	)
+	defer func() {
+		defer cancelPost()
+		_ = o.lease.Release(post)
+	}()
 	write := func(ctx context.Context, st OnceStatus) error {
 		return o.lease.updateMetadata(ctx, func(md map[string]*string) map[string]*string { return withMarker(md, st) })
 	}
@@ -531,6 +543,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	ferr := fn(k.term.Context(), tok)
 	cause := k.term.Err() // nil while the term lasts
 	k.stop(ErrStopped)
+	post, cancelPost = o.afterFn(ctx, bg)
 
 	lost := cause != nil && errors.Is(cause, ErrLeaseLost)
 	switch {
@@ -547,7 +560,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		back := m
 		back.MaxAttempts = limit // recorded with this attempt: it stays the key's
 		back.LastError = fmt.Sprintf("attempt %d by %s was abandoned by its caller", attempt, o.cfg.lease.identity)
-		if err := write(bg, back); err != nil {
+		if err := write(post, back); err != nil {
 			o.log.Warn("azlease: once: could not undo an abandoned attempt", slog.Any("error", err))
 		}
 		return OnceResult{}, true, fmt.Errorf("azlease: once %q: attempt %d abandoned by its caller: %w", o.key, attempt, errors.Join(context.Cause(ctx), ferr))
@@ -555,7 +568,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		failed := running
 		failed.State, failed.Time, failed.LastError = OnceFailed, markerTime(), clipError(ferr.Error())
 		o.log.Info("azlease: once: attempt failed", slog.Int("attempt", attempt), slog.Any("error", ferr))
-		if err := write(bg, failed); err != nil {
+		if err := write(post, failed); err != nil {
 			// Whether it was recorded is unknown: do not claim it was.
 			o.log.Warn("azlease: once: could not record the failure; the next runner counts the attempt as one whose runner died", slog.Any("error", err))
 			return OnceResult{}, true, ferr
@@ -564,11 +577,24 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 	}
 	doneSt := running
 	doneSt.State, doneSt.Time = OnceDone, markerTime()
-	if err := write(bg, doneSt); err != nil {
-		return o.settle(ctx, tok, err)
+	if err := write(post, doneSt); err != nil {
+		return o.settle(ctx, post, tok, err)
 	}
 	o.log.Info("azlease: once: done", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
 	return OnceResult{Ran: true, Status: doneSt}, true, nil
+}
+
+// afterFn is the context of what DoOnce does after fn returned (record the
+// outcome, settle it, release): bg, which ctx's end does not cut short,
+// while ctx lasts; once ctx has ended (the caller gave up, or is stopping:
+// a signal), 2 × AttemptTimeout in all, so that a caller that stops while
+// storage does not answer is not held for the rest of the lease's validity
+// and of UnreachableTimeout.
+func (o *once) afterFn(ctx, bg context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return bg, func() {}
+	}
+	return context.WithTimeout(bg, 2*o.cfg.lease.attemptTimeout)
 }
 
 // settle finds out whether the "done" marker of the term tok, whose write
@@ -580,19 +606,18 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 // released it (or said it is not the lease's), or the blob shows a later
 // term's epoch. Until then settle retries, releasing and reading, until ctx
 // ends or storage has been unreachable for UnreachableTimeout; a ctx that
-// has ended already leaves one round. The done marker of this term is the
+// has ended already leaves one round, within what afterFn's bound leaves.
+// The done marker of this term is the
 // answer as soon as it is read: nothing of this runner's can undo it. Once
 // released, the ID can never be granted again: the term's lease ID was
 // proposed by one request only, which was answered (see acquire.go), so no
 // acquisition carrying it can be applied late.
-func (o *once) settle(ctx context.Context, tok Token, werr error) (OnceResult, bool, error) {
+func (o *once) settle(ctx, post context.Context, tok Token, werr error) (OnceResult, bool, error) {
 	o.log.Warn("azlease: once: fn completed but marking the key done failed; finding out whether it was recorded", slog.Any("error", werr))
 	sctx, rounds := ctx, 0
 	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*o.cfg.lease.attemptTimeout)
-		defer cancel()
-		rounds = 1
+		// The caller has stopped: what is left of afterFn's bound.
+		sctx, rounds = post, 1
 	}
 	unknown := func(why error) (OnceResult, bool, error) {
 		// No release after this: it would overrun the caller's ctx or the

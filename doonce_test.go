@@ -953,3 +953,34 @@ func TestDoOnceLateAcquireCannotRevealUnrecordedCompletion(t *testing.T) {
 		assert.NotEqual(t, azlease.OnceDone, st.State, "the runner said its completion could not be recorded, and then it was")
 	})
 }
+
+// TestDoOnceStopDuringOutageIsBounded: the caller's ctx ends while fn runs
+// (a stopping process) and storage stops answering; whether fn then
+// completes or fails, DoOnce returns within 2 × AttemptTimeout of fn's
+// return, not after the lease's validity or UnreachableTimeout (issue 24,
+// item 9, for azlease once).
+func TestDoOnceStopDuringOutageIsBounded(t *testing.T) {
+	for _, fnErr := range []error{nil, errors.New("interrupted")} {
+		t.Run(fmt.Sprint(fnErr), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				var returned time.Time
+				_, err := azlease.DoOnce(ctx, e.client("runner"), "k", &azlease.DoOnceOptions{Identity: "runner"},
+					func(context.Context, azlease.Token) error {
+						e.Partition("runner", azleasetest.Blackhole)
+						cancel() // a signal: the caller is stopping
+						returned = time.Now()
+						return fnErr
+					})
+				require.Error(t, err)
+				took := time.Since(returned)
+				assert.LessOrEqual(t, took, 6*time.Second, "2 × AttemptTimeout after fn returned")
+				if fnErr == nil {
+					assert.ErrorIs(t, err, azlease.ErrOnceUnrecorded, "fn completed, its completion not known to be recorded")
+				}
+				t.Logf("returned %v after fn: %v", took, err)
+			})
+		})
+	}
+}

@@ -64,7 +64,9 @@ that acts even while azlease is paused, and at once if azlease dies. If the
 lease is lost while CMD runs, CMD's group gets SIGTERM at once, SIGKILL
 --kill-after later, and azlease exits 79. A signal to a runner is forwarded to
 CMD (SIGKILL follows --kill-after later), and the attempt does not count if CMD
-then fails; a signal to a waiter makes it exit at once (128+N).`,
+then fails; a signal to a waiter makes it exit at once (128+N). After a signal,
+recording CMD's outcome and releasing the key take at most 6 s (two attempts)
+whether storage answers or not.`,
 		Example: `  # In every pod's start-up: the database migration runs once per release, and
   # every pod continues only when it is done.
   azlease once "migrate-$RELEASE" -- ./migrate up && exec ./server
@@ -142,7 +144,10 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts,
 		mu.Lock()
 		ran = &res
 		mu.Unlock()
-		if s := r.stopped(); s != nil && (res.code != 0 || res.signalled != nil) {
+		if s := r.stopped(); s != nil {
+			// Stopping: DoOnce treats a failed attempt as abandoned (not
+			// counted), and gives what it writes after CMD one attempt,
+			// so that the stop is bounded whether storage answers or not.
 			abandon(signalError{s})
 		}
 		switch {

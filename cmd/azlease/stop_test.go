@@ -35,7 +35,7 @@ func trapScript(log string) string {
 // says that the lease will expire.
 func TestStopWhileStorageIsUnreachable(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"lead", "lock"} {
+	for _, kind := range []string{"lead", "lock", "once"} {
 		for _, cut := range []string{"refused", "no answer"} {
 			t.Run(kind+"/"+cut, func(t *testing.T) {
 				t.Parallel()
@@ -57,6 +57,20 @@ func TestStopWhileStorageIsUnreachable(t *testing.T) {
 				}
 				sent := time.Now()
 				p.signal(syscall.SIGTERM)
+				if kind == "once" {
+					// CMD succeeded as it stopped; marking the key done
+					// could not reach storage: "not known to be recorded"
+					// (81), after at most two attempts' time (the write,
+					// then settling it), not the lease's validity and
+					// UnreachableTimeout (68 s before).
+					p.expect(exitUnrecorded, 30*time.Second)
+					took := time.Since(sent)
+					t.Logf("SIGTERM to exit: %v", took.Round(time.Millisecond))
+					assert.Equal(t, []string{"ran", "stopping"}, lines(t, log))
+					assert.Less(t, took, 2*attemptTimeout+3*time.Second, "two attempts' time")
+					assert.Contains(t, p.stderr(), "not known to be recorded")
+					return
+				}
 				p.expect(0, 30*time.Second)
 				took := time.Since(sent)
 				t.Logf("SIGTERM to exit: %v", took.Round(time.Millisecond))
