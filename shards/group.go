@@ -94,6 +94,8 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 	if err != nil {
 		return nil, err
 	}
+	// Every line the replica logs says which group and which replica.
+	cfg.log = cfg.log.With(slog.String("group", group), slog.String("replica", cfg.identity))
 	g := &Group{
 		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), cfg: cfg,
 		done: make(chan struct{}), owned: map[string]*owned{}, leases: map[string]*azlease.Lease{},
@@ -426,8 +428,7 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, accep
 		lock, err := mlease.Hold(ctx)
 		if err != nil {
 			if errors.Is(err, azlease.ErrLeaseHeld) {
-				g.cfg.log.Warn("azlease/shards: the membership of this identity is held (a previous run that has not expired, or another replica with the same identity); waiting",
-					slog.String("identity", g.cfg.identity))
+				g.cfg.log.Warn("azlease/shards: the membership of this identity is held (a previous run that has not expired, or another replica with the same identity); waiting")
 			}
 			return "\x00"
 		}
@@ -435,7 +436,7 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, accep
 		g.member = lock
 		g.mu.Unlock()
 		m, published = lock, "\x00"
-		g.cfg.log.Info("azlease/shards: joined the group", slog.String("group", g.names.group), slog.Int("weight", g.cfg.weight))
+		g.cfg.log.Info("azlease/shards: joined the group", slog.Int("weight", g.cfg.weight))
 	}
 	if accept == published {
 		return published
@@ -511,7 +512,7 @@ func (g *Group) leave(mlease *azlease.Lease) {
 	}
 	wg.Wait()
 	g.wg.Wait()
-	g.cfg.log.Info("azlease/shards: left the group", slog.String("group", g.names.group))
+	g.cfg.log.Info("azlease/shards: left the group")
 }
 
 func (g *Group) pollWait() time.Duration {

@@ -1,10 +1,13 @@
 package shards_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -137,4 +140,71 @@ func testLogger(id string) *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", id)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes, for a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// jsonLines parses the lines a JSON slog handler wrote.
+func jsonLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestGroupLogLinesNameGroupAndReplica: every line a replica logs, from its
+// join through its acquisitions, a hand-off and its leave, carries the
+// group's name and the replica's identity (issue 24 item 10): two
+// replicas of two groups logging to one place can be told apart.
+func TestGroupLogLinesNameGroupAndReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		var buf syncBuffer
+		log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		names := shards.Numbered(4)
+		o := newOwners()
+		var gs []*shards.Group
+		for _, id := range []string{"a", "b"} {
+			g, err := shards.New(srv.Client(id), "grp", names, &shards.Options{Identity: id, Logger: log})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), o.work(id)))
+			gs = append(gs, g)
+			time.Sleep(10 * time.Second) // b joins once a owns everything: a hands two on
+		}
+		for _, g := range gs {
+			require.NoError(t, g.Stop(context.Background()))
+		}
+		msgs := map[string]bool{}
+		for _, l := range jsonLines(t, buf.String()) {
+			msgs[l["msg"].(string)] = true
+			assert.Equal(t, "grp", l["group"], "%v", l)
+			assert.Contains(t, []any{"a", "b"}, l["replica"], "%v", l)
+		}
+		for _, m := range []string{"azlease/shards: joined the group", "azlease/shards: took a shard", "azlease/shards: handed a shard on", "azlease/shards: left the group"} {
+			assert.True(t, msgs[m], "logged %q: %v", m, msgs)
+		}
+	})
 }

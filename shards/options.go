@@ -80,7 +80,8 @@ type Options struct {
 	MaxMovesPerPoll int
 
 	// Logger receives joins, acquisitions, moves and losses at Info, and
-	// storage failures at Warn. Nil means silent.
+	// storage failures at Warn. Every line carries the attributes "group"
+	// (the group's name) and "replica" (Identity). Nil means silent.
 	Logger *slog.Logger
 
 	// MeterProvider receives the group's OpenTelemetry metrics (see the
