@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/shards"
 )
 
@@ -49,10 +50,25 @@ at once if azlease dies. A CMD that exits while its shard is still owned is
 started again after a pause (1 s, doubling up to a minute while it keeps
 exiting at once).
 
+A shard's trouble stays with that shard: when its lease is lost, or moves while
+its CMD starts, or its renewals stall until the stop point (CMD is stopped at
+the deadline minus --kill-after minus 1 s), only that shard's CMD stops; CMD is
+started again in that shard's term only once a renewal has moved its deadline
+on (never in a term past its stop point), or by the shard's next owner.
+
 SIGINT, SIGTERM and SIGHUP stop every CMD (SIGKILL --kill-after later), release
 the shards so that the others take them at their next poll, and end azlease
-with 128+N. A CMD that cannot be run (126, 127) stops azlease the same way, with
-that status.`,
+with 128+N.
+
+Exit statuses: azlease shards runs until a signal stops it; a CMD that exits,
+and a shard lost or moved, never end it.
+  128+N    stopped by signal N (after stopping every CMD and releasing the shards)
+  64       usage: bad flags or arguments, no or invalid connection settings
+  69       storage unreachable, or failing for too long, at the start
+  70       internal: a guardian process died (every CMD is stopped)
+  77       storage refused: authentication, or a role or SAS that may not lease and
+           write blobs (the line names what was refused)
+  126/127  CMD could not be run / was not found (every CMD is stopped)`,
 		Example: `  # Four consumers of a 32-partition queue, one process per partition; run the
   # same line on every host or pod:
   azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD" --epoch "$AZLEASE_EPOCH"
@@ -114,10 +130,16 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		fatal *exitError // a CMD that could not be run, or a guardian that died
 	)
 	work := func(wctx context.Context, s *shards.Shard) error {
+		log := g.log.With(slog.String("group", name), slog.String("replica", g.identity), slog.String("shard", s.Name))
+		sg := *g // the shard's own logger for the supervision's lines
+		sg.log = log
+		if !sg.startable(wctx, s.Term) {
+			return nil // the term ended before a renewal moved its stop point on
+		}
 		env := append(leaseEnv(name, g.identity, s.Term.Epoch()), "AZLEASE_SHARD="+s.Name)
-		res := g.runUnder(r, wctx, s.Term, env, argv, 0)
+		res := sg.runUnder(r, wctx, s.Term, env, argv, 0)
 		switch {
-		case res.err != nil:
+		case res.err != nil && stopsReplica(res.err.code):
 			mu.Lock()
 			if fatal == nil {
 				fatal = res.err
@@ -125,13 +147,29 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 			mu.Unlock()
 			r.stopSession(res.err) // stop the group: no shard can run CMD
 			return res.err
-		case res.signalled != nil, res.lost != nil:
-			return nil // the shard's context has ended; the group goes on
+		case res.err != nil:
+			// The guardian did not start CMD: the shard's context ended
+			// as it started (a move, a loss), or the term's stop point
+			// passed meanwhile. That shard's run only.
+			if wctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("the command did not start: %s", res.err.msg)
+		case res.signalled != nil:
+			return nil // the group stops
+		case res.lost != nil:
+			if wctx.Err() != nil {
+				return nil // the shard's term ended, or it moves: the group goes on
+			}
+			// The guardian stopped CMD at the stop point (no renewal in
+			// time) although the term is still valid: the next run waits
+			// for a renewal to move the deadline on, or for the term to end.
+			return fmt.Errorf("the command was stopped at its stop point: %s", line(res.lost))
 		}
 		if wctx.Err() != nil {
 			return nil
 		}
-		g.log.Warn("azlease: a shard's command exited while the shard is owned", slog.String("shard", s.Name), slog.Int("status", res.code))
+		log.Warn("azlease: a shard's command exited while the shard is owned", slog.Int("status", res.code))
 		return fmt.Errorf("the command exited with status %d", res.code)
 	}
 	err = grp.Run(ctx, work)
@@ -147,6 +185,35 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		return classify(what, err)
 	}
 	return nil
+}
+
+// stopsReplica reports whether a guardian's refusal to run CMD stops the
+// whole replica: CMD cannot be run (126) or found (127), or the
+// supervision failed (70). Any other refusal (the term ended, or passed its
+// stop point, as CMD started) is that shard's alone.
+func stopsReplica(code int) bool {
+	return code == exitNoExec || code == exitNotFound || code == exitInternal
+}
+
+// startable waits until CMD may start under term: its stop point (the
+// validity deadline minus --kill-after minus killMargin, when the guardian
+// stops CMD if no renewal moved the deadline on) is still ahead. It
+// returns false when ctx ends first. A term whose renewals stalled past
+// its stop point starts no CMD until one succeeds (the guardian would
+// refuse to start it, and starting it would only have it stopped at once).
+func (g *globals) startable(ctx context.Context, term *azlease.Term) bool {
+	st := g.stopTiming()
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		if time.Until(term.ValidUntil()) > st.killAfter+st.margin {
+			return true
+		}
+		if !sleepCtx(ctx, deadlineEvery) {
+			return false
+		}
+	}
 }
 
 // shardStatus prints the assignment of a group, for 'status NAME --shards'.
