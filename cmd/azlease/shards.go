@@ -74,7 +74,7 @@ and a shard lost or moved, never end it.
   azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD" --epoch "$AZLEASE_EPOCH"
 
   # Who owns what:
-  azlease status orders --shards --count 32`,
+  azlease status orders --shards`,
 		Args: dashArgs("group name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {
@@ -247,6 +247,9 @@ func (g *globals) shardStatus(ctx context.Context, c *cobra.Command, r *router, 
 type assignmentJSON struct {
 	Group     string       `json:"group"`
 	Container string       `json:"container"`
+	Count     int          `json:"count,omitempty"` // as the members publish it
+	PlanKnown bool         `json:"plan_known"`
+	Note      string       `json:"note,omitempty"`
 	Balanced  bool         `json:"balanced"`
 	Misplaced int          `json:"misplaced"`
 	Members   []memberJSON `json:"members"`
@@ -258,6 +261,7 @@ type memberJSON struct {
 	Weight  int        `json:"weight"`
 	Owns    int        `json:"owns"`
 	Share   int        `json:"share"`
+	Count   int        `json:"count,omitempty"`
 	Joined  *time.Time `json:"joined,omitempty"`
 	Suspect bool       `json:"suspect,omitempty"`
 }
@@ -273,10 +277,11 @@ type shardJSON struct {
 }
 
 func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON {
-	out := assignmentJSON{Group: name, Container: containerName, Balanced: a.Misplaced == 0, Misplaced: a.Misplaced,
-		Members: []memberJSON{}, Shards: []shardJSON{}}
+	out := assignmentJSON{Group: name, Container: containerName, Count: a.Count, PlanKnown: a.PlanKnown, Note: a.Note,
+		Balanced: a.Balanced(), Misplaced: a.Misplaced, Members: []memberJSON{}, Shards: []shardJSON{}}
 	for _, m := range a.Members {
-		out.Members = append(out.Members, memberJSON{Name: m.Name, Weight: m.Weight, Owns: m.Owns, Share: m.Share, Joined: timePtr(m.Joined), Suspect: m.Suspect})
+		out.Members = append(out.Members, memberJSON{Name: m.Name, Weight: m.Weight, Owns: m.Owns, Share: m.Share, Count: m.Count,
+			Joined: timePtr(m.Joined), Suspect: m.Suspect})
 	}
 	for _, s := range a.Shards {
 		out.Shards = append(out.Shards, shardJSON{Name: s.Name, State: s.State, Owner: s.Owner, Epoch: s.Epoch,
@@ -288,18 +293,27 @@ func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON 
 func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	state := "balanced"
-	if a.Misplaced > 0 {
+	count, state := fmt.Sprintf("%d shards", len(a.Shards)), "balanced"
+	switch {
+	case !a.PlanKnown:
+		count, state = fmt.Sprintf("%d shards taken so far", len(a.Shards)), "plan not known"
+	case a.Misplaced > 0:
 		state = fmt.Sprintf("%d shards not where the plan puts them", a.Misplaced)
 	}
-	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %d shards, %s\n", name, containerName, len(a.Members), len(a.Shards), state)
+	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %s, %s\n", name, containerName, len(a.Members), count, state)
+	if a.Note != "" {
+		fmt.Fprintf(tw, "note\t%s\n", a.Note)
+	}
 	fmt.Fprintln(tw, "\nmember\tweight\towns\tshare\tjoined\t")
 	for _, m := range a.Members {
-		note := ""
+		note, share := "", "?"
 		if m.Suspect {
 			note = "  (a shard's lease expired under it: probably crashed)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", m.Name, m.Weight, m.Owns, m.Share, stamp(m.Joined), note)
+		if a.PlanKnown {
+			share = fmt.Sprint(m.Share)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", m.Name, m.Weight, m.Owns, share, stamp(m.Joined), note)
 	}
 	fmt.Fprintln(tw, "\nshard\towner\tepoch\tsince\tstate\tplanned\t")
 	for _, s := range a.Shards {
@@ -316,9 +330,16 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		}
 		st := s.State
 		if st == "" {
-			st = "never used"
+			st = "never taken"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, s.Planned)
+		planned := s.Planned
+		switch {
+		case !a.PlanKnown:
+			planned = "?"
+		case planned == "":
+			planned = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, planned)
 	}
 }
 

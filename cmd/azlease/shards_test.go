@@ -3,10 +3,12 @@
 package main
 
 // azlease shards when one shard is in trouble, and when storage refuses it
-// (issue 24 items 3 and 6): one shard's trouble stops that shard's
-// command only; a refusal is one line and 77.
+// (issue 24 items 3, 6 and 8): one shard's trouble stops that shard's
+// command only; a refusal is one line and 77; status says what the
+// replicas plan.
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -180,4 +182,52 @@ func TestShardsReadOnlyRoleExits77(t *testing.T) {
 	assert.Contains(t, last, "AuthorizationPermissionMismatch")
 	assert.Contains(t, last, "the identity needs a role that can read and write blobs")
 	assert.Empty(t, lines(t, log), "no command ran")
+}
+
+// TestShardsStatusShowsWhatTheReplicasPlan (issue 24 item 8): 'status
+// --shards' without --count shows every shard of a 12-shard group in the
+// replicas' order (0, 1, 2 … 11, not 0, 1, 10, 11, 2 …), planned as the
+// replica does; a wrong --count is reported, not called balanced; 'status'
+// of the group's name without --shards says it is a shard group (it said
+// "never used").
+func TestShardsStatusShowsWhatTheReplicasPlan(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	p := w.az("shards", "--identity", "a", fast, "grp", "--count", "12", "--", "sleep", "1000")
+	var s assignmentJSON
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st := w.run(10*time.Second, "status", "--json", "--shards", "grp")
+		s = assignmentJSON{}
+		require.NoError(t, json.Unmarshal([]byte(st.stdout()), &s), st.stdout())
+		if len(s.Members) == 1 && s.PlanKnown && s.Balanced {
+			break
+		}
+		require.True(t, time.Now().Before(end), "not balanced: %s", st.stdout())
+	}
+	var names []string
+	for _, sh := range s.Shards {
+		names = append(names, sh.Name)
+		assert.Equal(t, "a", sh.Planned, "%+v", sh)
+	}
+	assert.Equal(t, []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}, names, "every shard, in the replicas' order")
+	assert.Equal(t, 12, s.Count)
+
+	wrong := w.run(10*time.Second, "status", "--shards", "--count", "8", "grp")
+	out := wrong.stdout()
+	assert.Contains(t, out, "1 members, 12 shards, balanced", out)
+	assert.Contains(t, out, "the live members run 12 shards (0 to 11), not the 8 given: planned with theirs", out)
+	assert.NotContains(t, out, "8 shards, balanced")
+
+	plain := w.run(10*time.Second, "status", "grp")
+	assert.Contains(t, plain.stdout(), "the group of 'azlease shards grp', 1 live members")
+	assert.Contains(t, plain.stdout(), "'azlease status grp --shards'")
+	assert.NotContains(t, plain.stdout(), "never used")
+	js := w.run(10*time.Second, "status", "--json", "grp")
+	var st statusJSON
+	require.NoError(t, json.Unmarshal([]byte(js.stdout()), &st), js.stdout())
+	require.NotNil(t, st.ShardGroup, js.stdout())
+	assert.Equal(t, 1, st.ShardGroup.Members)
+
+	p.signal(syscall.SIGTERM)
+	p.expect(128+int(syscall.SIGTERM), 20*time.Second)
 }
