@@ -208,3 +208,86 @@ func TestGroupLogLinesNameGroupAndReplica(t *testing.T) {
 		}
 	})
 }
+
+// TestLostShardIsReleasedBeforeItIsTakenAgain: a shard's Lease is reused
+// from term to term (a lease ID it proposed is never proposed again), so a
+// replica must not hold it again while the Lock of an older term may still
+// act (issue 24 item 1's rule, audited here for shards). A term lost at its
+// deadline (renewals failing) is given back by the Lock's Unlock, here a
+// release that hangs for its whole attempt; the lease expires on the
+// server meanwhile and the shard looks free at every poll. No acquisition
+// of the shard may be made before that Unlock has returned. (A Hold made
+// meanwhile waits for the Lease, busy with the release, on a mutex, which
+// stops synctest's clock: the test then hangs, and a watchdog in real time
+// says so. Measured by putting reap's forget before its Unlock.)
+func TestLostShardIsReleasedBeforeItIsTakenAgain(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lostShardReleasedFirst(t)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // real time: the bubble's clock stopped
+		panic("TestLostShardIsReleasedBeforeItIsTakenAgain hung: the shard was held again while its lost term's Lock was being unlocked")
+	}
+}
+
+func lostShardReleasedFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		var mu sync.Mutex
+		failRenewals, releasing, early := false, false, 0
+		var events []string
+		srv.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client != "a" || r.Blob != "g/shards/0" {
+				return azleasetest.Fault{}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch r.Op {
+			case azleasetest.OpRenewLease:
+				if failRenewals {
+					return azleasetest.Fault{Action: azleasetest.Fail, Status: 503}
+				}
+			case azleasetest.OpReleaseLease:
+				if failRenewals {
+					events = append(events, "release")
+					releasing = true
+					return azleasetest.Fault{Delay: 3 * time.Second, Action: azleasetest.Fail, Status: 503}
+				}
+			case azleasetest.OpAcquireLease:
+				events = append(events, "acquire")
+				if releasing {
+					early++
+				}
+			}
+			return azleasetest.Fault{}
+		})
+		o := newOwners()
+		g, err := shards.New(srv.Client("a"), "g", shards.Numbered(1), &shards.Options{Identity: "a", PollInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, g.Start(context.Background(), o.work("a")))
+		t.Cleanup(func() { _ = g.Stop(context.Background()) })
+		time.Sleep(time.Second)
+		require.Equal(t, map[string]int{"a": 1}, o.counts())
+		mu.Lock()
+		failRenewals = true
+		mu.Unlock()
+		time.Sleep(16 * time.Second) // the term ends at its deadline; its release hangs
+		mu.Lock()
+		require.True(t, releasing, "the lost term's release was sent: %v", events)
+		mu.Unlock()
+		time.Sleep(3 * time.Second) // the release gives up
+		mu.Lock()
+		releasing, failRenewals = false, false
+		mu.Unlock()
+		time.Sleep(2 * time.Second)
+		assert.Equal(t, map[string]int{"a": 1}, o.counts(), "taken again after the release")
+		require.NoError(t, g.Stop(context.Background()))
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Zero(t, early, "acquisitions sent while the old term's release was under way: %v", events)
+		o.check(t, srv, "g", shards.Numbered(1))
+	})
+}
