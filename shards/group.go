@@ -297,6 +297,7 @@ func (g *Group) run(ctx context.Context, work Work) {
 			if g.refused(err) {
 				return
 			}
+			g.listFailed(err)
 		default:
 			g.act(ctx, work, v, mlease, time.Since(start) >= g.cfg.settle)
 		}
@@ -318,10 +319,8 @@ func (g *Group) list(ctx context.Context) (view, error) {
 			g.tm.failure()
 			g.mu.Lock()
 			g.listErr = err
-			report := g.listing.failed(err)
 			g.mu.Unlock()
 			g.cfg.log.Debug("azlease/shards: listing failed", slog.Any("error", err))
-			report.log(g.cfg.log, "listing the group", err)
 		}
 		return view{}, err
 	}
@@ -331,6 +330,14 @@ func (g *Group) list(ctx context.Context) (view, error) {
 	g.mu.Unlock()
 	ended.logEnd(g.cfg.log, "listing the group")
 	return parseView(g.names, listed), nil
+}
+
+// listFailed logs a failed listing once per episode.
+func (g *Group) listFailed(err error) {
+	g.mu.Lock()
+	report := g.listing.failed(err)
+	g.mu.Unlock()
+	report.log(g.cfg.log, "listing the group", err)
 }
 
 // refused reports whether err is storage refusing the replica's listing

@@ -171,6 +171,32 @@ func TestReadOnlyRoleStopsTheGroup(t *testing.T) {
 	})
 }
 
+// TestRefusedListingStopsTheGroup: storage that refuses the replica's
+// first listing for good (a wrong key: 403 AuthenticationFailed) stops the
+// group at once, Run returning the refusal, logged once at Error (not once
+// by the listing's episode and again as the group stops).
+func TestRefusedListingStopsTheGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		srv.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			return azleasetest.Fault{Action: azleasetest.Fail, Status: 403, Code: string(bloberror.AuthenticationFailed)}
+		})
+		logs := &levelCounter{}
+		g, err := shards.New(srv.Client("a"), "g", shards.Numbered(4), &shards.Options{Identity: "a", Logger: slog.New(logs)})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		err = g.Run(ctx, func(ctx context.Context, s *shards.Shard) error { <-ctx.Done(); return nil })
+		assert.Less(t, time.Since(start), time.Second, "at once")
+		assert.ErrorIs(t, err, azlease.ErrPermanent)
+		assert.True(t, bloberror.HasCode(err, bloberror.AuthenticationFailed), "%v", err)
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		assert.Len(t, logs.errors, 1, "%q", logs.errors)
+	})
+}
+
 // TestShardRefusalsAreLoggedOncePerEpisode: storage that leases a
 // replica's membership but refuses its shards for good (403 on their
 // blobs only) leaves the replica running (one shard's trouble is not the

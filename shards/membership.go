@@ -34,18 +34,19 @@ const (
 	// recordReserve is the room kept for azlease's record on the blob:
 	// the epoch, the holder, the start and the release mark (names 55
 	// bytes, values at most 20 + 192 + 20 + 20: an identity is at most 64
-	// bytes, escaped at most 192), and a history of 8 terms (the default;
-	// the name 14 bytes, each entry at most 20 + 1 + 20 + 1 + 192, with 7
-	// separators): 2,146 bytes at most, rounded up.
+	// bytes, escaped at most 192), and a history of 8 terms (the default,
+	// which the group's Leases keep; the name 14 bytes, each entry at most
+	// 20 + 1 + 20 + 1 + 192, with 7 separators): 2,200 bytes at most,
+	// rounded up.
 	recordReserve = 2304
 	// fixedMetadataMax is what the group's own keys other than the IDs take
 	// at most: the weight (up to 4 digits), when it joined (Unix ms, up to
 	// 20 characters), the shard count (4 digits), the shard list's digest,
 	// and the name of the IDs' key.
 	fixedMetadataMax = len(metaWeight) + 4 + len(metaJoined) + 20 + len(metaCount) + 4 + len(metaSum) + sumLen + len(metaIn)
-	// initialIDBudget is the room for the announced IDs: 5,776 bytes, 71
+	// initialIDBudget is the room for the announced IDs: 5,797 bytes, 71
 	// IDs for names of 43 bytes ("tenant-<uuid>"), and one for the
-	// longest name a group allows (1,015 bytes, escaped to 3,045).
+	// longest name a group allows (1,015 bytes, escaped to 3,045 at most).
 	initialIDBudget = metadataLimit - recordReserve - fixedMetadataMax
 )
 
@@ -56,6 +57,10 @@ const unknown = "\x00"
 
 // sumLen is the length of a shard list's digest, in hex.
 const sumLen = 16
+
+// leaseIDLen is the length of a lease ID as Lease.NextLeaseID writes it
+// (a GUID with hyphens).
+const leaseIDLen = 36
 
 // listSum is the digest of a shard list that memberships publish, so that
 // an observer ('azlease status --shards') learns which list the replicas
@@ -104,13 +109,17 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 func (g *Group) announce(incoming []string, budget int) string {
 	var b strings.Builder
 	for _, s := range incoming {
-		item := url.QueryEscape(s) + "=" + g.lease(s).NextLeaseID()
 		sep := 0
 		if b.Len() > 0 {
 			sep = 1
 		}
-		if b.Len()+sep+len(item) > budget {
+		item := url.QueryEscape(s) + "="
+		if b.Len()+sep+len(item)+leaseIDLen > budget {
 			continue // a shorter name may still fit
+		}
+		item += g.lease(s).NextLeaseID()
+		if b.Len()+sep+len(item) > budget {
+			continue
 		}
 		if sep > 0 {
 			b.WriteByte(',')
