@@ -41,9 +41,11 @@
 // # How it balances
 //
 // Every replica holds a membership lease ("GROUP/members/IDENTITY"),
-// renewed by azlease's shared scheduler, whose metadata carries its weight
-// and the lease IDs it accepts incoming shards under: presence apart from
-// ownership. Every PollInterval (2 s by default, with jitter) each replica
+// renewed by azlease's shared scheduler, whose metadata carries its weight,
+// the shard list it runs (its length and a digest, which Inspect reads)
+// and the lease IDs it accepts incoming shards under, as many as fit in
+// Azure's 8 KiB of metadata (71 for names of 43 bytes; the rest once those
+// are handed over): presence apart from ownership. Every PollInterval (2 s by default, with jitter) each replica
 // lists the group (one List Blobs request per 5,000 blobs: members, lease
 // states and owners together, whatever K is) and computes the same plan
 // from the same facts: shares are floor or ceil of K·w/W; a shard stays
@@ -68,6 +70,19 @@
 //
 // (On Azure, a lease that expired may take up to a minute more to be granted
 // again, which delays the last row.)
+//
+// # When storage fails
+//
+// A replica's poll never waits for an acquisition, its membership's join or
+// writes, or the release of a lost shard: they run beside it, at most 16
+// acquisitions and releases at once, so that it lists the group every poll
+// whatever storage does. Storage that refuses the replica for good stops
+// it: Run returns an error wrapping [azlease.ErrPermanent] (a wrong key, or
+// a role that may list but not lease, such as Storage Blob Data Reader).
+// Storage that refuses one shard's lease for good leaves the replica
+// running and the shard to the others; the refusals are logged once at
+// Error until an acquisition succeeds again. Check fails when no listing
+// has succeeded for a lease duration.
 //
 // # Cost
 //

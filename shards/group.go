@@ -53,21 +53,36 @@ type Group struct {
 	cc     *container.Client
 	names  leaseNames
 	shards []string
+	sum    string // the shard list's digest, which the membership publishes
 	cfg    config
 	tm     *telemetry
 
-	mu       sync.Mutex
-	started  bool
-	stop     context.CancelFunc
-	done     chan struct{}
-	err      error
-	owned    map[string]*owned // shards this replica holds
-	leases   map[string]*azlease.Lease
-	reached  bool // a listing succeeded
-	lastPoll time.Time
-	member   *azlease.Lock  // the membership, while held
-	wg       sync.WaitGroup // the shards' work
-	movers   sync.WaitGroup // hand-offs under way
+	mu        sync.Mutex
+	started   bool
+	startedAt time.Time
+	stop      context.CancelFunc
+	done      chan struct{}
+	err       error
+	owned     map[string]*owned // shards this replica holds
+	acquiring map[string]bool   // shards whose acquisition is under way
+	leases    map[string]*azlease.Lease
+	listedAt  time.Time // the last successful listing; zero before the first
+	listErr   error     // why the listings fail, while they do
+	listing   episode   // the listings' failures, for the logs
+	refusals  episode   // shard acquisitions storage refuses for good, for the logs
+	member    *azlease.Lock
+	memberOp  bool   // a join or a write of the membership is under way
+	published string // what the membership's metadata says ("\x00": not known)
+	idBudget  int    // bytes the announced lease IDs may take in the membership's metadata
+
+	wg     sync.WaitGroup // the shards' work
+	movers sync.WaitGroup // hand-offs under way
+	// bg holds what the poll loop starts and does not wait for, so that
+	// storage that answers slowly or not at all never holds up its
+	// listings: acquisitions, the membership's join and writes, and the
+	// release of lost shards. leave waits for them first.
+	bg    sync.WaitGroup
+	slots chan struct{} // bounds bg's acquisitions and releases
 }
 
 // Numbered returns the shard names "0" to "k-1", for a group of k shards.
@@ -94,9 +109,13 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 	if err != nil {
 		return nil, err
 	}
+	// Every line the replica logs says which group and which replica.
+	cfg.log = cfg.log.With(slog.String("group", group), slog.String("replica", cfg.identity))
 	g := &Group{
-		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), cfg: cfg,
-		done: make(chan struct{}), owned: map[string]*owned{}, leases: map[string]*azlease.Lease{},
+		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), sum: listSum(shards), cfg: cfg,
+		done: make(chan struct{}), owned: map[string]*owned{}, acquiring: map[string]bool{},
+		leases: map[string]*azlease.Lease{}, published: unknown, idBudget: initialIDBudget,
+		slots: make(chan struct{}, acquireConcurrency),
 	}
 	// Every blob name must be valid: check them once with the library's
 	// own rules, through a Lease that makes no request.
@@ -142,7 +161,7 @@ func (g *Group) Start(ctx context.Context, work Work) error {
 	if g.started {
 		return errors.New("azlease/shards: group already started")
 	}
-	g.started = true
+	g.started, g.startedAt = true, time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	g.stop = stop
 	go func() {
@@ -181,8 +200,13 @@ func (g *Group) Stop(ctx context.Context) error {
 }
 
 // Run starts the group, and returns once ctx is done and the group has
-// stopped (see Stop). It returns an error at once if storage refuses the
-// replica's first requests (a wrong key, a missing role).
+// stopped (see Stop). It returns an error wrapping [azlease.ErrPermanent]
+// at once (after leaving the group as Stop does) if storage refuses the
+// replica for good: its listing before any succeeded (a wrong key, a
+// firewall), or its membership's lease or metadata at any time (a role
+// that may list and read blobs but not lease or write them, such as
+// Storage Blob Data Reader, or a SAS without write permission): a replica
+// that cannot hold its membership can take no part in the group.
 func (g *Group) Run(ctx context.Context, work Work) error {
 	if err := g.Start(ctx, work); err != nil {
 		return err
@@ -205,8 +229,8 @@ func (g *Group) Done() <-chan struct{} {
 	return g.done
 }
 
-// Err returns why the group stopped on its own (storage refused its first
-// requests), or nil.
+// Err returns why the group stopped on its own (storage refused the
+// replica: see Run), or nil.
 func (g *Group) Err() error {
 	if err := g.initErr(); err != nil {
 		return err
@@ -235,34 +259,6 @@ func (g *Group) Owned() []string {
 
 func (g *Group) ownedCount() int64 { return int64(len(g.Owned())) }
 
-// Check reports the replica's health, for liveness probes: it fails when
-// the group is not running, when no listing has succeeded for longer than
-// the lease duration, or when its loop has made no progress for two lease
-// durations.
-func (g *Group) Check() error {
-	if err := g.initErr(); err != nil {
-		return err
-	}
-	select {
-	case <-g.done:
-		if err := g.Err(); err != nil {
-			return fmt.Errorf("azlease/shards: stopped: %w", err)
-		}
-		return errors.New("azlease/shards: stopped")
-	default:
-	}
-	g.mu.Lock()
-	last, started := g.lastPoll, g.started
-	g.mu.Unlock()
-	if !started {
-		return errors.New("azlease/shards: not started")
-	}
-	if since := time.Since(last); since > 2*g.cfg.duration {
-		return fmt.Errorf("azlease/shards: no successful listing for %v", since.Round(time.Millisecond))
-	}
-	return nil
-}
-
 // leaseOptions configures the replica's leases. They are silent: the group
 // logs what matters.
 func (g *Group) leaseOptions() *azlease.LeaseOptions {
@@ -283,12 +279,15 @@ func (g *Group) lease(shard string) *azlease.Lease {
 }
 
 // run is the replica's loop: join, then poll, plan and act, until ctx ends;
-// then leave.
+// then leave. Nothing it does waits for storage but the listing (bounded
+// by the listing's own retry budget): what takes longer runs in bg.
 func (g *Group) run(ctx context.Context, work Work) {
 	start := time.Now()
 	mlease, _ := azlease.NewLease(g.cc, g.names.member(g.cfg.identity), g.leaseOptions())
-	published := "\x00" // what the membership's metadata says; nothing yet
-	defer func() { g.leave(mlease) }()
+	defer func() {
+		g.bg.Wait() // their context has ended: they return soon
+		g.leave()
+	}()
 	for ctx.Err() == nil {
 		v, err := g.list(ctx)
 		switch {
@@ -298,8 +297,9 @@ func (g *Group) run(ctx context.Context, work Work) {
 			if g.refused(err) {
 				return
 			}
+			g.listFailed(err)
 		default:
-			published = g.act(ctx, work, v, mlease, published, time.Since(start) >= g.cfg.settle)
+			g.act(ctx, work, v, mlease, time.Since(start) >= g.cfg.settle)
 		}
 		wait := g.pollWait()
 		if left := g.cfg.settle - time.Since(start); left > 0 && left < wait {
@@ -315,32 +315,65 @@ func (g *Group) run(ctx context.Context, work Work) {
 func (g *Group) list(ctx context.Context) (view, error) {
 	listed, err := azlease.InspectPrefix(ctx, g.cc, g.names.prefix())
 	if err != nil {
-		g.cfg.log.Debug("azlease/shards: listing failed", slog.Any("error", err))
-		g.tm.failure()
+		if ctx.Err() == nil {
+			g.tm.failure()
+			g.mu.Lock()
+			g.listErr = err
+			g.mu.Unlock()
+			g.cfg.log.Debug("azlease/shards: listing failed", slog.Any("error", err))
+		}
 		return view{}, err
 	}
 	g.mu.Lock()
-	g.reached, g.lastPoll = true, time.Now()
+	g.listedAt, g.listErr = time.Now(), nil
+	ended := g.listing.succeeded()
 	g.mu.Unlock()
+	ended.logEnd(g.cfg.log, "listing the group")
 	return parseView(g.names, listed), nil
 }
 
-// refused reports whether err is storage refusing the replica before it
-// ever reached it: a misconfiguration to report at once. It records it.
+// listFailed logs a failed listing once per episode.
+func (g *Group) listFailed(err error) {
+	g.mu.Lock()
+	report := g.listing.failed(err)
+	g.mu.Unlock()
+	report.log(g.cfg.log, "listing the group", err)
+}
+
+// refused reports whether err is storage refusing the replica's listing
+// before any listing succeeded: a misconfiguration to report at once. It
+// stops the group with it.
 func (g *Group) refused(err error) bool {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.reached || !errors.Is(err, azlease.ErrPermanent) {
+	first := g.listedAt.IsZero()
+	g.mu.Unlock()
+	if !first || !errors.Is(err, azlease.ErrPermanent) {
 		return false
 	}
-	g.err = err
-	g.cfg.log.Error("azlease/shards: storage refused the replica's first request; stopping", slog.Any("error", err))
+	g.fail(fmt.Errorf("azlease/shards: storage refused to list the group %q: %w", g.names.prefix(), err))
 	return true
 }
 
-// act is one poll's decisions on a view. It returns what the membership's
-// metadata now says.
-func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Lease, published string, settled bool) string {
+// fail stops the group on its own with err, which it logs at Error: Run
+// and Err return it, Check reports it.
+func (g *Group) fail(err error) {
+	g.mu.Lock()
+	first := g.err == nil
+	if first {
+		g.err = err
+	}
+	stop := g.stop
+	g.mu.Unlock()
+	if first {
+		g.cfg.log.Error("azlease/shards: storage refuses this replica; leaving the group", slog.Any("error", err))
+	}
+	stop()
+}
+
+// act is one poll's decisions on a view. It waits for no request: the
+// membership's writes and the acquisitions run in bg, and the moves in
+// movers.
+func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Lease, settled bool) {
 	self := g.cfg.identity
 	g.reap()
 	in := v.input(g.shards, self, g.cfg.weight)
@@ -351,31 +384,34 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 	// Incoming: shards planned here that another member owns. Their lease
 	// IDs go into the membership, for their owners to hand them to. Not
 	// for a shard this replica still holds (a hand-off of it under way,
-	// or a lost term whose work has not returned): it cannot be handed
-	// here, and its Lease may be busy with that term (NextLeaseID would
-	// wait for the hand-off or the renewal in progress).
-	accept := map[string]string{}
+	// or a lost term whose work has not returned) or is acquiring: it
+	// cannot be handed here, and its Lease may be busy with that term or
+	// that acquisition (NextLeaseID would wait for it).
+	var incoming []string
 	for _, s := range g.shards {
-		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && !g.isOwned(s) && len(accept) < maxAccept {
-			accept[s] = g.lease(s).NextLeaseID()
+		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && !g.busy(s) {
+			incoming = append(incoming, s)
 		}
 	}
-	published = g.keepMembership(ctx, mlease, formatAccept(g.shards, accept), published)
+	g.keepMembership(ctx, mlease, incoming)
 
 	// Take what is planned here: free shards once settled, and shards
 	// handed here at once.
-	var take []string
 	for _, s := range g.shards {
 		info := v.shards[s]
+		info.name = s // also for a shard whose blob does not exist yet
 		switch {
-		case g.isOwned(s):
+		case g.busy(s):
+			continue
 		case info.pendingTo == self:
-			take = append(take, s)
 		case p[s] == self && info.free() && settled:
-			take = append(take, s)
+		default:
+			continue
+		}
+		if !g.startTake(ctx, work, info) {
+			break // as many acquisitions as allowed are under way: the rest at a later poll
 		}
 	}
-	g.acquire(ctx, work, v, take)
 
 	// Hand on what is planned elsewhere, to live members only.
 	moves := 0
@@ -405,113 +441,6 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 		moves++
 		g.startMove(ctx, work, s, o, to)
 	}
-	return published
-}
-
-// maxAccept bounds how many incoming shards a member announces at once: a
-// blob's metadata holds 8 KiB. The rest follow in later polls.
-const maxAccept = 100
-
-// keepMembership holds the membership lease, and writes its metadata when
-// what it says changed. It returns what the metadata says.
-func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, accept, published string) string {
-	g.mu.Lock()
-	m := g.member
-	g.mu.Unlock()
-	if m == nil || !m.Valid() {
-		if m != nil {
-			_ = m.Unlock(ctx) // lost: say so, give back what may be held
-			g.cfg.log.Warn("azlease/shards: lost the membership; joining again")
-		}
-		lock, err := mlease.Hold(ctx)
-		if err != nil {
-			if errors.Is(err, azlease.ErrLeaseHeld) {
-				g.cfg.log.Warn("azlease/shards: the membership of this identity is held (a previous run that has not expired, or another replica with the same identity); waiting",
-					slog.String("identity", g.cfg.identity))
-			}
-			return "\x00"
-		}
-		g.mu.Lock()
-		g.member = lock
-		g.mu.Unlock()
-		m, published = lock, "\x00"
-		g.cfg.log.Info("azlease/shards: joined the group", slog.String("group", g.names.group), slog.Int("weight", g.cfg.weight))
-	}
-	if accept == published {
-		return published
-	}
-	if err := m.SetMetadata(ctx, g.membershipMetadata(m, accept)); err != nil {
-		g.cfg.log.Debug("azlease/shards: could not write the membership", slog.Any("error", err))
-		return "\x00"
-	}
-	return accept
-}
-
-// membershipMetadata is what a membership says: weight, when it joined,
-// and the lease IDs it accepts shards under.
-func (g *Group) membershipMetadata(m *azlease.Lock, accept string) map[string]string {
-	return map[string]string{
-		metaWeight: strconv.Itoa(g.cfg.weight),
-		metaJoined: strconv.FormatInt(m.StartedAt().UnixMilli(), 10),
-		metaIn:     accept,
-	}
-}
-
-// withdrawTimeout bounds the withdrawal of a leaving replica's IDs.
-const withdrawTimeout = 3 * time.Second
-
-// leave withdraws the lease IDs the membership announced and releases it,
-// then stops every shard. Withdrawing them first means that nothing is
-// handed to this replica as it leaves, nor to a membership that an acquire
-// of this replica's, applied late, leases again for a lease duration (it
-// would count as a member, with no ID to hand it anything under).
-func (g *Group) leave(mlease *azlease.Lease) {
-	ctx := context.Background()
-	g.mu.Lock()
-	m := g.member
-	g.member = nil
-	g.mu.Unlock()
-	if m != nil {
-		if m.Valid() {
-			// One attempt's time at most: storage that does not answer
-			// must not hold up the stop, and the withdrawal only saves a
-			// lease duration in the rare case above.
-			wctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
-			_ = m.SetMetadata(wctx, g.membershipMetadata(m, ""))
-			cancel()
-		}
-		_ = m.Unlock(ctx)
-	}
-	// Hand-offs under way complete (or keep their shard, which is then
-	// stopped below with the others).
-	g.mu.Lock()
-	var all []*owned
-	for _, o := range g.owned {
-		if !o.moving() {
-			all = append(all, o)
-		}
-	}
-	g.mu.Unlock()
-	for _, o := range all {
-		o.end(errStopped)
-	}
-	g.movers.Wait()
-	g.mu.Lock()
-	all = all[:0]
-	for _, o := range g.owned {
-		all = append(all, o)
-	}
-	g.mu.Unlock()
-	for _, o := range all {
-		o.end(errStopped)
-	}
-	var wg sync.WaitGroup
-	for _, o := range all {
-		wg.Go(func() { g.finish(ctx, o) })
-	}
-	wg.Wait()
-	g.wg.Wait()
-	g.cfg.log.Info("azlease/shards: left the group", slog.String("group", g.names.group))
 }
 
 func (g *Group) pollWait() time.Duration {

@@ -2,11 +2,17 @@ package shards
 
 // Reading a group's assignment from outside (an operator, 'azlease status
 // --shards'): who is a member, who owns which shard since when, and where
-// the plan puts each shard, from one listing.
+// the replicas' plan puts each shard, from one listing. The plan needs the
+// group's whole shard list in its order; the members publish its length
+// and digest, so that Inspect can say which list they run, and say so
+// plainly when it cannot know.
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -18,13 +24,31 @@ import (
 type Assignment struct {
 	// Members are the live replicas, by name.
 	Members []MemberStatus
-	// Shards are the group's shards that exist, by name; shards that no
-	// replica has taken yet do not exist.
+	// Shards are the group's shards. When the shard list is known (the
+	// one given to Inspect, or the members' when they run Numbered names)
+	// they are all there, in the group's order, those that no replica has
+	// taken yet included (State ""); otherwise only the shards that exist,
+	// by name (numbers in numeric order).
 	Shards []ShardStatus
-	// Misplaced counts the listed shards that are not where the plan puts
-	// them (free ones included): 0 when the group is balanced.
+	// Count is how many shards the live members run, as they publish it
+	// with their membership; 0 when none does, or they disagree.
+	Count int
+	// PlanKnown reports whether ShardStatus.Planned, MemberStatus.Share
+	// and Misplaced are what the replicas plan: Inspect knows the list
+	// they run. When it is false, those are zero, and Note says why.
+	PlanKnown bool
+	// Note says what the listing cannot tell, or where the list given to
+	// Inspect differs from the members' (then the members' is used when
+	// it is known); "" when there is nothing to say.
+	Note string
+	// Misplaced counts the shards that are not where the plan puts them
+	// (free ones included): 0 when the group is balanced and PlanKnown.
 	Misplaced int
 }
+
+// Balanced reports whether the plan is known and every shard is where it
+// puts it.
+func (a Assignment) Balanced() bool { return a.PlanKnown && a.Misplaced == 0 }
 
 // MemberStatus is a live replica.
 type MemberStatus struct {
@@ -32,8 +56,12 @@ type MemberStatus struct {
 	Weight int
 	// Joined is when it joined, by its own clock; for display.
 	Joined time.Time
-	// Owns counts the shards it owns; Share is how many the plan gives it.
+	// Owns counts the shards it owns; Share is how many the plan gives it
+	// (0 when the plan is not known).
 	Owns, Share int
+	// Count is how many shards it runs, as it publishes it; 0 when it
+	// does not say (a replica of an older version).
+	Count int
 	// Suspect is true when a shard's lease expired under it without
 	// being handed on: it may have crashed. It keeps its share until its
 	// membership expires (within a lease duration of its last renewal).
@@ -43,7 +71,8 @@ type MemberStatus struct {
 // ShardStatus is one shard.
 type ShardStatus struct {
 	Name string
-	// State is Azure's lease state of the shard's blob.
+	// State is Azure's lease state of the shard's blob; "" when the blob
+	// does not exist (no replica has taken the shard yet).
 	State string
 	// Owner is the replica that owns it ("" when free); Epoch and Since
 	// are its term's fencing epoch and start (by the owner's clock).
@@ -53,15 +82,19 @@ type ShardStatus struct {
 	// HandingTo is the replica it is being handed to, when a hand-off is
 	// under way.
 	HandingTo string
-	// Planned is where the plan puts it.
+	// Planned is where the plan puts it ("" when no member is live, or
+	// the plan is not known).
 	Planned string
 }
 
 // Inspect reads the assignment of the group named group in the container cc
 // points at: one List Blobs request per 5,000 blobs. It needs only read
-// access. shards, when not nil, is the group's shard list, for the plan (a
-// shard not created yet is then listed as free); nil plans the shards that
-// exist.
+// access. shards, when not nil, is the group's shard list in its order;
+// nil takes the list from the members, which publish its length and
+// digest: it is known when they agree and run Numbered names (as 'azlease
+// shards' does). A list given that differs from the one the members run is
+// reported in Note, and the members' is used when it is known. When the
+// list cannot be known, Inspect says why in Note and plans nothing.
 func Inspect(ctx context.Context, cc *container.Client, group string, shards []string) (Assignment, error) {
 	if cc == nil {
 		return Assignment{}, optionErr("container", "nil *container.Client")
@@ -87,19 +120,32 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 	if group == "" {
 		return Assignment{}
 	}
-	v := parseView(leaseNames{group: group}, listed)
-	if shards == nil {
-		for s := range v.shards {
-			shards = append(shards, s)
-		}
-		slices.Sort(shards)
+	names := leaseNames{group: group}
+	v := parseView(names, listed)
+	out := Assignment{}
+	list, known, note := v.shardList(shards)
+	out.PlanKnown, out.Note = known, note
+	if c, ok := v.agreedCount(); ok {
+		out.Count = c
 	}
-	in := v.input(shards, "", 0)
-	p := plan(in)
-	a := assess(in, p)
-	out := Assignment{Misplaced: a.misplaced}
+	if list == nil {
+		for s := range v.shards {
+			list = append(list, s)
+		}
+		slices.SortFunc(list, naturalCompare)
+	}
+	in := v.input(list, "", 0)
+	var (
+		p = map[string]string{}
+		a = assessment{target: map[string]int{}}
+	)
+	if known {
+		p = plan(in)
+		a = assess(in, p)
+		out.Misplaced = a.misplaced
+	}
 	owns := map[string]int{}
-	for _, s := range shards {
+	for _, s := range list {
 		info, ok := v.shards[s]
 		if !ok {
 			info = shardInfo{name: s}
@@ -113,17 +159,112 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 	}
 	for _, m := range v.members {
 		out.Members = append(out.Members, MemberStatus{
-			Name: m.name, Weight: m.weight, Joined: m.joined, Owns: owns[m.name], Share: a.target[m.name], Suspect: v.suspects[m.name],
+			Name: m.name, Weight: m.weight, Joined: m.joined, Owns: owns[m.name], Share: a.target[m.name],
+			Count: m.count, Suspect: v.suspects[m.name],
 		})
 	}
-	slices.SortFunc(out.Members, func(a, b MemberStatus) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out.Members, func(a, b MemberStatus) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+// agreedCount is the shard count every live member publishes, if they all
+// publish the same list.
+func (v view) agreedCount() (int, bool) {
+	count, sum, n := 0, "", 0
+	for _, m := range v.members {
+		switch {
+		case m.count == 0:
+			return 0, false
+		case n == 0:
+			count, sum = m.count, m.sum
+		case m.count != count || m.sum != sum:
+			return 0, false
+		}
+		n++
+	}
+	return count, n > 0
+}
+
+// shardList decides the list to plan with: given (nil when none), checked
+// against the members' published lists. It returns the list (nil: the
+// shards that exist), whether the plan with it is what the replicas plan,
+// and what to tell the reader.
+func (v view) shardList(given []string) (list []string, known bool, note string) {
+	if len(v.members) == 0 {
+		if given == nil {
+			return nil, false, "no live member: the shard list is not known (only the shards some replica has taken are shown)"
+		}
+		return given, true, ""
+	}
+	var silent, lists []string
+	bySum := map[string]int{} // digest → count
+	for _, m := range v.members {
+		if m.count == 0 {
+			silent = append(silent, m.name)
+			continue
+		}
+		if _, ok := bySum[m.sum]; !ok {
+			lists = append(lists, m.sum)
+		}
+		bySum[m.sum] = m.count
+	}
+	slices.Sort(silent)
+	switch {
+	case len(lists) > 1:
+		var counts []string
+		for _, s := range lists {
+			counts = append(counts, strconv.Itoa(bySum[s]))
+		}
+		slices.SortFunc(counts, naturalCompare)
+		return given, false, fmt.Sprintf("the live members run %d different shard lists (of %v shards): the plan is not known until they agree", len(lists), counts)
+	case len(lists) == 0 && given == nil:
+		return nil, false, "the live members do not say which shards they run (an older version): the plan is not known; give the shard list (--count)"
+	case len(lists) == 0:
+		return given, true, fmt.Sprintf("the live members do not say which shards they run (an older version): planned with the list given, %d shards", len(given))
+	}
+	sum, count := lists[0], bySum[lists[0]]
+	numbered := sum == listSum(Numbered(count))
+	theirs := Numbered(count)
+	if !numbered {
+		theirs = nil
+	}
+	var silentNote string
+	if len(silent) > 0 {
+		silentNote = fmt.Sprintf("; %d members do not say which shards they run (an older version)", len(silent))
+	}
+	switch {
+	case given != nil && listSum(given) == sum:
+		return given, true, trimNote(silentNote)
+	case given != nil && numbered:
+		return theirs, true, fmt.Sprintf("the live members run %d shards (0 to %d), not the %d given: planned with theirs%s", count, count-1, len(given), silentNote)
+	case given != nil:
+		return given, false, fmt.Sprintf("the live members run a list of %d shards other than the %d given: the plan is not known%s", count, len(given), silentNote)
+	case numbered:
+		return theirs, true, trimNote(silentNote)
+	}
+	return nil, false, fmt.Sprintf("the live members run %d shards not named 0 to %d: give their list to see the plan%s", count, count-1, silentNote)
+}
+
+// trimNote drops the "; " a note that starts a sentence does not need.
+func trimNote(s string) string {
+	if len(s) > 2 {
+		return s[2:]
+	}
+	return s
+}
+
+// naturalCompare orders shard names with the numbers first, in numeric
+// order, then the others by bytes.
+func naturalCompare(a, b string) int {
+	na, ea := strconv.ParseUint(a, 10, 64)
+	nb, eb := strconv.ParseUint(b, 10, 64)
+	switch {
+	case ea == nil && eb == nil && na != nb:
+		return cmp.Compare(na, nb)
+	case ea == nil && eb != nil:
+		return -1
+	case ea != nil && eb == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
 }

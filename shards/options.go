@@ -80,7 +80,8 @@ type Options struct {
 	MaxMovesPerPoll int
 
 	// Logger receives joins, acquisitions, moves and losses at Info, and
-	// storage failures at Warn. Nil means silent.
+	// storage failures at Warn. Every line carries the attributes "group"
+	// (the group's name) and "replica" (Identity). Nil means silent.
 	Logger *slog.Logger
 
 	// MeterProvider receives the group's OpenTelemetry metrics (see the
@@ -90,28 +91,26 @@ type Options struct {
 
 // config is a validated Options with defaults filled in.
 type config struct {
-	identity   string
-	weight     int
-	duration   time.Duration
-	poll       time.Duration
-	jitter     float64
-	settle     time.Duration
-	drain      time.Duration
-	maxMoves   int
-	log        *slog.Logger
-	meters     metric.MeterProvider
-	leaseNames leaseNames
+	identity string
+	weight   int
+	duration time.Duration
+	poll     time.Duration
+	jitter   float64
+	settle   time.Duration
+	drain    time.Duration
+	maxMoves int
+	log      *slog.Logger
+	meters   metric.MeterProvider
 }
 
 // leaseNames are the blob names of a group.
 type leaseNames struct{ group string }
 
-func (n leaseNames) prefix() string            { return n.group + "/" }
-func (n leaseNames) member(id string) string   { return n.group + "/members/" + id }
-func (n leaseNames) shard(name string) string  { return n.group + "/shards/" + name }
-func (n leaseNames) membersPrefix() string     { return n.group + "/members/" }
-func (n leaseNames) shardsPrefix() string      { return n.group + "/shards/" }
-func (n leaseNames) isMember(blob string) bool { return strings.HasPrefix(blob, n.membersPrefix()) }
+func (n leaseNames) prefix() string           { return n.group + "/" }
+func (n leaseNames) member(id string) string  { return n.group + "/members/" + id }
+func (n leaseNames) shard(name string) string { return n.group + "/shards/" + name }
+func (n leaseNames) membersPrefix() string    { return n.group + "/members/" }
+func (n leaseNames) shardsPrefix() string     { return n.group + "/shards/" }
 
 func optionErr(field, format string, args ...any) error {
 	return &azlease.OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}

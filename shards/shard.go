@@ -91,35 +91,58 @@ func (o *owned) drain(d time.Duration) bool {
 	}
 }
 
-// acquireConcurrency bounds the acquisitions a replica makes at once.
+// acquireConcurrency bounds the acquisitions (and releases of lost
+// shards) a replica makes at once.
 const acquireConcurrency = 16
 
-// acquire takes the shards in take, a few at a time, and starts their work.
-func (g *Group) acquire(ctx context.Context, work Work, v view, take []string) {
-	sem := make(chan struct{}, acquireConcurrency)
-	var wg sync.WaitGroup
-	for _, s := range take {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			info := v.shards[s]
-			info.name = s // also for a shard whose blob does not exist yet
-			g.take(ctx, work, info)
-		})
+// startTake starts acquiring a shard in bg, if fewer than
+// acquireConcurrency acquisitions and releases are under way; it reports
+// whether it did. The poll loop does not wait for it: an acquisition
+// retries transient failures for up to a lease duration.
+func (g *Group) startTake(ctx context.Context, work Work, info shardInfo) bool {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		return false
 	}
-	wg.Wait()
+	g.mu.Lock()
+	g.acquiring[info.name] = true
+	g.mu.Unlock()
+	g.bg.Go(func() {
+		defer func() {
+			g.mu.Lock()
+			delete(g.acquiring, info.name) // owned by now, if taken
+			g.mu.Unlock()
+			<-g.slots
+		}()
+		g.take(ctx, work, info)
+	})
+	return true
 }
 
 // take acquires one shard and starts its work.
 func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 	lock, err := g.lease(info.name).Hold(ctx)
 	if err != nil {
-		// A shard handed here whose lease does not carry this replica's
-		// ID yet (the marker is written before the lease is changed), or
-		// carries one it no longer proposes (it restarted), is refused as
-		// held: the next poll tries again, until the changed lease is
-		// taken or expires (within a lease duration: nobody renews it).
-		if !errors.Is(err, azlease.ErrLeaseHeld) && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, azlease.ErrLeaseHeld):
+			// A shard handed here whose lease does not carry this
+			// replica's ID yet (the marker is written before the lease is
+			// changed), or carries one it no longer proposes (it
+			// restarted), is refused as held: the next poll tries again,
+			// until the changed lease is taken or expires (within a lease
+			// duration: nobody renews it).
+		case errors.Is(err, azlease.ErrPermanent):
+			// Storage refuses this shard's lease for good (the replica's
+			// own membership was leased, or the group would have stopped):
+			// the shard stays free for the others to try, and this
+			// replica tries again at later polls.
+			g.mu.Lock()
+			report := g.refusals.failed(err)
+			g.mu.Unlock()
+			report.log(g.cfg.log, "acquiring shards", err, slog.String("shard", info.name))
+		default:
 			g.cfg.log.Debug("azlease/shards: could not take a shard", slog.String("shard", info.name), slog.Any("error", err))
 		}
 		return
@@ -128,7 +151,9 @@ func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 	o.newContext()
 	g.mu.Lock()
 	g.owned[info.name] = o
+	ended := g.refusals.succeeded()
 	g.mu.Unlock()
+	ended.logEnd(g.cfg.log, "acquiring shards")
 	how := "free"
 	if info.pendingTo != "" {
 		how = "handed over"
@@ -181,7 +206,13 @@ func callWork(ctx context.Context, work Work, s *Shard) (err error) {
 	return work(ctx, s)
 }
 
-func (g *Group) isOwned(s string) bool { return g.ownedState(s) != nil }
+// busy reports whether this replica holds the shard (in any state) or is
+// acquiring it: the shard is not to be taken or announced.
+func (g *Group) busy(s string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.owned[s] != nil || g.acquiring[s]
+}
 
 func (g *Group) ownedState(s string) *owned {
 	g.mu.Lock()
@@ -197,7 +228,12 @@ func (g *Group) forget(o *owned) {
 	g.mu.Unlock()
 }
 
-// reap forgets the shards whose term ended (lost) once their work returned.
+// reap forgets the shards whose term ended (lost) once their work
+// returned, after giving back in bg what each may still hold (a request
+// each, at most AttemptTimeout): as many as there are free slots, the rest
+// at later polls. A shard stays owned, so neither taken nor announced
+// again, until its Lock is unlocked: its Lease never holds a new term while
+// the old Lock may still act.
 func (g *Group) reap() {
 	g.mu.Lock()
 	var ended []*owned
@@ -212,13 +248,26 @@ func (g *Group) reap() {
 	}
 	g.mu.Unlock()
 	for _, o := range ended {
-		cause := context.Cause(o.lock.Context())
-		_ = o.lock.Unlock(context.Background()) // gives back what may still be held
-		g.forget(o)
-		g.tm.lost()
-		g.cfg.log.Warn("azlease/shards: lost a shard", slog.String("shard", o.name), slog.Uint64("epoch", o.lock.Epoch()), slog.Any("cause", cause))
+		select {
+		case g.slots <- struct{}{}:
+		default:
+			return
+		}
+		o.setMoving(reaping)
+		g.bg.Go(func() {
+			defer func() { <-g.slots }()
+			cause := context.Cause(o.lock.Context())
+			_ = o.lock.Unlock(context.Background()) // gives back what may still be held
+			g.forget(o)
+			g.tm.lost()
+			g.cfg.log.Warn("azlease/shards: lost a shard", slog.String("shard", o.name), slog.Uint64("epoch", o.lock.Epoch()), slog.Any("cause", cause))
+		})
 	}
 }
+
+// reaping is what movingTo says while a lost shard is given back: no move
+// or clearing starts meanwhile.
+const reaping = "\x00reaping"
 
 // startMove hands a shard on to another member, in a goroutine the group
 // waits for.

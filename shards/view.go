@@ -21,6 +21,8 @@ const (
 	metaWeight = "shardweight" // the member's weight; a membership without it is not counted yet
 	metaJoined = "shardjoined" // when the member joined, Unix ms by its clock (for display)
 	metaIn     = "shardin"     // lease IDs it accepts shards under: "name=id,name=id", names escaped
+	metaCount  = "shardcount"  // how many shards the member's group has
+	metaSum    = "shardsum"    // the digest of its shard list (listSum)
 	// On a shard blob, written by its owner before it hands the shard on.
 	metaTo    = "shardto"    // the member the shard is handed to (escaped)
 	metaEpoch = "shardepoch" // the epoch of the term that handed it: the marker counts only while it is the latest
@@ -32,6 +34,8 @@ type memberInfo struct {
 	weight int
 	joined time.Time
 	accept map[string]string // shard → lease ID it accepts the shard under
+	count  int               // how many shards it runs; 0 when it does not say (an older version)
+	sum    string            // the digest of its shard list, with count
 }
 
 // shardInfo is a shard as listed.
@@ -88,6 +92,9 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 			if ms, err := strconv.ParseInt(st.Metadata[metaJoined], 10, 64); err == nil {
 				m.joined = time.UnixMilli(ms).UTC()
 			}
+			if n, err := strconv.Atoi(st.Metadata[metaCount]); err == nil && n >= 1 && n <= MaxShards && len(st.Metadata[metaSum]) == sumLen {
+				m.count, m.sum = n, st.Metadata[metaSum]
+			}
 			v.members[id] = m
 		case strings.HasPrefix(st.Name, names.shardsPrefix()):
 			s := shardInfo{name: strings.TrimPrefix(st.Name, names.shardsPrefix()), state: st.State, leased: st.Leased}
@@ -139,26 +146,8 @@ func (v view) input(shards []string, self string, weight int) planInput {
 	return in
 }
 
-// formatAccept writes the accepted lease IDs: "name=id,…", names escaped,
-// in the group's order.
-func formatAccept(order []string, ids map[string]string) string {
-	var b strings.Builder
-	for _, s := range order {
-		id, ok := ids[s]
-		if !ok {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(url.QueryEscape(s))
-		b.WriteByte('=')
-		b.WriteString(id)
-	}
-	return b.String()
-}
-
-// parseAccept reads what formatAccept wrote; malformed items are skipped.
+// parseAccept reads the IDs a membership announces (Group.announce);
+// malformed items are skipped.
 func parseAccept(v string) map[string]string {
 	out := map[string]string{}
 	if v == "" {

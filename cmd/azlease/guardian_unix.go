@@ -162,7 +162,7 @@ func (g *guardian) run(argv []string) {
 		return // azlease died (or misspoke) before it could say
 	}
 	g.catchUp()
-	if g.cfg.testHook == "guardian-before-start" {
+	if hook, shard, _ := strings.Cut(g.cfg.testHook, "@"); hook == "guardian-before-start" && (shard == "" || shard == os.Getenv("AZLEASE_SHARD")) {
 		g.waitForSignalLine()
 	}
 	switch {
@@ -472,10 +472,12 @@ func (g *guardian) parentLost() {
 
 // waitForSignalLine is a test hook (AZLEASE_TEST_HOOK): it announces that
 // CMD is about to start and waits, at most 10 s, until azlease has
-// forwarded a signal, so that a test can deliver one at exactly this point.
+// forwarded a signal or said stop (the lease lost, or a shard moving), so
+// that a test can deliver one at exactly this point. "guardian-before-
+// start@S" waits only in the guardian of shard S of 'azlease shards'.
 func (g *guardian) waitForSignalLine() {
 	fmt.Fprintln(os.Stderr, "azlease: test hook guardian-before-start")
-	for end := time.Now().Add(10 * time.Second); len(g.pending) == 0 && g.lines != nil && time.Now().Before(end); {
+	for end := time.Now().Add(10 * time.Second); len(g.pending) == 0 && g.killBy == 0 && g.lines != nil && time.Now().Before(end); {
 		select {
 		case l, ok := <-g.lines:
 			if !ok {

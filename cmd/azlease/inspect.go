@@ -35,13 +35,19 @@ been used, its marker is shown too: pending, running, done or failed, by whom,
 when, after how many attempts. With -n N, each of the N slots of 'azlease lock
 -n N NAME' is shown. --json prints the same as one JSON object.
 
+With --shards, NAME is the group of 'azlease shards NAME': its members, who owns
+which shard since when, and where the replicas' plan puts each shard. The live
+members say how many shards the group has (--count is needed only for members of
+an older version); what the listing cannot tell is said plainly.
+
 It needs only read access and takes no lease. A lock that was never used shows
-as not existing; that is not an error.`,
+as not existing; that is not an error. A shard group's name without --shards
+says that it is one.`,
 		Example: `  azlease status nightly-report
   azlease status --json billing-sweeper | jq -r .holder
   azlease status -n 2 exports
   azlease status "migrate-$RELEASE"          # the once marker of that key
-  azlease status orders --shards --count 32  # who owns which shard of 'azlease shards orders'`,
+  azlease status orders --shards             # who owns which shard of 'azlease shards orders'`,
 		Args: oneArg("lock name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if slots < 1 || slots > azlease.MaxSlots {
@@ -61,7 +67,7 @@ as not existing; that is not an error.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	c.Flags().IntVarP(&slots, "slots", "n", 1, "show the N slots of a lock used with -n N")
 	c.Flags().BoolVar(&shardsFlag, "shards", false, "show the shard group NAME of 'azlease shards': members, who owns which shard since when, and the plan")
-	c.Flags().IntVar(&shardsCount, "count", 0, "with --shards: the group's number of shards, so that shards no one has taken yet show too")
+	c.Flags().IntVar(&shardsCount, "count", 0, "with --shards: the group's number of shards (default: as its live members say; a count that differs from theirs is reported)")
 	return c
 }
 
@@ -80,6 +86,16 @@ type statusJSON struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Slots     []statusJSON      `json:"slots,omitempty"`
 	Once      *onceJSON         `json:"once,omitempty"`
+	// ShardGroup is set when NAME has no lock blob but is the group of
+	// 'azlease shards NAME': its members' blobs exist.
+	ShardGroup *shardGroupJSON `json:"shard_group,omitempty"`
+}
+
+// shardGroupJSON is what status says of a shard group's name without
+// --shards.
+type shardGroupJSON struct {
+	Members int    `json:"members"` // live ones
+	See     string `json:"see"`
 }
 
 type historyJSON struct {
@@ -182,6 +198,26 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 	} else if ie := r.interrupted(what); ie != nil {
 		return ie
 	}
+	if !st.Exists && slots == 1 && out.Once == nil && len(name+"/members/") <= 1024 {
+		// Perhaps the group of 'azlease shards NAME': its members' blobs
+		// live under NAME/members/ (a request per 5,000 of them).
+		members, err := azlease.InspectPrefix(ctx, cc, name+"/members/")
+		if err != nil {
+			if ie := r.interrupted(what); ie != nil {
+				return ie
+			}
+			return classify(what, err)
+		}
+		if len(members) > 0 {
+			live := 0
+			for _, m := range members {
+				if m.Leased {
+					live++
+				}
+			}
+			out.ShardGroup = &shardGroupJSON{Members: live, See: "azlease status " + name + " --shards"}
+		}
+	}
 	if asJSON {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
@@ -197,6 +233,11 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 func printStatus(w io.Writer, s statusJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
+	if sg := s.ShardGroup; sg != nil {
+		fmt.Fprintf(tw, "shard group\t%s (container %s): the group of 'azlease shards %s', %d live members; no lock blob of that name\n", s.Name, s.Container, s.Name, sg.Members)
+		fmt.Fprintf(tw, "see\t'%s' for its members and who owns which shard\n", sg.See)
+		return
+	}
 	// The lock blob itself, unless it does not exist and what was asked
 	// for lives elsewhere: a semaphore's slots, or a once key's marker.
 	if s.Exists || (len(s.Slots) == 0 && s.Once == nil) {

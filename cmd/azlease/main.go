@@ -138,6 +138,15 @@
 //	128+N    CMD was killed by signal N, or azlease was stopped by signal N
 //	         before CMD ran (130 for SIGINT, 143 for SIGTERM)
 //
+// azlease shards runs until a signal stops it (128+N, after stopping every
+// CMD and releasing its shards): a shard's CMD that exits is started again,
+// and a shard whose lease is lost, that moves as its CMD starts, or whose
+// renewals stall past the stop point stops that shard's CMD only (it
+// never exits 79). It also exits 64 (usage), 69 (storage unreachable at
+// the start), 77 (storage refused: a wrong key, or a role that may not
+// lease and write blobs), and 70, 126 or 127 (a guardian died, or CMD
+// cannot be run or found: no shard can run it).
+//
 // CMD's status passes through unchanged, so a CMD that itself exits 64–81 is
 // indistinguishable by status alone from azlease's own outcomes; azlease
 // prints one line on stderr, starting "azlease: ", for each of its own, and

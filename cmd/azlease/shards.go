@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/shards"
 )
 
@@ -49,16 +50,31 @@ at once if azlease dies. A CMD that exits while its shard is still owned is
 started again after a pause (1 s, doubling up to a minute while it keeps
 exiting at once).
 
+A shard's trouble stays with that shard: when its lease is lost, or moves while
+its CMD starts, or its renewals stall until the stop point (CMD is stopped at
+the deadline minus --kill-after minus 1 s), only that shard's CMD stops; CMD is
+started again in that shard's term only once a renewal has moved its deadline
+on (never in a term past its stop point), or by the shard's next owner.
+
 SIGINT, SIGTERM and SIGHUP stop every CMD (SIGKILL --kill-after later), release
 the shards so that the others take them at their next poll, and end azlease
-with 128+N. A CMD that cannot be run (126, 127) stops azlease the same way, with
-that status.`,
+with 128+N.
+
+Exit statuses: azlease shards runs until a signal stops it; a CMD that exits,
+and a shard lost or moved, never end it.
+  128+N    stopped by signal N (after stopping every CMD and releasing the shards)
+  64       usage: bad flags or arguments, no or invalid connection settings
+  69       storage unreachable, or failing for too long, at the start
+  70       internal: a guardian process died (every CMD is stopped)
+  77       storage refused: authentication, or a role or SAS that may not lease and
+           write blobs (the line names what was refused)
+  126/127  CMD could not be run / was not found (every CMD is stopped)`,
 		Example: `  # Four consumers of a 32-partition queue, one process per partition; run the
   # same line on every host or pod:
   azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD" --epoch "$AZLEASE_EPOCH"
 
   # Who owns what:
-  azlease status orders --shards --count 32`,
+  azlease status orders --shards`,
 		Args: dashArgs("group name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {
@@ -114,10 +130,16 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		fatal *exitError // a CMD that could not be run, or a guardian that died
 	)
 	work := func(wctx context.Context, s *shards.Shard) error {
+		log := g.log.With(slog.String("group", name), slog.String("replica", g.identity), slog.String("shard", s.Name))
+		sg := *g // the shard's own logger for the supervision's lines
+		sg.log = log
+		if !sg.startable(wctx, s.Term) {
+			return nil // the term ended before a renewal moved its stop point on
+		}
 		env := append(leaseEnv(name, g.identity, s.Term.Epoch()), "AZLEASE_SHARD="+s.Name)
-		res := g.runUnder(r, wctx, s.Term, env, argv, 0)
+		res := sg.runUnder(r, wctx, s.Term, env, argv, 0)
 		switch {
-		case res.err != nil:
+		case res.err != nil && stopsReplica(res.err.code):
 			mu.Lock()
 			if fatal == nil {
 				fatal = res.err
@@ -125,13 +147,29 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 			mu.Unlock()
 			r.stopSession(res.err) // stop the group: no shard can run CMD
 			return res.err
-		case res.signalled != nil, res.lost != nil:
-			return nil // the shard's context has ended; the group goes on
+		case res.err != nil:
+			// The guardian did not start CMD: the shard's context ended
+			// as it started (a move, a loss), or the term's stop point
+			// passed meanwhile. That shard's run only.
+			if wctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("the command did not start: %s", res.err.msg)
+		case res.signalled != nil:
+			return nil // the group stops
+		case res.lost != nil:
+			if wctx.Err() != nil {
+				return nil // the shard's term ended, or it moves: the group goes on
+			}
+			// The guardian stopped CMD at the stop point (no renewal in
+			// time) although the term is still valid: the next run waits
+			// for a renewal to move the deadline on, or for the term to end.
+			return fmt.Errorf("the command was stopped at its stop point: %s", line(res.lost))
 		}
 		if wctx.Err() != nil {
 			return nil
 		}
-		g.log.Warn("azlease: a shard's command exited while the shard is owned", slog.String("shard", s.Name), slog.Int("status", res.code))
+		log.Warn("azlease: a shard's command exited while the shard is owned", slog.Int("status", res.code))
 		return fmt.Errorf("the command exited with status %d", res.code)
 	}
 	err = grp.Run(ctx, work)
@@ -147,6 +185,35 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		return classify(what, err)
 	}
 	return nil
+}
+
+// stopsReplica reports whether a guardian's refusal to run CMD stops the
+// whole replica: CMD cannot be run (126) or found (127), or the
+// supervision failed (70). Any other refusal (the term ended, or passed its
+// stop point, as CMD started) is that shard's alone.
+func stopsReplica(code int) bool {
+	return code == exitNoExec || code == exitNotFound || code == exitInternal
+}
+
+// startable waits until CMD may start under term: its stop point (the
+// validity deadline minus --kill-after minus killMargin, when the guardian
+// stops CMD if no renewal moved the deadline on) is still ahead. It
+// returns false when ctx ends first. A term whose renewals stalled past
+// its stop point starts no CMD until one succeeds (the guardian would
+// refuse to start it, and starting it would only have it stopped at once).
+func (g *globals) startable(ctx context.Context, term *azlease.Term) bool {
+	st := g.stopTiming()
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		if time.Until(term.ValidUntil()) > st.killAfter+st.margin {
+			return true
+		}
+		if !sleepCtx(ctx, deadlineEvery) {
+			return false
+		}
+	}
 }
 
 // shardStatus prints the assignment of a group, for 'status NAME --shards'.
@@ -180,6 +247,9 @@ func (g *globals) shardStatus(ctx context.Context, c *cobra.Command, r *router, 
 type assignmentJSON struct {
 	Group     string       `json:"group"`
 	Container string       `json:"container"`
+	Count     int          `json:"count,omitempty"` // as the members publish it
+	PlanKnown bool         `json:"plan_known"`
+	Note      string       `json:"note,omitempty"`
 	Balanced  bool         `json:"balanced"`
 	Misplaced int          `json:"misplaced"`
 	Members   []memberJSON `json:"members"`
@@ -191,6 +261,7 @@ type memberJSON struct {
 	Weight  int        `json:"weight"`
 	Owns    int        `json:"owns"`
 	Share   int        `json:"share"`
+	Count   int        `json:"count,omitempty"`
 	Joined  *time.Time `json:"joined,omitempty"`
 	Suspect bool       `json:"suspect,omitempty"`
 }
@@ -206,10 +277,11 @@ type shardJSON struct {
 }
 
 func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON {
-	out := assignmentJSON{Group: name, Container: containerName, Balanced: a.Misplaced == 0, Misplaced: a.Misplaced,
-		Members: []memberJSON{}, Shards: []shardJSON{}}
+	out := assignmentJSON{Group: name, Container: containerName, Count: a.Count, PlanKnown: a.PlanKnown, Note: a.Note,
+		Balanced: a.Balanced(), Misplaced: a.Misplaced, Members: []memberJSON{}, Shards: []shardJSON{}}
 	for _, m := range a.Members {
-		out.Members = append(out.Members, memberJSON{Name: m.Name, Weight: m.Weight, Owns: m.Owns, Share: m.Share, Joined: timePtr(m.Joined), Suspect: m.Suspect})
+		out.Members = append(out.Members, memberJSON{Name: m.Name, Weight: m.Weight, Owns: m.Owns, Share: m.Share, Count: m.Count,
+			Joined: timePtr(m.Joined), Suspect: m.Suspect})
 	}
 	for _, s := range a.Shards {
 		out.Shards = append(out.Shards, shardJSON{Name: s.Name, State: s.State, Owner: s.Owner, Epoch: s.Epoch,
@@ -221,18 +293,27 @@ func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON 
 func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	state := "balanced"
-	if a.Misplaced > 0 {
+	count, state := fmt.Sprintf("%d shards", len(a.Shards)), "balanced"
+	switch {
+	case !a.PlanKnown:
+		count, state = fmt.Sprintf("%d shards taken so far", len(a.Shards)), "plan not known"
+	case a.Misplaced > 0:
 		state = fmt.Sprintf("%d shards not where the plan puts them", a.Misplaced)
 	}
-	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %d shards, %s\n", name, containerName, len(a.Members), len(a.Shards), state)
+	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %s, %s\n", name, containerName, len(a.Members), count, state)
+	if a.Note != "" {
+		fmt.Fprintf(tw, "note\t%s\n", a.Note)
+	}
 	fmt.Fprintln(tw, "\nmember\tweight\towns\tshare\tjoined\t")
 	for _, m := range a.Members {
-		note := ""
+		note, share := "", "?"
 		if m.Suspect {
 			note = "  (a shard's lease expired under it: probably crashed)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", m.Name, m.Weight, m.Owns, m.Share, stamp(m.Joined), note)
+		if a.PlanKnown {
+			share = fmt.Sprint(m.Share)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", m.Name, m.Weight, m.Owns, share, stamp(m.Joined), note)
 	}
 	fmt.Fprintln(tw, "\nshard\towner\tepoch\tsince\tstate\tplanned\t")
 	for _, s := range a.Shards {
@@ -249,9 +330,16 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		}
 		st := s.State
 		if st == "" {
-			st = "never used"
+			st = "never taken"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, s.Planned)
+		planned := s.Planned
+		switch {
+		case !a.PlanKnown:
+			planned = "?"
+		case planned == "":
+			planned = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, planned)
 	}
 }
 
