@@ -144,6 +144,7 @@ func TestInspectSaysWhatItCannotKnow(t *testing.T) {
 		assert.Equal(t, names, shardNames(got))
 	})
 }
+
 // TestAssignmentOfAListing: from a listing of the whole container, two
 // groups and a lock of their own, AssignmentOf answers what Inspect answers
 // for each group; an empty group has nothing.
