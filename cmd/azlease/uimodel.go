@@ -430,9 +430,7 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 	slices.SortStableFunc(m.items, func(a, b uiItem) int { return strings.Compare(a.Name, b.Name) })
 	for i, it := range m.items {
 		m.byPath[it.Path] = i
-		for _, b := range it.Blobs {
-			m.blobs = append(m.blobs, b)
-		}
+		m.blobs = append(m.blobs, it.Blobs...)
 	}
 	slices.SortStableFunc(m.blobs, func(a, b uiBlob) int { return strings.Compare(a.Name, b.Name) })
 	return m
