@@ -214,8 +214,12 @@ type uiOnce struct {
 // uiGroup is a shard group: its members, its shards as a grid, the plan's
 // view, and the moves its shards' recorded terms show.
 type uiGroup struct {
-	Balanced    bool `json:"balanced"`
-	Misplaced   int  `json:"misplaced"`
+	Balanced bool `json:"balanced"`
+	// PlanKnown is false when the listing cannot tell what the replicas
+	// plan (no member publishes its shard list); Note says why.
+	PlanKnown   bool   `json:"plan_known"`
+	Note        string `json:"note,omitempty"`
+	Misplaced   int    `json:"misplaced"`
 	MemberCount int  `json:"member_count"`
 	ShardCount  int  `json:"shard_count"` // the shards that exist: one no replica has taken yet does not
 	Owned       int  `json:"owned"`
@@ -244,6 +248,9 @@ type uiShard struct {
 	HandingTo string     `json:"handing_to,omitempty"`
 	Planned   string     `json:"planned,omitempty"`
 	Misplaced bool       `json:"misplaced"` // not where the plan puts it (free ones included)
+	// Outside is true for a shard blob that is not in the members' shard
+	// list: no replica plans it.
+	Outside bool `json:"outside,omitempty"`
 }
 
 // uiMove is a shard that changed owner: a recorded term whose holder is not
@@ -510,7 +517,7 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 	it := uiItem{Kind: kindGroup, KindLabel: kindLabels[kindGroup], Name: group, Path: itemPath(kindGroup, group),
 		Queue: []uiWaiter{}, Candidates: []uiCandidate{}}
 	a := shards.AssignmentOf(group, blobs, nil)
-	g := &uiGroup{Balanced: a.Misplaced == 0, Misplaced: a.Misplaced, Members: []uiMember{}, Shards: []uiShard{}, Moves: []uiMove{}}
+	g := &uiGroup{PlanKnown: a.PlanKnown, Note: a.Note, Members: []uiMember{}, Shards: []uiShard{}, Moves: []uiMove{}}
 	live := map[string]bool{}
 	for i, mb := range a.Members {
 		live[mb.Name] = true
@@ -527,10 +534,34 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 			st = "available"
 		}
 		g.Shards = append(g.Shards, uiShard{Name: s.Name, State: blobState(azlease.Status{State: st}), Owner: s.Owner, Epoch: s.Epoch,
-			Since: uiTime(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Misplaced: owner != s.Planned || !live[owner]})
+			Since: uiTime(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Misplaced: a.PlanKnown && (owner != s.Planned || !live[owner])})
 	}
-	slices.SortStableFunc(g.Shards, func(a, b uiShard) int { return shardOrder(a.Name, b.Name) })
 	shardsPrefix := group + "/shards/"
+	// A shard blob outside the members' list (a replica that ran with
+	// another list, or a shard since dropped from it) is shown too, marked
+	// misplaced: no replica plans it.
+	inList := map[string]bool{}
+	for _, s := range a.Shards {
+		inList[s.Name] = true
+	}
+	for _, st := range blobs {
+		name, ok := strings.CutPrefix(st.Name, shardsPrefix)
+		if !ok || inList[name] || name == "" {
+			continue
+		}
+		sh := uiShard{Name: name, State: blobState(st), Epoch: st.Epoch, Misplaced: true, Outside: true}
+		if st.Leased {
+			sh.Owner = st.Holder
+		}
+		g.Shards = append(g.Shards, sh)
+	}
+	for _, s := range g.Shards {
+		if s.Misplaced {
+			g.Misplaced++
+		}
+	}
+	g.Balanced = a.PlanKnown && g.Misplaced == 0
+	slices.SortStableFunc(g.Shards, func(a, b uiShard) int { return shardOrder(a.Name, b.Name) })
 	for _, st := range blobs {
 		kind := kindShard
 		if strings.HasPrefix(st.Name, group+"/members/") {
@@ -575,9 +606,15 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 		}
 	}
 	it.Summary = strconv.Itoa(g.MemberCount) + " members, " + strconv.Itoa(g.ShardCount) + " shards (" + strconv.Itoa(g.Owned) + " owned), "
-	if g.Balanced {
+	switch {
+	case !g.PlanKnown:
+		it.Summary += "plan not known"
+		if g.Note != "" {
+			it.Summary += ": " + g.Note
+		}
+	case g.Balanced:
 		it.Summary += "balanced"
-	} else {
+	default:
 		it.Summary += strconv.Itoa(g.Misplaced) + " not where the plan puts them"
 	}
 	return it

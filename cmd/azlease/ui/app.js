@@ -153,6 +153,7 @@
 
   function groupBadge(g) {
     if (!g) return "";
+    if (!g.plan_known) return el("span", { class: "badge state-free", "data-state": "plan-unknown" }, "plan not known");
     return g.balanced ? el("span", { class: "badge state-leased", "data-state": "balanced" }, "balanced")
       : el("span", { class: "badge state-expired", "data-state": "misplaced" }, g.misplaced + " misplaced");
   }
@@ -268,7 +269,8 @@
       if (!s.owner) notes.push("free");
       if (s.handing_to) notes.push("handing to " + s.handing_to);
       if (s.owner && !(s.owner in colour)) notes.push("owner not a member");
-      if (s.misplaced) notes.push("misplaced: plan says " + (s.planned || "nobody"));
+      if (s.outside) notes.push("not in the members' shard list: no replica plans it");
+      else if (s.misplaced) notes.push("misplaced: plan says " + (s.planned || "nobody"));
       return el("div", {
         class: "shard " + c + (s.misplaced ? " misplaced" : ""), "data-shard": s.name, "data-owner": s.owner || "",
         title: "shard " + s.name + ": " + (s.owner ? "owned by " + s.owner + ", epoch " + s.epoch + ", since " + stamp(s.since) : "free") + " (" + s.state + ")",
@@ -286,7 +288,8 @@
       el("td", { class: "num" }, String(m.epoch))));
     return [
       el("p", { id: "group-state" }, groupBadge(g), " ", g.member_count + " members, " + g.shard_count + " shards, " + g.owned + " owned. " +
-        (g.balanced ? "Every shard is where the plan puts it." : g.misplaced + " shards are not where the plan puts them (free ones included).")),
+        (!g.plan_known ? "What the replicas plan is not known: " + (g.note || "no member publishes its shard list") + "."
+          : g.balanced ? "Every shard is where the plan puts it." : g.misplaced + " shards are not where the plan puts them (free ones included).")),
       el("h2", {}, "Members"),
       table([{ text: "member" }, { text: "weight", num: true }, { text: "owns", num: true }, { text: "share", num: true }, { text: "joined (its clock)" }], members, { id: "members" }),
       el("h2", {}, "Shards"),
