@@ -220,9 +220,9 @@ type uiGroup struct {
 	PlanKnown   bool   `json:"plan_known"`
 	Note        string `json:"note,omitempty"`
 	Misplaced   int    `json:"misplaced"`
-	MemberCount int  `json:"member_count"`
-	ShardCount  int  `json:"shard_count"` // the shards that exist: one no replica has taken yet does not
-	Owned       int  `json:"owned"`
+	MemberCount int    `json:"member_count"`
+	ShardCount  int    `json:"shard_count"` // the shards that exist: one no replica has taken yet does not
+	Owned       int    `json:"owned"`
 	// In /api/items/... only.
 	Members []uiMember `json:"members,omitempty"`
 	Shards  []uiShard  `json:"shards,omitempty"`
