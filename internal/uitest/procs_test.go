@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,11 +25,8 @@ func buildAzlease(dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out := filepath.Join(dir, "azlease")
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if p, err := exec.LookPath("go"); err == nil {
-		goCmd = p
-	}
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, "./cmd/azlease")
+	// go test puts the go command that runs it first on PATH.
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/azlease")
 	cmd.Dir = filepath.Join("..", "..")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/azlease: %v\n%s", err, b)
