@@ -218,7 +218,15 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		headAt  time.Time
 		lastErr = func(err error) { *last = err }
 	)
-	for {
+	var recent [4]time.Time // when the last four rounds began
+	for round := 0; ; round++ {
+		// A guard against spinning: four rounds within one head poll (the
+		// paths below wait on their own; this only catches a round that
+		// returns at once again and again) wait a head poll.
+		if round >= len(recent) && time.Since(recent[round%len(recent)]) < f.cfg.headPoll && !sleepCtx(ctx, f.cfg.headPoll) {
+			return nil, context.Cause(ctx)
+		}
+		recent[round%len(recent)] = time.Now()
 		ws, err := f.q.waiters(ctx, time.Now().Add(2*f.cfg.lease.attemptTimeout))
 		if err != nil {
 			if ctx.Err() != nil || !errors.Is(err, ErrTransient) {
@@ -326,7 +334,14 @@ func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, erro
 			case err != nil:
 				*last = err
 			case passedOver:
-				return nil, nil // the lock went to someone else: still in the queue?
+				// The lock went to someone else (a holder whose listing
+				// put another first, or that passed this waiter over):
+				// list the queue again, after a head poll, so that two
+				// waiters that disagree on who is first never spin.
+				if !sleepCtx(ctx, f.cfg.headPoll) {
+					return nil, context.Cause(ctx)
+				}
+				return nil, nil
 			}
 		} else if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
 			return nil, err
