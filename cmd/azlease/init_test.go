@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -74,9 +75,10 @@ func TestPID1ReapsOrphans(t *testing.T) {
 	requireUnshare(t)
 	w := newWorld(t, emulatorConn(t))
 	run := func(t *testing.T, extraEnv ...string) (zombies, status int) {
+		started := filepath.Join(t.TempDir(), "started")
 		cmd := exec.Command("unshare", "--fork", "--pid", "--mount-proc", "--kill-child",
 			bin, "lock", "--container", w.container, "reap", "--", "sh", "-c",
-			"(sleep 0.2 &); (sleep 0.2 &); (sleep 0.2 &); sleep 2; exit 3")
+			"(sleep 0.2 &); (sleep 0.2 &); (sleep 0.2 &); : > "+started+"; sleep 3; exit 3")
 		cmd.Env = append(w.env(), extraEnv...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, cmd.Start())
@@ -84,7 +86,15 @@ func TestPID1ReapsOrphans(t *testing.T) {
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 		init := childOf(t, cmd.Process.Pid) // PID 1 inside, azlease
-		time.Sleep(1200 * time.Millisecond) // the orphans have exited; the command still sleeps
+		// Once the command runs (it took the lock, which on a loaded
+		// machine can take more than a second), the orphans exit within
+		// 200 ms; the command still sleeps.
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(started); err == nil {
+				break
+			}
+		}
+		time.Sleep(time.Second)
 		zombies = zombiesOf(init)
 		select {
 		case <-done:
