@@ -8,8 +8,8 @@ package main
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
