@@ -590,6 +590,12 @@ func (e *Elector) call(ctx context.Context, c *handOverCall) (string, error) {
 	case <-e.done:
 		return "", ErrNotLeader
 	}
+	done := ctx.Done()
+	if c.fromTask {
+		// The task's context ends when the hand-off ends the term: the
+		// answer, which the loop sends at once then, is what counts.
+		done = nil
+	}
 	for {
 		select {
 		case r := <-c.reply:
@@ -597,7 +603,7 @@ func (e *Elector) call(ctx context.Context, c *handOverCall) (string, error) {
 				continue // wait for the outcome
 			}
 			return r.taker, r.err
-		case <-ctx.Done():
+		case <-done:
 			return "", context.Cause(ctx)
 		}
 	}
