@@ -43,6 +43,9 @@ import (
 // higher priority. It wraps [ErrStopped].
 var ErrYielded = fmt.Errorf("%w: leadership handed over to a successor", ErrStopped)
 
+// errNoAck means that no designated successor acknowledged in time.
+var errNoAck = errors.New("no designated successor acknowledged")
+
 // Reasons for a hand-off, as metrics and logs name them.
 const (
 	reasonStop      = "stop"       // Stop, or the task returning after PrepareStop
@@ -539,7 +542,7 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	}
 	if len(succs) == 0 {
 		s.withdraw(term)
-		return nil, nil, 0, fmt.Errorf("%w: no designated successor acknowledged within %v", errNoCandidate, wait.Round(time.Millisecond))
+		return nil, nil, 0, fmt.Errorf("%w: %w within %v", errNoCandidate, errNoAck, wait.Round(time.Millisecond))
 	}
 	return succs, heirs, d.hold, nil
 }
@@ -688,7 +691,7 @@ func (e *Elector) handOver(ctx context.Context, k *keeper, taskDone chan error, 
 		if c.yieldReq != nil {
 			s.answer(*c.yieldReq, "declined: "+err.Error())
 		}
-		if c.reason == reasonYield || c.reason == reasonRequest || c.prepareOnly {
+		if c.reason == reasonYield || c.reason == reasonRequest || (c.prepareOnly && !errors.Is(err, errNoCandidate)) || errors.Is(err, errNoAck) {
 			e.log.Info("azlease: not handing leadership over", slog.String("reason", c.reason), slog.Any("error", err))
 		} else {
 			e.log.Debug("azlease: not handing leadership over", slog.String("reason", c.reason), slog.Any("error", err))

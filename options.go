@@ -39,6 +39,8 @@ const (
 	// MaxPollInterval is the longest PollInterval (Elector, Mutex, DoOnce).
 	MaxPollInterval = time.Hour
 
+	// DefaultHandOffWait is what a zero ElectorOptions.HandOffWait means.
+	DefaultHandOffWait = 10 * time.Second
 	// MaxWait is the longest ElectorOptions.TakeoverDelay, DrainTimeout and
 	// HeartbeatTimeout.
 	MaxWait = 24 * time.Hour
@@ -576,7 +578,7 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 	if sc.successPoll, err = bounded("ElectorOptions.SuccessorPollInterval", o.SuccessorPollInterval, min(defaultHeadPoll, hc.poll), 20*time.Millisecond, hc.poll); err != nil {
 		return c, err
 	}
-	if sc.handOffWait, err = bounded("ElectorOptions.HandOffWait", o.HandOffWait, 10*time.Second, 100*time.Millisecond, MaxPollInterval); err != nil {
+	if sc.handOffWait, err = bounded("ElectorOptions.HandOffWait", o.HandOffWait, DefaultHandOffWait, 100*time.Millisecond, MaxPollInterval); err != nil {
 		return c, err
 	}
 	c.succession = sc

@@ -80,6 +80,10 @@ type statusJSON struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Slots     []statusJSON      `json:"slots,omitempty"`
 	Once      *onceJSON         `json:"once,omitempty"`
+	// An election's candidates (candidates.go).
+	Designated []string        `json:"designated,omitempty"`
+	Candidates []candidateJSON `json:"candidates,omitempty"`
+	Yield      *yieldJSON      `json:"yield,omitempty"`
 }
 
 type historyJSON struct {
@@ -143,6 +147,15 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 		return err
 	}
 	out := toJSON(name, containerName, st)
+	if slots == 1 {
+		// An election's candidates: one List Blobs request.
+		if err := readCandidates(ctx, cc, name, st, &out); err != nil {
+			if ie := r.interrupted(what); ie != nil {
+				return ie
+			}
+			return classify(what, err)
+		}
+	}
 	if slots > 1 {
 		// Every slot with one List Blobs request (a request per 5,000
 		// blobs named NAME/slot-…); a slot not listed does not exist yet.
@@ -202,6 +215,7 @@ func printStatus(w io.Writer, s statusJSON) {
 	if s.Exists || (len(s.Slots) == 0 && s.Once == nil) {
 		fmt.Fprintf(tw, "lock\t%s (container %s)\n", s.Name, s.Container)
 		printTerm(tw, s, "")
+		printCandidates(tw, s)
 	} else {
 		fmt.Fprintf(tw, "container\t%s\n", s.Container)
 	}

@@ -161,6 +161,9 @@ func TestUIModel(t *testing.T) {
 		require.Len(t, lead.Terms, 1)
 		assert.Equal(t, "held now", lead.Terms[0].Ended)
 		assert.Equal(t, "/items/leader/sched", lead.Path)
+		require.Len(t, lead.Candidates, 1, "the election's candidates")
+		assert.Equal(t, "lead-a", lead.Candidates[0].Identity)
+		assert.True(t, lead.Candidates[0].Ready)
 
 		jobs := itemByName(m, "jobs")
 		assert.Equal(t, "free", jobs.State)
@@ -220,7 +223,14 @@ func TestUIModel(t *testing.T) {
 			assert.Contains(t, []string{kindMembership, kindShard}, b.Kind, b.Name)
 			assert.Equal(t, grp.Path, b.Item)
 		}
-		assert.Len(t, m.blobs, len(listed), "every lock blob once")
+		succession := 0
+		for _, st := range listed {
+			if isSuccessionBlob(st) {
+				succession++
+			}
+		}
+		assert.Equal(t, 1, succession, "the leader's candidacy")
+		assert.Len(t, m.blobs, len(listed)-succession, "every lock blob once")
 
 		// The grid marks as many shards as the plan counts, free ones
 		// of a group with no member included.
