@@ -141,6 +141,9 @@ type candidate struct {
 	fast time.Duration // its poll while designated
 	ack  string        // the designation token it acknowledged
 	name string        // its blob
+	// modified is its blob's Last-Modified (storage's clock): when it last
+	// published what it says.
+	modified time.Time
 }
 
 // YieldRequest is a request to the leader of an election to hand
@@ -210,7 +213,7 @@ func parseCandidate(st Status) (candidate, string, bool) {
 	if !ok || id == "" {
 		return candidate{}, "", false
 	}
-	c := candidate{id: id, name: st.Name}
+	c := candidate{id: id, name: st.Name, modified: st.modified}
 	if v, ok := lookup(st.raw, metaWaiterHolder); ok {
 		c.Identity, _ = url.QueryUnescape(v)
 	}
@@ -677,6 +680,9 @@ func (c *candidacy) remove(ctx context.Context) {
 type listing struct {
 	candidates []candidate // in name order
 	yield      *YieldRequest
+	// date is storage's clock when it answered (zero if unknown), to tell
+	// how long ago a candidate published itself.
+	date time.Time
 }
 
 // list lists the election's candidates and its yield request with one List
@@ -686,11 +692,11 @@ func (c *candidacy) list(ctx context.Context, limit time.Time) (listing, error) 
 }
 
 func listCandidates(ctx context.Context, lister *Lease, election string, limit time.Time) (listing, error) {
-	sts, err := lister.listPrefix(ctx, CandidatesName(election), limit)
+	sts, date, err := lister.listPrefixAt(ctx, CandidatesName(election), limit)
 	if err != nil {
 		return listing{}, err
 	}
-	var out listing
+	out := listing{date: date}
 	for _, st := range sts {
 		if cd, el, ok := parseCandidate(st); ok && el == election {
 			out.candidates = append(out.candidates, cd)

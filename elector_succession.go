@@ -394,7 +394,15 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 	prepared := s.prepared != nil
 	for _, c := range ranked {
 		if _, ok := s.firstSeen[candKey(c)]; !ok {
-			s.firstSeen[candKey(c)] = now
+			// It has been there since it published what it says: its
+			// blob's age on storage's clock (the listing's Date against
+			// its Last-Modified, to the second), placed on the local
+			// clock. A later write (ready again, say) makes it younger.
+			seen := now
+			if age := ls.date.Sub(c.modified); !ls.date.IsZero() && !c.modified.IsZero() && age > 0 {
+				seen = now.Add(-age)
+			}
+			s.firstSeen[candKey(c)] = seen
 		}
 	}
 	s.mu.Unlock()

@@ -49,8 +49,8 @@ const (
 	mpContainerEnv = "AZLEASE_MP_CONTAINER"
 	mpBlobEnv      = "AZLEASE_MP_BLOB"
 	mpIdentityEnv  = "AZLEASE_MP_IDENTITY"
-	mpActionsEnv   = "AZLEASE_MP_ACTIONS" // the shared action file, created by the test
-	mpLogEnv       = "AZLEASE_MP_LOG"     // the child's own JSON log
+	mpActionsEnv   = "AZLEASE_MP_ACTIONS"  // the shared action file, created by the test
+	mpLogEnv       = "AZLEASE_MP_LOG"      // the child's own JSON log
 	mpPriorityEnv  = "AZLEASE_MP_PRIORITY" // optional: ElectorOptions.Priority
 	mpPollEnv      = "AZLEASE_MP_POLL"     // optional: PollInterval, "default" for the library's (5 s)
 )

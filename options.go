@@ -470,9 +470,10 @@ type ElectorOptions struct {
 	Labels map[string]string
 
 	// StabilityWindow is how long a candidate of higher priority must have
-	// been ready, as the leader saw it (from the first poll of the
-	// leader's that listed it), before the leader yields to it. Zero means
-	// 30 s. Otherwise from 1 s to 24 h (MaxWait); negative is an error.
+	// been ready before the leader yields to it: counted from when it last
+	// published its candidacy (its blob's age on storage's clock, to the
+	// second, when the leader first lists it). Zero means 30 s. Otherwise
+	// from 1 s to 24 h (MaxWait); negative is an error.
 	StabilityWindow time.Duration
 
 	// Cooldown stops flapping: a leader does not yield for priority before
