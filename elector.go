@@ -63,6 +63,23 @@ type LeaderInfo struct {
 // [Elector.Run] does both around a blocking call. While leading it runs the
 // leader [Task], if one is given, under the term's context.
 //
+// Planned succession (unless ElectorOptions.NoSuccession; see the package
+// documentation): every Elector publishes its candidacy next to the lock
+// blob; a leader that stops, yields ([Elector.Yield], [Elector.YieldTo], a
+// yield request from [RequestYield] or 'azlease yield') or sees a ready
+// candidate of higher Priority for StabilityWindow gets its successor ready
+// while it still leads, then ends its term (cause [ErrStopped], or
+// [ErrYielded] when it goes on as a candidate), waits for its task, and
+// hands the lease straight over: the successor leads within its
+// SuccessorPollInterval, and the lease is never free. A leader that yields
+// goes on as a candidate whatever its task returns (AfterTask does not
+// apply). Among standbys of equal priority the most recently started is
+// preferred: in a rolling deploy that replaces replicas new one first, that
+// is the new generation, so leadership moves once. Electors with
+// NoSuccession, and those of azlease versions before succession, share a lock
+// with the others: they publish no candidacy and are never handed
+// leadership (they take a free lease as ever), and a stopping one releases.
+//
 // An Elector is safe for concurrent use. It runs once: it cannot be started
 // again after it stopped.
 type Elector struct {
@@ -179,9 +196,15 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 }
 
 // Stop stops the Elector gracefully and waits for its goroutine: if it leads,
-// it cancels the term's context (cause [ErrStopped]), waits up to
-// DrainTimeout for the task to return while still renewing, and then releases
-// the lease so a follower takes over within its poll interval. The release
+// it first gets a successor ready while still leading (planned succession:
+// it designates the best ready standby and waits, at most HandOffWait, for
+// it to acknowledge at its next poll; no wait when no other candidate is
+// there), then cancels the term's context (cause [ErrStopped]), waits up to
+// DrainTimeout for the task to return while still renewing, and hands the
+// lease to the successor, which leads within its SuccessorPollInterval. The
+// hand-off gets two AttemptTimeouts besides the successor's poll. Without a
+// successor (none acknowledged, or NoSuccession) it releases the lease so a
+// follower takes over within its poll interval. The release
 // (its clean-release marker included) gets one AttemptTimeout in all: if
 // storage does not answer within it, the lease is left to expire, so that a
 // stop fits the grace period a process manager allows. (The same holds when
@@ -803,7 +826,7 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping b
 		release = e.lease.releaseStopping
 	}
 	if drained && len(succs) > 0 {
-		return e.handLeaseOn(succs, reason)
+		return e.handLeaseOn(succs, reason, stopping)
 	}
 	if drained {
 		if err := release(); err != nil && !errors.Is(err, ErrLeaseLost) {

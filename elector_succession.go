@@ -803,12 +803,21 @@ func (s *succession) answer(y YieldRequest, text string) {
 
 // handLeaseOn hands the lease of a term whose work has stopped to succs, in
 // order, or releases it when none takes it (succession.go), within a bound:
-// each successor's wait, and a few attempts.
-func (e *Elector) handLeaseOn(succs []successor, reason string) handOnOutcome {
+// each successor's wait, and a few attempts. An Elector that is stopping
+// gets two AttemptTimeouts besides the waits (the marker and the change, or
+// the release), so that a stop fits the grace period a process manager
+// allows; past the bound, the lease expires on its own.
+func (e *Elector) handLeaseOn(succs []successor, reason string, stopping bool) handOnOutcome {
 	at := e.cfg.lease.attemptTimeout
 	bound := 3 * at
 	for _, s := range succs {
 		bound += s.wait + at
+	}
+	if stopping {
+		bound = 2 * at
+		for _, s := range succs {
+			bound += s.wait
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
