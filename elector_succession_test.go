@@ -515,3 +515,41 @@ func TestSuccessionStaleDesignation(t *testing.T) {
 		require.NoError(t, holder.Release(ctx))
 	})
 }
+
+// TestSuccessionSlowTaskNoHandOff: a leader whose task does not return
+// within DrainTimeout after its term ended hands nothing over: its lease is
+// left to expire, as without succession, so that no successor leads while
+// the old work may still run.
+func TestSuccessionSlowTaskNoHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		slow, err := azlease.NewElector(c.emu.client("slow"), c.blob, &azlease.ElectorOptions{Identity: "slow", DrainTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, slow.Start(context.Background(), func(ctx context.Context, term *azlease.Term) error {
+			<-ctx.Done()
+			time.Sleep(40 * time.Second) // ignores its context for a while
+			return nil
+		}))
+		c.mu.Lock()
+		c.nodes["slow"] = slow
+		c.mu.Unlock()
+		for !slow.IsLeader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.start("b", nil)
+		time.Sleep(10 * time.Second)
+		stopped := make(chan struct{})
+		go func() {
+			_ = slow.Stop(context.Background())
+			close(stopped)
+		}()
+		for slow.IsLeader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ended := time.Now()
+		d := c.waitFor("b", time.Minute)
+		require.Greater(t, d, 10*time.Second, "b leads only once the lease expired (%v after the term ended)", d)
+		t.Logf("b leads %v after the slow leader's term ended", time.Since(ended))
+		<-stopped
+	})
+}
