@@ -74,6 +74,15 @@ const (
 	candidateVersion = "1"
 )
 
+// candidateRefresh is how often a running Elector writes its candidacy
+// again, whether or not it changed; one not written for candidateStale is
+// taken for the candidacy of an instance that is gone (a crash leaves it
+// behind). One write per 10 minutes is about 1 % of a follower's polls.
+const (
+	candidateRefresh = 10 * time.Minute
+	candidateStale   = 3 * candidateRefresh
+)
+
 // Limits on ElectorOptions.Labels, so that a candidate's metadata stays far
 // below Azure's 8 KiB.
 const (
@@ -131,6 +140,11 @@ type Candidate struct {
 	// successor and whose designation it acknowledged (it then looks at the
 	// lock blob every SuccessorPollInterval); 0 when none.
 	Acknowledged uint64
+	// Stale is true when the candidacy has not been written for 30 minutes
+	// (storage's clock): a running Elector writes it again every 10, so its
+	// instance is gone without taking it back (it crashed). Leaders pass it
+	// over, and delete it.
+	Stale bool
 }
 
 // candidate is a Candidate as a listing found it.
@@ -142,8 +156,9 @@ type candidate struct {
 	ack  string        // the designation token it acknowledged
 	name string        // its blob
 	// modified is its blob's Last-Modified (storage's clock): when it last
-	// published what it says.
+	// published what it says; etag its ETag as listed.
 	modified time.Time
+	etag     azcore.ETag
 }
 
 // YieldRequest is a request to the leader of an election to hand
@@ -213,7 +228,7 @@ func parseCandidate(st Status) (candidate, string, bool) {
 	if !ok || id == "" {
 		return candidate{}, "", false
 	}
-	c := candidate{id: id, name: st.Name, modified: st.modified}
+	c := candidate{id: id, name: st.Name, modified: st.modified, etag: st.etag}
 	if v, ok := lookup(st.raw, metaWaiterHolder); ok {
 		c.Identity, _ = url.QueryUnescape(v)
 	}
@@ -518,7 +533,7 @@ func penalisedUntil(fs []failure, identity string) time.Time {
 func rankCandidates(cs []candidate, penalised func(candidate) bool) []candidate {
 	out := make([]candidate, 0, len(cs))
 	for _, c := range cs {
-		if c.Ready && !c.Stopping {
+		if c.Ready && !c.Stopping && !c.Stale {
 			out = append(out, c)
 		}
 	}
@@ -549,6 +564,7 @@ type candidacy struct {
 	mu        sync.Mutex
 	want      candidate // what the blob should say
 	written   candidate // what it says, as far as this process knows
+	writtenAt time.Time // when (this process's clock)
 	exists    bool      // written at least once and not deleted since
 	dirty     bool      // want changed since the last write
 	container bool      // the container was created by this candidacy
@@ -598,7 +614,7 @@ func sameMetadata(a, b map[string]*string) bool {
 // sync writes the blob if what it should say changed, within AttemptTimeout.
 func (c *candidacy) sync(ctx context.Context) error {
 	c.mu.Lock()
-	if !c.dirty {
+	if !c.dirty && time.Since(c.writtenAt) < candidateRefresh {
 		c.mu.Unlock()
 		return nil
 	}
@@ -610,7 +626,7 @@ func (c *candidacy) sync(ctx context.Context) error {
 	if err != nil {
 		c.dirty = true
 	} else {
-		c.written, c.exists = want, true
+		c.written, c.exists, c.writtenAt = want, true, time.Now()
 	}
 	c.mu.Unlock()
 	return err
@@ -676,6 +692,29 @@ func (c *candidacy) remove(ctx context.Context) {
 	})
 }
 
+// removeStale deletes the blob of a stale candidate, conditional on its
+// ETag as listed (a candidate that wrote it again since keeps it), in one
+// AttemptTimeout; best effort.
+func (c *candidacy) removeStale(ctx context.Context, cd candidate) {
+	l := c.ops
+	bc := l.t.cc.NewBlobClient(cd.name)
+	opts := &blob.DeleteOptions{}
+	if cd.etag != "" {
+		opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(cd.etag)}}
+	}
+	_ = l.loopOn(ctx, "write", cd.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := bc.Delete(actx, opts)
+		switch cl := classify(ctx, err); cl {
+		case classTransient:
+			return false, l.errorf("write", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, nil
+		}
+	})
+}
+
 // listing is what one listing of an election's candidates found.
 type listing struct {
 	candidates []candidate // in name order
@@ -699,6 +738,7 @@ func listCandidates(ctx context.Context, lister *Lease, election string, limit t
 	out := listing{date: date}
 	for _, st := range sts {
 		if cd, el, ok := parseCandidate(st); ok && el == election {
+			cd.Stale = !date.IsZero() && !cd.modified.IsZero() && date.Sub(cd.modified) > candidateStale
 			out.candidates = append(out.candidates, cd)
 		} else if y, el, ok := parseYield(st); ok && el == election {
 			out.yield = &y
@@ -740,7 +780,7 @@ func InspectCandidates(ctx context.Context, cc *container.Client, name string) (
 func SortCandidates(cs []Candidate) {
 	sort.SliceStable(cs, func(i, j int) bool {
 		a, b := cs[i], cs[j]
-		if ea, eb := a.Ready && !a.Stopping, b.Ready && !b.Stopping; ea != eb {
+		if ea, eb := a.Ready && !a.Stopping && !a.Stale, b.Ready && !b.Stopping && !b.Stale; ea != eb {
 			return ea
 		}
 		if a.Priority != b.Priority {

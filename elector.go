@@ -491,7 +491,7 @@ func (e *Elector) run(ctx context.Context, task Task) {
 	defer close(e.done)
 	defer close(e.changes)
 	if e.succ != nil {
-		defer e.succ.cand.remove(ctx) // part of stopping: the candidacy goes with the Elector
+		defer e.succ.remove(ctx) // part of stopping: the candidacy goes with the Elector
 	}
 	defer func() {
 		if h := e.lease.health.snapshot(); !h.reached && h.last != nil {
@@ -831,6 +831,9 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping b
 	if drained {
 		if err := release(); err != nil && !errors.Is(err, ErrLeaseLost) {
 			e.log.Warn("azlease: release failed; the lease will expire", slog.Any("error", err))
+			if e.succ != nil {
+				e.succ.unanswered.Store(true)
+			}
 		}
 		return handOnOutcome{released: true}
 	}

@@ -33,6 +33,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azlease/azlease/internal/timing"
@@ -91,6 +92,12 @@ type succession struct {
 	prepared     *preparedHandOff // PrepareStop's successors, for this term
 	candidates   int64            // ready candidates other than itself at the last listing (metrics)
 	yieldedAt    time.Time        // when this instance last yielded (its Cooldown)
+	listed       listing          // the leader's last listing of the candidates
+	listedAt     time.Time        // when (zero: none in this term)
+
+	// unanswered is set when a release or hand-off got no answer: the
+	// candidacy is then not taken back when the Elector stops (remove).
+	unanswered atomic.Bool
 }
 
 // preparedHandOff is a designation whose successors acknowledged.
@@ -243,7 +250,7 @@ func (s *succession) holdBack(ctx context.Context) bool {
 	}
 	var wait time.Duration
 	for _, c := range ls.candidates {
-		if c.Identity != s.identity && c.Ready && !c.Stopping && c.Priority >= 0 {
+		if c.Identity != s.identity && c.Ready && !c.Stopping && !c.Stale && c.Priority >= 0 {
 			wait = max(wait, c.poll+ackMargin)
 		}
 	}
@@ -284,6 +291,7 @@ func (s *succession) beginTerm(epoch uint64) {
 		s.firstSeen = map[string]time.Time{}
 		s.unresponsive = map[string]time.Time{}
 		s.prepared = nil
+		s.listedAt = time.Time{}
 	}
 }
 
@@ -387,10 +395,17 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 		}
 		return nil, far
 	}
+	for _, c := range ls.candidates {
+		if c.Stale && c.Identity != s.identity {
+			// Gone without taking its candidacy back (it crashed).
+			s.cand.removeStale(ctx, c)
+		}
+	}
 	ranked := s.ranked(ls)
 	now := time.Now()
 	s.mu.Lock()
 	s.candidates = int64(len(ranked))
+	s.listed, s.listedAt = ls, now
 	prepared := s.prepared != nil
 	for _, c := range ranked {
 		if _, ok := s.firstSeen[candKey(c)]; !ok {
@@ -465,9 +480,16 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	defer cancel()
 	stopWatch := context.AfterFunc(term.Context(), cancel)
 	defer stopWatch()
-	ls, err := s.cand.list(ctx, time.Now().Add(at))
-	if err != nil {
-		return nil, nil, 0, err
+	// A stop uses the leader's last listing when it is recent (no request
+	// before the designation: a stop stays short when storage is slow).
+	s.mu.Lock()
+	ls, listedAt := s.listed, s.listedAt
+	s.mu.Unlock()
+	if !stopping || listedAt.IsZero() || time.Since(listedAt) > 2*e.cfg.poll {
+		var err error
+		if ls, err = s.cand.list(ctx, time.Now().Add(at)); err != nil {
+			return nil, nil, 0, err
+		}
 	}
 	ranked := s.ranked(ls)
 	s.mu.Lock()
@@ -512,7 +534,7 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	for _, c := range picked {
 		d.heirs = append(d.heirs, c.Identity)
 	}
-	if err := s.writeDesignation(ctx, term, d); err != nil {
+	if err := s.writeDesignation(ctx, term, d, stopping); err != nil {
 		return nil, nil, 0, err
 	}
 	deadline := time.Now().Add(wait)
@@ -556,9 +578,13 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 }
 
 // writeDesignation writes d into term's record, under its lease, in at most
-// two AttemptTimeouts.
-func (s *succession) writeDesignation(ctx context.Context, term *Term, d designation) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*s.e.cfg.lease.attemptTimeout)
+// two AttemptTimeouts (one for a stop).
+func (s *succession) writeDesignation(ctx context.Context, term *Term, d designation, stopping bool) error {
+	bound := 2 * s.e.cfg.lease.attemptTimeout
+	if stopping {
+		bound = s.e.cfg.lease.attemptTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	return s.e.lease.updateMetadataAs(ctx, term.Token().LeaseID, func(cur map[string]*string) map[string]*string {
 		r, err := parseRecord(cur)
@@ -576,7 +602,7 @@ func (s *succession) withdraw(term *Term) {
 	if term.Err() != nil {
 		return
 	}
-	if err := s.writeDesignation(context.Background(), term, designation{}); err != nil {
+	if err := s.writeDesignation(context.Background(), term, designation{}, false); err != nil {
 		s.e.log.Debug("azlease: could not take the designation of successors back", slog.Any("error", err))
 	}
 }
@@ -766,6 +792,13 @@ func (e *Elector) stopSuccessors(ctx context.Context, term *Term) []successor {
 	if p := s.takePrepared(term); p != nil {
 		return p.succs
 	}
+	if e.lease.health.snapshot().streak > 0 {
+		// Storage did not answer the last request: release (one
+		// AttemptTimeout) rather than spend the stop's time on a
+		// designation that would not be read.
+		e.log.Debug("azlease: storage failing; releasing rather than handing over")
+		return nil
+	}
 	succs, heirs, _, err := s.prepare(ctx, term, "", time.Time{}, true)
 	if err != nil {
 		e.log.Debug("azlease: no successor for this planned stop; releasing", slog.Any("error", err))
@@ -790,6 +823,18 @@ func (s *succession) takePrepared(term *Term) *preparedHandOff {
 		return nil
 	}
 	return p
+}
+
+// remove takes the candidacy back when the Elector stops, in one
+// AttemptTimeout; not when storage did not answer the Elector's last
+// request (the stop stays within the release's bound; the candidacy left
+// behind turns stale and leaders delete it).
+func (s *succession) remove(ctx context.Context) {
+	if s.e.lease.health.snapshot().streak > 0 || s.unanswered.Load() {
+		s.e.log.Debug("azlease: storage failing; leaving the candidacy to turn stale")
+		return
+	}
+	s.cand.remove(ctx)
 }
 
 // answer writes the leader's answer into a yield request (best effort).
@@ -839,6 +884,7 @@ func (e *Elector) handLeaseOn(succs []successor, reason string, stopping bool) h
 	default:
 		e.log.Warn("azlease: handing leadership over failed; the lease will expire", slog.Any("error", err))
 		e.lease.tm.handedOver(reason, "failed")
+		e.succ.unanswered.Store(true)
 	}
 	return out
 }

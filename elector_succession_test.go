@@ -553,3 +553,41 @@ func TestSuccessionSlowTaskNoHandOff(t *testing.T) {
 		<-stopped
 	})
 }
+
+// TestSuccessionStaleCandidate: an instance that is gone without taking its
+// candidacy back (cut off here, as a crashed one) is passed over once its
+// candidacy has not been written again for 30 minutes (a live one writes it
+// every 10), and the leader deletes it: a planned stop then does not wait
+// for it.
+func TestSuccessionStaleCandidate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		a := c.start("a", nil)
+		c.waitFor("a", time.Minute)
+		c.start("gone", nil)
+		c.start("live", nil)
+		time.Sleep(10 * time.Second)
+		c.partition("gone", azleasetest.Hang)
+		time.Sleep(29 * time.Minute)
+		cands, _, err := azlease.InspectCandidates(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		require.Len(t, cands, 3, "still listed within 30 minutes")
+		for _, cd := range cands {
+			require.False(t, cd.Stale, cd.Identity)
+		}
+		time.Sleep(3 * time.Minute)
+		cands, _, err = azlease.InspectCandidates(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		var ids []string
+		for _, cd := range cands {
+			ids = append(ids, cd.Identity)
+		}
+		sort.Strings(ids)
+		require.Equal(t, []string{"a", "live"}, ids, "the leader deleted the stale one")
+		stopped := time.Now()
+		require.NoError(t, a.Stop(ctx))
+		require.Less(t, time.Since(stopped), 7*time.Second)
+		c.waitFor("live", time.Second)
+	})
+}
