@@ -61,6 +61,10 @@ const (
 // leader's own listing.
 const ackMargin = 500 * time.Millisecond
 
+// stopListLimit bounds the listing of the candidates a stopping leader
+// makes when it has no recent one.
+const stopListLimit = time.Second
+
 // successionTakeMargin is what a leader adds to a designated successor's
 // fast poll when it waits for it to take a hand-off over (Change, Renew and
 // the epoch write after the read that found the marker).
@@ -321,9 +325,10 @@ func (s *succession) ranked(ls listing) []candidate {
 // watcher is the leader's poll of its candidates, on a goroutine of its own
 // owned by the lead loop (stop joins it). It proposes hand-offs on plans.
 type watcher struct {
-	plans chan *handOverCall
-	stopC chan struct{}
-	done  chan struct{}
+	plans  chan *handOverCall
+	stopC  chan struct{}
+	done   chan struct{}
+	cancel context.CancelFunc // cuts its requests short
 }
 
 func (w *watcher) stop() {
@@ -331,6 +336,7 @@ func (w *watcher) stop() {
 		return
 	}
 	close(w.stopC)
+	w.cancel()
 	<-w.done
 }
 
@@ -348,8 +354,8 @@ func (s *succession) watch(term *Term) *watcher {
 	if s == nil {
 		return nil
 	}
-	w := &watcher{plans: make(chan *handOverCall), stopC: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(term.Context()))
+	w := &watcher{plans: make(chan *handOverCall), stopC: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	unhook := context.AfterFunc(term.Context(), cancel)
 	go func() {
 		defer close(w.done)
@@ -486,8 +492,15 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	ls, listedAt := s.listed, s.listedAt
 	s.mu.Unlock()
 	if !stopping || listedAt.IsZero() || time.Since(listedAt) > 2*e.cfg.poll {
+		// A stop gives the listing one second (a List Blobs takes a few
+		// milliseconds): when storage has stopped answering, the release
+		// still fits the stop's bound.
+		limit := at
+		if stopping {
+			limit = min(at, stopListLimit)
+		}
 		var err error
-		if ls, err = s.cand.list(ctx, time.Now().Add(at)); err != nil {
+		if ls, err = s.cand.list(ctx, time.Now().Add(limit)); err != nil {
 			return nil, nil, 0, err
 		}
 	}
