@@ -196,12 +196,8 @@ type faultMix struct {
 	bad      func(azleasetest.Request, *rand.Rand) (azleasetest.Fault, bool) // the seed's bad period, if any
 	late     map[azleasetest.Op]int
 	requests int
-	// handedOver counts the Change Lease requests of successors taking a
-	// hand-off over, a lower bound on hand-offs (a holder's own Change to
-	// the successor's ID is not counted; see draw).
-	handedOver int
-	changes    int // every Change Lease: a hand-off costs two (holder, then successor)
-	log        []string
+	changes  int // every Change Lease: a hand-off costs two (holder, then successor)
+	log      []string
 }
 
 func newFaultMix(seed uint64, rate float64, lease time.Duration, noRepeat bool) *faultMix {
