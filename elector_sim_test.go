@@ -840,7 +840,10 @@ func TestSimulatedTimings(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nDefault settings (15 s lease renewed every 5 s, followers polling every 5 s ± 20 %%), no faults, %d runs each,\n", runs)
-	fmt.Fprintf(&b, "the stop or crash at a random phase of the renew and poll cycles; the naive acquire-renew loop acts every 13 s and never releases.\n\n")
+	fmt.Fprintf(&b, "the stop or crash at a random phase of the renew and poll cycles; the naive acquire-renew loop acts every 13 s and never releases.\n")
+	fmt.Fprintf(&b, "A graceful handoff is timed from the call to Stop to the new leader: with planned succession the old leader leads on\n")
+	fmt.Fprintf(&b, "until its successor acknowledged (about a follower's poll), and the time without a leader is a fraction of a second\n")
+	fmt.Fprintf(&b, "(see Planned succession below).\n\n")
 	fmt.Fprintf(&b, "| loop | graceful handoff | crash failover | leader requests/hour | follower requests/hour |\n|---|---|---|---:|---:|\n")
 	fmt.Fprintf(&b, "| azlease | %s | %s | %d | %d |\n", percentiles(az.handoff), percentiles(az.failover), az.leaderPerHour, az.followerPerHour)
 	fmt.Fprintf(&b, "| naive acquire-renew loop | %s | %s | %d | %d |\n", percentiles(nv.handoff), percentiles(nv.failover), nv.leaderPerHour, nv.followerPerHour)
