@@ -202,9 +202,11 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 // there), then cancels the term's context (cause [ErrStopped]), waits up to
 // DrainTimeout for the task to return while still renewing, and hands the
 // lease to the successor, which leads within its SuccessorPollInterval. The
-// hand-off gets two AttemptTimeouts besides the successor's poll. Without a
-// successor (none acknowledged, or NoSuccession) it releases the lease so a
-// follower takes over within its poll interval. The release
+// listing of the candidates gets a second, the designation one
+// AttemptTimeout, and the hand-off two besides the successor's poll (when
+// storage does not answer, a stop takes a second more than without
+// succession). Without a successor (none acknowledged, or NoSuccession) it
+// releases the lease so a follower takes over within its poll interval. The release
 // (its clean-release marker included) gets one AttemptTimeout in all: if
 // storage does not answer within it, the lease is left to expire, so that a
 // stop fits the grace period a process manager allows. (The same holds when

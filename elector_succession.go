@@ -482,27 +482,31 @@ func later(a, b time.Time) time.Time {
 func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefore time.Time, stopping bool) ([]successor, []string, time.Duration, error) {
 	e := s.e
 	at := e.cfg.lease.attemptTimeout
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// HandOffWait bounds all of it: the listing, the designation and the
+	// wait for an acknowledgement.
+	bound := time.Now().Add(s.cfg.handOffWait)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), bound)
 	defer cancel()
 	stopWatch := context.AfterFunc(term.Context(), cancel)
 	defer stopWatch()
-	// A stop uses the leader's last listing when it is recent (no request
-	// before the designation: a stop stays short when storage is slow).
-	s.mu.Lock()
-	ls, listedAt := s.listed, s.listedAt
-	s.mu.Unlock()
-	if !stopping || listedAt.IsZero() || time.Since(listedAt) > 2*e.cfg.poll {
-		// A stop gives the listing one second (a List Blobs takes a few
-		// milliseconds): when storage has stopped answering, the release
-		// still fits the stop's bound.
-		limit := at
-		if stopping {
-			limit = min(at, stopListLimit)
-		}
-		var err error
-		if ls, err = s.cand.list(ctx, time.Now().Add(limit)); err != nil {
+	// A stop gives its listing one second (a List Blobs takes a few
+	// milliseconds: when storage has stopped answering, the release still
+	// fits the stop's bound), and falls back on the leader's last listing
+	// if it is recent. A fresh listing matters: in a rolling deploy the
+	// new replica started a moment ago.
+	limit := at
+	if stopping {
+		limit = min(at, stopListLimit)
+	}
+	ls, err := s.cand.list(ctx, time.Now().Add(limit))
+	if err != nil {
+		s.mu.Lock()
+		cached, listedAt := s.listed, s.listedAt
+		s.mu.Unlock()
+		if !stopping || listedAt.IsZero() || time.Since(listedAt) > 2*e.cfg.poll {
 			return nil, nil, 0, err
 		}
+		ls = cached
 	}
 	ranked := s.ranked(ls)
 	s.mu.Lock()
@@ -550,7 +554,7 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	if err := s.writeDesignation(ctx, term, d, stopping); err != nil {
 		return nil, nil, 0, err
 	}
-	deadline := time.Now().Add(wait)
+	deadline := earlier(time.Now().Add(wait), bound)
 	acked := map[string]candidate{}
 	for {
 		if ls, err := s.cand.list(ctx, earlier(deadline, time.Now().Add(at))); err == nil {

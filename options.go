@@ -490,12 +490,13 @@ type ElectorOptions struct {
 	// 20 ms to PollInterval; negative is an error.
 	SuccessorPollInterval time.Duration
 
-	// HandOffWait bounds how long a leader that stops or yields waits,
-	// still leading, for the successor it designated to acknowledge (the
-	// successor notices at its next poll). Within the bound, the leader
-	// waits for the successor's own poll interval (with its jitter) plus
-	// half a second; if no successor acknowledges, the leader releases the
-	// lease as without succession. Zero means 10 s. Otherwise from 100 ms
+	// HandOffWait bounds how long a leader that stops or yields spends,
+	// still leading, getting its successor ready: listing the candidates,
+	// designating the successor, and waiting for it to acknowledge (it
+	// notices at its next poll). Within the bound, the leader waits for the
+	// successor's own poll interval (with its jitter) plus half a second;
+	// if no successor acknowledges, the leader releases the lease as
+	// without succession. Zero means 10 s. Otherwise from 100 ms
 	// to 1 h (MaxPollInterval); negative is an error. It adds to the time
 	// Stop takes (see [Elector.Stop]).
 	HandOffWait time.Duration

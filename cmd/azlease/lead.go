@@ -255,7 +255,7 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 				if wait == 0 {
 					wait = azlease.DefaultHandOffWait
 				}
-				pctx, cancel := context.WithTimeout(ctx, wait+2*attemptTimeout)
+				pctx, cancel := context.WithTimeout(ctx, wait+time.Second)
 				defer cancel()
 				if to, err := e.PrepareStop(pctx); err == nil {
 					g.log.Info("azlease: successor ready; stopping the command", slog.String("name", name), slog.String("successor", to))
