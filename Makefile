@@ -154,8 +154,11 @@ LOCKBENCH_FLAGS ?= -reps 3
 # measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench
-	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.locks.md bench/.many.md bench/.many50k.md
+	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.locks.md bench/.many.md bench/.many50k.md bench/.succession.md bench/.rolling.md
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
+	AZLEASE_ROLLING_REPORT=$(CURDIR)/bench/.rolling.md $(GO) test -count=1 -run 'TestMultiProcessRollingDeploy' .
+	AZLEASE_ROLLING_REPORT=$(CURDIR)/bench/.rolling.md $(GO) test -count=1 -run 'TestLeadRollingDeploy' ./cmd/azlease
+	AZLEASE_SUCCESSION_REPORT=$(CURDIR)/bench/.succession.md AZLEASE_ROLLING_REPORT=$(CURDIR)/bench/.rolling.md $(GO) test -count=1 -run 'TestSuccessionBench' .
 	AZLEASE_WAIT_REPORT=$(CURDIR)/bench/.wait.md $(GO) test -count=1 -run 'TestWaiterCosts' .
 	AZLEASE_SHARDBENCH_REPORT=$(CURDIR)/bench/.shards.md AZLEASE_SHARDBENCH_SEEDS=$(SHARDBENCH_SEEDS) $(GO) test -count=1 -timeout 2h -run 'TestShardBench$$' ./internal/shardbench
 	cd internal/lockbench && $(GO) run . -out $(CURDIR)/bench/.locks.md $(LOCKBENCH_FLAGS)
@@ -163,7 +166,7 @@ bench: deps
 	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
 	$(GO) run ./internal/manybench -out bench/.many50k.md -heading "Holding 50,000 leases" $(MANYBENCH50K_FLAGS)
 	@printf '\n' >> bench/.many.md && cat bench/.many50k.md >> bench/.many.md
-	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -locks bench/.locks.md -gobench bench/.gobench.txt -many bench/.many.md
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -locks bench/.locks.md -succession bench/.succession.md -gobench bench/.gobench.txt -many bench/.many.md
 
 # The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
 # DoOnce) and the conformance table against a real storage account, each test

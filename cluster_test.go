@@ -186,6 +186,10 @@ func (c *cluster) stopAll() {
 		nodes = append(nodes, e)
 	}
 	c.mu.Unlock()
+	// Followers first, then whoever leads: a leader stopped while others
+	// still run hands leadership over to one of them (planned succession),
+	// which would begin one more term.
+	sort.SliceStable(nodes, func(i, j int) bool { return !nodes[i].IsLeader() && nodes[j].IsLeader() })
 	for _, e := range nodes {
 		require.NoError(c.t, e.Stop(context.Background()))
 	}

@@ -110,7 +110,9 @@
 //
 // Each lease operation is one Azure "other" transaction. A leader renews
 // every RenewInterval and a follower polls every PollInterval, so with the
-// defaults (5 s) each instance makes about 520,000 requests a month. Each
+// defaults (5 s) each instance makes about 520,000 requests a month (an
+// Elector's leader lists its candidates every PollInterval besides: see
+// Planned succession). Each
 // term also writes the lock blob's metadata once when it begins (the
 // epoch), and, for an Elector, a Mutex (or Semaphore) and DoOnce, once
 // more just before its release, to record that it released cleanly
@@ -128,6 +130,53 @@
 // Renewals come up to 10 % early (the first after an acquisition up to
 // half an interval early), so that leases taken together do not renew
 // together.
+//
+// # Planned succession
+//
+// An [Elector] that stops, or yields, hands leadership straight to the
+// standby it should go to, and that standby leads a fraction of a second
+// after the old leader's work stopped, not a follower's poll later:
+//
+//   - Every running Elector publishes its candidacy in a blob of its own next
+//     to the lock blob (NAME/candidates/IDENTITY): the lease ID it announces,
+//     its [ElectorOptions.Priority] and Labels, whether it is ready
+//     ([Elector.SetReady]), stopping or yielded recently, and when it
+//     started. It writes it when it starts and when something changes, and
+//     deletes it when it stops. [InspectCandidates] reads them.
+//   - A leader that stops (Stop, or a signal 'azlease lead' gets) first,
+//     still leading, designates the best ready standby (two at most: not
+//     stopping, not failing recently, highest priority, then the most
+//     recently started, which in a rolling deploy is the new generation) in
+//     its lock blob's record, and waits, at most HandOffWait, for it to
+//     acknowledge at its next poll; the acknowledged standby then looks at
+//     the lock blob every SuccessorPollInterval (200 ms). Then the leader
+//     ends its term, waits for its work (DrainTimeout), and changes the
+//     lease to the ID the standby announced: the lease is never free, and
+//     the standby takes it over under a fresh ID of its own within its short
+//     poll. If no standby acknowledges in time, or the one chosen does not
+//     take the lease over, the lease is released as before.
+//   - A leader yields, the same way, to a ready candidate of strictly higher
+//     priority once that candidate has been there for StabilityWindow (30 s)
+//     and the leader's own term has lasted Cooldown (1 min); equal
+//     priorities never move leadership. A candidate whose terms ended
+//     without a clean release soon after they began (the next holder records
+//     it in the lock blob) is not preferred for 10 minutes, doubled for each
+//     further failure within a day. A negative priority means "never lead
+//     from here while another can". [Elector.Yield], [Elector.YieldTo] and
+//     [RequestYield] ('azlease yield', from any process) hand leadership over
+//     on request.
+//
+// Succession keeps every guarantee above: a term's lease ID is still
+// proposed by one answered request (the successor's Change Lease from the ID
+// it announced to a fresh one), a request applied late acts on nothing, and
+// the successor's epoch is larger. What it costs: each Elector writes its
+// candidacy when it starts and when it changes (and deletes it when it
+// stops); the leader lists the candidates with one List Blobs request per
+// PollInterval (double a leader's requests: about 520,000 a month more); a
+// designated standby polls every SuccessorPollInterval for a few seconds
+// around a hand-off; a stop takes up to HandOffWait longer (about a
+// follower's poll), during which the leader still leads. A follower's steady
+// cost does not change. ElectorOptions.NoSuccession turns it all off.
 //
 // # Holding many leases
 //
@@ -171,8 +220,8 @@
 //	                                                  conflict, canceled, permanent, transient)
 //	azlease.term.starts           counter    {term}   terms begun: azlease.role (elector, mutex, once)
 //	azlease.term.ends             counter    {term}   terms ended: azlease.role, azlease.term.end_cause (stopped,
-//	                                                  stalled, max_hold, paused, deadline, broken, lost,
-//	                                                  canceled, other)
+//	                                                  yielded, stalled, max_hold, paused, deadline, broken,
+//	                                                  lost, canceled, other)
 //	azlease.renewal.slack         histogram  s        validity left on the lease when a renewal's answer arrived
 //	azlease.elector.leader        gauge      {leader} 1 while the Elector leads, else 0 (while it runs)
 //	azlease.failures.consecutive  gauge      {request} an Elector's requests failed in a row (while it runs)
@@ -180,6 +229,13 @@
 //	                                                  canceled, error)
 //	azlease.once.calls            counter    {call}   DoOnce calls: azlease.once.outcome (ran, done_elsewhere,
 //	                                                  unrecorded, failed, exhausted, canceled, lost, error)
+//	azlease.elector.handoffs      counter    {handoff} hand-offs of leadership an Elector began:
+//	                                                  azlease.handoff.reason (stop, yield, request, priority,
+//	                                                  never_lead), azlease.handoff.outcome (taken, released,
+//	                                                  none: no successor acknowledged, failed)
+//	azlease.elector.priority      gauge      {priority} the Elector's Priority (while it runs)
+//	azlease.elector.candidates    gauge      {candidate} ready candidates other than itself at its last
+//	                                                  listing as leader
 //
 // Each also carries azlease.lock, the lock blob's container/name, unless
 // MetricsWithoutLockName is set (for processes that hold thousands of locks).

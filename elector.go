@@ -63,6 +63,23 @@ type LeaderInfo struct {
 // [Elector.Run] does both around a blocking call. While leading it runs the
 // leader [Task], if one is given, under the term's context.
 //
+// Planned succession (unless ElectorOptions.NoSuccession; see the package
+// documentation): every Elector publishes its candidacy next to the lock
+// blob; a leader that stops, yields ([Elector.Yield], [Elector.YieldTo], a
+// yield request from [RequestYield] or 'azlease yield') or sees a ready
+// candidate of higher Priority for StabilityWindow gets its successor ready
+// while it still leads, then ends its term (cause [ErrStopped], or
+// [ErrYielded] when it goes on as a candidate), waits for its task, and
+// hands the lease straight over: the successor leads within its
+// SuccessorPollInterval, and the lease is never free. A leader that yields
+// goes on as a candidate whatever its task returns (AfterTask does not
+// apply). Among standbys of equal priority the most recently started is
+// preferred: in a rolling deploy that replaces replicas new one first, that
+// is the new generation, so leadership moves once. Electors with
+// NoSuccession, and those of azlease versions before succession, share a lock
+// with the others: they publish no candidacy and are never handed
+// leadership (they take a free lease as ever), and a stopping one releases.
+//
 // An Elector is safe for concurrent use. It runs once: it cannot be started
 // again after it stopped.
 type Elector struct {
@@ -86,6 +103,10 @@ type Elector struct {
 	// (goroutineID), or 0: Stop called on it must not wait for the task.
 	taskGoroutine atomic.Uint64
 
+	// succ is planned succession (elector_succession.go); nil with
+	// NoSuccession.
+	succ *succession
+
 	// beforeRenew is a test hook: see keeper.beforeRenew.
 	beforeRenew func()
 }
@@ -102,11 +123,15 @@ func NewElector(cc *container.Client, blobName string, opts *ElectorOptions) (*E
 		return nil, err
 	}
 	l := newLease(t, cfg.lease)
-	return &Elector{
+	e := &Elector{
 		t: t, cfg: cfg, lease: l, log: l.cfg.log,
 		done:    make(chan struct{}),
 		changes: make(chan LeaderInfo, 1),
-	}, nil
+	}
+	if !cfg.succession.off {
+		e.succ = newSuccession(e)
+	}
+	return e, nil
 }
 
 // Identity returns this instance's identity ("" for an Elector not created
@@ -157,17 +182,31 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 	runCtx, stop := context.WithCancelCause(context.WithValue(ctx, taskMarkKey{}, &taskMark{e: e, parent: parent}))
 	e.stop = stop
 	unregister := e.lease.tm.observe(e.IsLeader, e.lease.health.consecutive)
+	unregisterSuccession := func() {}
+	if e.succ != nil {
+		e.succ.started()
+		unregisterSuccession = e.lease.tm.observeSuccession(int64(e.cfg.succession.priority), e.succ.successionCandidates)
+	}
 	go func() {
 		defer unregister()
+		defer unregisterSuccession()
 		e.run(runCtx, task)
 	}()
 	return nil
 }
 
 // Stop stops the Elector gracefully and waits for its goroutine: if it leads,
-// it cancels the term's context (cause [ErrStopped]), waits up to
-// DrainTimeout for the task to return while still renewing, and then releases
-// the lease so a follower takes over within its poll interval. The release
+// it first gets a successor ready while still leading (planned succession:
+// it designates the best ready standby and waits, at most HandOffWait, for
+// it to acknowledge at its next poll; no wait when no other candidate is
+// there), then cancels the term's context (cause [ErrStopped]), waits up to
+// DrainTimeout for the task to return while still renewing, and hands the
+// lease to the successor, which leads within its SuccessorPollInterval. The
+// listing of the candidates gets a second, the designation one
+// AttemptTimeout, and the hand-off two besides the successor's poll (when
+// storage does not answer, a stop takes a second more than without
+// succession). Without a successor (none acknowledged, or NoSuccession) it
+// releases the lease so a follower takes over within its poll interval. The release
 // (its clean-release marker included) gets one AttemptTimeout in all: if
 // storage does not answer within it, the lease is left to expire, so that a
 // stop fits the grace period a process manager allows. (The same holds when
@@ -453,6 +492,9 @@ func (e *Elector) HealthHandler() http.Handler {
 func (e *Elector) run(ctx context.Context, task Task) {
 	defer close(e.done)
 	defer close(e.changes)
+	if e.succ != nil {
+		defer e.succ.remove(ctx) // part of stopping: the candidacy goes with the Elector
+	}
 	defer func() {
 		if h := e.lease.health.snapshot(); !h.reached && h.last != nil {
 			e.mu.Lock()
@@ -471,7 +513,7 @@ func (e *Elector) run(ctx context.Context, task Task) {
 		if stop {
 			return
 		}
-		if yield && !sleepCtx(ctx, e.yieldWait()) {
+		if yield && !e.sleepFollowing(ctx, e.yieldWait()) {
 			return // the task returned or stalled: let another instance take over first
 		}
 	}
@@ -491,6 +533,14 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 			e.log.Debug("azlease: poll failed", slog.Any("error", err))
 		case st.Leased:
 			e.observe(leaderInfo(st))
+			if e.succ != nil {
+				if tok, ok := e.succ.onLeased(ctx, &st); ok {
+					return tok, true // handed over to this instance
+				}
+			}
+		case e.succ != nil && e.succ.holdBack(ctx):
+			// A negative priority: leave the free lease to a candidate
+			// that may lead, for one of its polls.
 		default:
 			// Stopping cancels ctx; a lease granted meanwhile is still
 			// given back, as part of the graceful stop.
@@ -507,7 +557,14 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 				e.log.Debug("azlease: acquire failed", slog.Any("error", err))
 			}
 		}
-		if !sleepCtx(ctx, e.pollWait()) {
+		wait := e.pollWait()
+		if e.succ != nil {
+			if err == nil {
+				e.succ.syncCandidacy(ctx)
+			}
+			wait = e.succ.pollWait()
+		}
+		if !e.sleepFollowing(ctx, wait) {
 			return Token{}, false
 		}
 	}
@@ -577,7 +634,7 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 		}
 	}
 	if ctx.Err() != nil || term.Err() != nil {
-		e.windUp(k, nil, ErrStopped, ctx.Err() != nil)
+		e.windUp(k, nil, ErrStopped, ctx.Err() != nil, nil, "")
 		return ctx.Err() != nil, false
 	}
 
@@ -591,45 +648,90 @@ func (e *Elector) lead(ctx context.Context, tok Token, task Task) (stop, yield b
 	if task != nil {
 		taskDone = e.startTask(term, task) // joined in every branch below
 	}
+	// With succession, a watcher lists the candidates while leading.
+	e.succ.beginTerm(tok.Epoch)
+	w := e.succ.watch(term)
+	defer func() { w.stop() }()
 	// With StepDownOnStall, a timer checks the task's heartbeats.
-	var stalled <-chan time.Time
+	var (
+		stalled <-chan time.Time
+		timer   *time.Timer
+	)
 	if e.cfg.stepDownOnStall {
-		t := time.NewTimer(e.cfg.heartbeatTimeout)
-		defer t.Stop()
-		stalled = t.C
-		for {
-			select {
-			case <-stalled:
-				if left := e.cfg.heartbeatTimeout - time.Since(term.lastHeartbeat()); left > 0 {
-					t.Reset(left)
-					continue
-				}
-				term.end(ErrStalled)
-				e.log.Warn("azlease: the leader's work sent no heartbeat within HeartbeatTimeout; stepping down",
-					slog.Uint64("epoch", tok.Epoch), slog.Duration("heartbeat_timeout", e.cfg.heartbeatTimeout))
-				e.windUp(k, taskDone, ErrStalled, false)
-				return false, true // let a healthy instance take over first
-			case <-term.Done():
-			case <-ctx.Done():
-			case err := <-taskDone:
-				return e.taskReturned(k, err)
-			}
-			break
-		}
+		timer = time.NewTimer(e.cfg.heartbeatTimeout)
+		defer timer.Stop()
+		stalled = timer.C
 	}
+	for {
+		done, stop, yield, fired := e.leadStep(ctx, k, taskDone, &w, stalled)
+		if done {
+			return stop, yield
+		}
+		if !fired {
+			continue
+		}
+		if left := e.cfg.heartbeatTimeout - time.Since(term.lastHeartbeat()); left > 0 {
+			timer.Reset(left)
+			continue
+		}
+		w.stop()
+		w = nil
+		term.end(ErrStalled)
+		e.log.Warn("azlease: the leader's work sent no heartbeat within HeartbeatTimeout; stepping down",
+			slog.Uint64("epoch", tok.Epoch), slog.Duration("heartbeat_timeout", e.cfg.heartbeatTimeout))
+		e.windUp(k, taskDone, ErrStalled, false, nil, "")
+		return false, true // let a healthy instance take over first
+	}
+}
+
+// leadStep waits for the next event of a term and handles it: the term's
+// end, a stop, the task's return, a hand-off asked for or planned. done is
+// false when the term goes on (a hand-off called off), or when stalled
+// fired (fired: the caller checks the heartbeat).
+func (e *Elector) leadStep(ctx context.Context, k *keeper, taskDone chan error, w **watcher, stalled <-chan time.Time) (done, stop, yield, fired bool) {
+	term := k.term
+	tok := term.Token()
+	var calls chan *handOverCall
+	if e.succ != nil {
+		calls = e.succ.calls
+	}
+	var c *handOverCall
 	select {
+	case <-stalled:
+		return false, false, false, true
 	case <-term.Done():
+		(*w).stop()
+		*w = nil
 		e.log.Warn("azlease: lost leadership", slog.Uint64("epoch", tok.Epoch), slog.Any("cause", term.Err()))
-		e.windUp(k, taskDone, term.Err(), false)
-		return false, false
+		e.windUp(k, taskDone, term.Err(), false, nil, "")
+		return true, false, false, false
 	case <-ctx.Done():
+		(*w).stop()
+		*w = nil
+		// A planned stop: with succession, the successor gets ready
+		// while this instance still leads.
+		succs := e.stopSuccessors(ctx, term)
 		term.end(ErrStopped)
 		e.log.Info("azlease: stepping down", slog.Uint64("epoch", tok.Epoch))
-		e.windUp(k, taskDone, ErrStopped, true)
-		return true, false
+		e.windUp(k, taskDone, ErrStopped, true, succs, reasonStop)
+		return true, true, false, false
 	case err := <-taskDone:
-		return e.taskReturned(k, err)
+		(*w).stop()
+		*w = nil
+		stop, yield := e.taskReturned(k, err)
+		return true, stop, yield, false
+	case c = <-calls:
+	case c = <-(*w).planC():
 	}
+	// A hand-off: Yield, YieldTo, PrepareStop, a yield request, a
+	// candidate of higher priority. The watcher stops meanwhile.
+	(*w).stop()
+	*w = nil
+	done, stop, yield = e.handOver(ctx, k, taskDone, c)
+	if !done {
+		*w = e.succ.watch(term)
+	}
+	return done, stop, yield, false
 }
 
 // taskReturned winds up a term whose task returned err.
@@ -639,7 +741,12 @@ func (e *Elector) taskReturned(k *keeper, err error) (stop, yield bool) {
 		cause = pe // the term ended because its work crashed
 	}
 	k.term.end(cause)
-	e.windUp(k, nil, cause, e.cfg.afterTask == StopElecting)
+	// After PrepareStop, the successor it got ready takes over.
+	var succs []successor
+	if p := e.succ.takePrepared(k.term); p != nil {
+		succs = p.succs
+	}
+	e.windUp(k, nil, cause, e.cfg.afterTask == StopElecting, succs, reasonStop)
 	if e.cfg.afterTask == StopElecting {
 		e.mu.Lock()
 		e.runErr = err
@@ -699,7 +806,11 @@ func (e *Elector) runTask(term *Term, task Task) (err error) {
 // to, or its task returned with StopElecting) gives the release one
 // AttemptTimeout (Lease.releaseStopping); otherwise the release retries
 // until the lease's validity deadline.
-func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping bool) {
+//
+// With successors (succs, planned succession), a term whose work stopped in
+// time hands the lease to them instead of releasing it (handLeaseOn), and
+// the outcome says who took it.
+func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping bool, succs []successor, reason string) handOnOutcome {
 	k.term.end(cause)
 	drained := taskDone == nil
 	if !drained {
@@ -716,11 +827,17 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping b
 	if stopping {
 		release = e.lease.releaseStopping
 	}
+	if drained && len(succs) > 0 {
+		return e.handLeaseOn(succs, reason, stopping)
+	}
 	if drained {
 		if err := release(); err != nil && !errors.Is(err, ErrLeaseLost) {
 			e.log.Warn("azlease: release failed; the lease will expire", slog.Any("error", err))
+			if e.succ != nil {
+				e.succ.unanswered.Store(true)
+			}
 		}
-		return
+		return handOnOutcome{released: true}
 	}
 	e.log.Error("azlease: leader task did not return within DrainTimeout; leaving the lease to expire",
 		slog.Duration("drain_timeout", e.cfg.drainTimeout), slog.Uint64("epoch", k.term.Epoch()))
@@ -732,7 +849,7 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping b
 			// The work has stopped at last: release what may still be
 			// held, rather than let it expire.
 			_ = release()
-			return
+			return handOnOutcome{}
 		case <-t.C:
 			e.log.Error("azlease: leader task still running after its term ended", slog.Uint64("epoch", k.term.Epoch()))
 		}
@@ -760,6 +877,27 @@ func (e *Elector) observe(info LeaderInfo) {
 		default:
 		}
 		e.changes <- info // cannot block: only this goroutine sends
+	}
+}
+
+// sleepFollowing waits d or until ctx ends, as sleepCtx, while this
+// instance does not lead: a Yield, YieldTo or PrepareStop that arrives
+// meanwhile gets ErrNotLeader.
+func (e *Elector) sleepFollowing(ctx context.Context, d time.Duration) bool {
+	if e.succ == nil {
+		return sleepCtx(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		case c := <-e.succ.calls:
+			c.reply <- handOverReply{err: ErrNotLeader}
+		}
 	}
 }
 

@@ -64,11 +64,15 @@ type scenario struct {
 	// (off in the comparison with the naive loop, which does no work, so
 	// that request counts compare).
 	work bool
+	// priorities, when set, are the nodes' ElectorOptions.Priority (a
+	// third of the chaos seeds), so that leaders yield to preferred
+	// candidates amid the faults.
+	priorities []int
 }
 
 type event struct {
 	at   time.Duration
-	kind string // stop, crash, outage, pause, break
+	kind string // stop, crash, outage, pause, break, yield
 	node int
 	dur  time.Duration
 }
@@ -99,7 +103,32 @@ func newScenario(seed uint64, chaos bool) scenario {
 		sc.events = append(sc.events, event{at: at, kind: kind, node: rng.IntN(sc.nodes), dur: d})
 	}
 	sc.events, sc.badStart, sc.badLen = addOperatorTrouble(rng, sc.events, sc.length, sc.opts.LeaseDuration)
+	addSuccession(&sc)
 	return sc
+}
+
+// addSuccession adds, from a source of its own (so that the rest of a
+// seed's scenario stays what it was before succession), priorities to a
+// third of the chaos seeds (with a short StabilityWindow and Cooldown, so
+// that leaders yield within the ten minutes) and yields, by whoever leads,
+// to half of them.
+func addSuccession(sc *scenario) {
+	rng := rand.New(rand.NewPCG(sc.seed, 0x5ecc))
+	if rng.IntN(3) == 0 {
+		sc.priorities = make([]int, sc.nodes)
+		for i := range sc.priorities {
+			sc.priorities[i] = rng.IntN(4) - 1
+		}
+		sc.opts.StabilityWindow = time.Duration(5+rng.IntN(26)) * time.Second
+		sc.opts.Cooldown = time.Duration(10+rng.IntN(51)) * time.Second
+	}
+	if rng.IntN(2) == 0 {
+		for range 1 + rng.IntN(4) {
+			at := time.Duration(30+rng.IntN(int(sc.length/time.Second)-90)) * time.Second
+			sc.events = append(sc.events, event{at: at, kind: "yield"})
+		}
+		sortEvents(sc.events)
+	}
 }
 
 // sortEvents orders events by time, keeping the order of simultaneous ones.
@@ -112,8 +141,12 @@ func (sc scenario) String() string {
 	if sc.badLen > 0 {
 		bad = fmt.Sprintf("%v+%v", sc.badStart, sc.badLen)
 	}
-	return fmt.Sprintf("seed %d: %d nodes, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, takeover delay %v, %d events, bad period %s",
-		sc.seed, sc.nodes, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.TakeoverDelay, len(sc.events), bad)
+	prio := "none"
+	if sc.priorities != nil {
+		prio = fmt.Sprintf("%v (window %v, cooldown %v)", sc.priorities, sc.opts.StabilityWindow, sc.opts.Cooldown)
+	}
+	return fmt.Sprintf("seed %d: %d nodes, faults %.0f%%, server clock ×%.2f, lease %v, poll %v, takeover delay %v, %d events, bad period %s, priorities %s",
+		sc.seed, sc.nodes, sc.faultRate*100, sc.clockRate, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.TakeoverDelay, len(sc.events), bad, prio)
 }
 
 // addOperatorTrouble adds, in half the scenarios, an operator breaking the
@@ -163,6 +196,7 @@ type faultMix struct {
 	bad      func(azleasetest.Request, *rand.Rand) (azleasetest.Fault, bool) // the seed's bad period, if any
 	late     map[azleasetest.Op]int
 	requests int
+	changes  int // every Change Lease: a hand-off costs two (holder, then successor)
 	log      []string
 }
 
@@ -182,6 +216,9 @@ func (m *faultMix) draw(r azleasetest.Request) azleasetest.Fault {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests++
+	if r.Op == azleasetest.OpChangeLease && r.Header.Get("X-Ms-Proposed-Lease-Id") != "" && r.Client != "operator" {
+		m.changes++
+	}
 	rng := m.sources.For(r)
 	var f azleasetest.Fault
 	bad := false
@@ -248,6 +285,8 @@ type simStats struct {
 	late            map[azleasetest.Op]int // requests applied after their sender gave up
 	work            workStats              // the leaders' fenced reads and writes
 	breaks          int                    // operator breaks sent
+	handedOver      int                    // terms begun by taking a hand-off over (Change Lease answered)
+	yields          int                    // Yield calls that moved leadership
 }
 
 // runScenario plays sc with azlease Electors (naive=false) or with the
@@ -285,6 +324,9 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 		}
 		o := opts
 		o.Identity = name
+		if sc.priorities != nil {
+			o.Priority = sc.priorities[i]
+		}
 		e, err := azlease.NewElector(c.emu.client(name), c.blob, &o)
 		require.NoError(t, err)
 		azlease.SetBeforeRenew(e, func() {
@@ -355,6 +397,23 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 		case "break":
 			st.breaks++
 			c.operatorBreak(opts.LeaseDuration, ev.dur, &pending)
+		case "yield":
+			if naive {
+				break
+			}
+			for _, l := range c.leaders() {
+				if e := c.elector(l); e != nil {
+					pending.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						if _, err := e.Yield(ctx); err == nil {
+							mix.mu.Lock()
+							st.yields++
+							mix.mu.Unlock()
+						}
+					})
+				}
+			}
 		}
 	}
 	time.Sleep(time.Until(t0.Add(sc.length)))
@@ -366,6 +425,7 @@ func runScenario(t *testing.T, sc scenario, naive bool) simStats {
 	st.sampledOverlaps = sampled
 	mix.mu.Lock()
 	st.requests = mix.requests
+	st.handedOver = mix.changes / 2
 	st.late = mix.late
 	faultLog := mix.log
 	mix.mu.Unlock()
@@ -456,8 +516,8 @@ func TestElectorSafetySimulation(t *testing.T) {
 		}
 		total.add(st)
 	}
-	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads; %d requests, applied late %v; %d operator breaks; leaders' fenced work: %v",
-		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.work)
+	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads; %d requests, applied late %v; %d operator breaks; about %d hand-offs (%d yields); leaders' fenced work: %v",
+		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.handedOver, total.yields, total.work)
 }
 
 // TestElectorNoFalseDemotion: with transient faults only (a fifth of all
@@ -507,6 +567,8 @@ func (s *simStats) add(o simStats) {
 	}
 	s.work.add(o.work)
 	s.breaks += o.breaks
+	s.handedOver += o.handedOver
+	s.yields += o.yields
 }
 
 // naive is a naive acquire-renew loop, the baseline the simulation compares
@@ -778,7 +840,10 @@ func TestSimulatedTimings(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nDefault settings (15 s lease renewed every 5 s, followers polling every 5 s ± 20 %%), no faults, %d runs each,\n", runs)
-	fmt.Fprintf(&b, "the stop or crash at a random phase of the renew and poll cycles; the naive acquire-renew loop acts every 13 s and never releases.\n\n")
+	fmt.Fprintf(&b, "the stop or crash at a random phase of the renew and poll cycles; the naive acquire-renew loop acts every 13 s and never releases.\n")
+	fmt.Fprintf(&b, "A graceful handoff is timed from the call to Stop to the new leader: with planned succession the old leader leads on\n")
+	fmt.Fprintf(&b, "until its successor acknowledged (about a follower's poll), and the time without a leader is a fraction of a second\n")
+	fmt.Fprintf(&b, "(see Planned succession below).\n\n")
 	fmt.Fprintf(&b, "| loop | graceful handoff | crash failover | leader requests/hour | follower requests/hour |\n|---|---|---|---:|---:|\n")
 	fmt.Fprintf(&b, "| azlease | %s | %s | %d | %d |\n", percentiles(az.handoff), percentiles(az.failover), az.leaderPerHour, az.followerPerHour)
 	fmt.Fprintf(&b, "| naive acquire-renew loop | %s | %s | %d | %d |\n", percentiles(nv.handoff), percentiles(nv.failover), nv.leaderPerHour, nv.followerPerHour)

@@ -83,36 +83,52 @@ func TestElectorFollowersObserveLeaderChanges(t *testing.T) {
 }
 
 // TestElectorGracefulHandoff: the leader stops; its task returns before the
-// lease is released, and a follower leads within one poll interval.
+// lease is released (NoSuccession) or handed over (succession), and a
+// follower leads within one poll interval of the Stop. Without succession
+// the term ends when Stop is called and the follower finds the lease free at
+// its next poll; with it, the leader leads on until the follower has
+// acknowledged its designation (at its next poll), and the follower leads a
+// fraction of a second after the term's end.
 func TestElectorGracefulHandoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, defaults)
-		a := c.start("a", nil)
-		c.waitLeader(time.Second)
-		c.start("b", nil)
-		time.Sleep(time.Minute)
+	for _, succession := range []bool{false, true} {
+		t.Run(map[bool]string{false: "NoSuccession", true: "succession"}[succession], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := defaults
+				opts.NoSuccession = !succession
+				c := newCluster(t, opts)
+				a := c.start("a", nil)
+				c.waitLeader(time.Second)
+				c.start("b", nil)
+				time.Sleep(time.Minute)
 
-		stopped := time.Now()
-		require.NoError(t, a.Stop(context.Background()))
-		assert.False(t, a.IsLeader())
-		assert.Equal(t, "b", c.waitLeader(10*time.Second))
-		handoff := time.Since(stopped)
-		assert.LessOrEqual(t, handoff, 6*time.Second, "within PollInterval × (1 + Jitter)")
+				stopped := time.Now()
+				require.NoError(t, a.Stop(context.Background()))
+				assert.False(t, a.IsLeader())
+				assert.Equal(t, "b", c.waitLeader(10*time.Second))
+				handoff := time.Since(stopped)
+				assert.LessOrEqual(t, handoff, 6*time.Second+500*time.Millisecond, "within PollInterval × (1 + Jitter) (and the acknowledgement's margin)")
 
-		st, err := azlease.Inspect(context.Background(), c.emu.client("x"), "leader")
-		require.NoError(t, err)
-		assert.Equal(t, "b", st.Holder)
-		require.Len(t, st.History, 2)
-		assert.Equal(t, "a", st.History[1].Holder)
+				st, err := azlease.Inspect(context.Background(), c.emu.client("x"), "leader")
+				require.NoError(t, err)
+				assert.Equal(t, "b", st.Holder)
+				require.Len(t, st.History, 2)
+				assert.Equal(t, "a", st.History[1].Holder)
 
-		c.stopAll()
-		terms := c.checkSafety()
-		require.Len(t, terms, 2)
-		assert.ErrorIs(t, terms[0].cause, azlease.ErrStopped)
-		assert.Equal(t, stopped, terms[0].end, "the term's context ended when Stop was called")
-		assert.Equal(t, "b", terms[1].node)
-		assert.Equal(t, epoch1+1, terms[1].epoch)
-	})
+				c.stopAll()
+				terms := c.checkSafety()
+				require.Len(t, terms, 2)
+				assert.ErrorIs(t, terms[0].cause, azlease.ErrStopped)
+				if succession {
+					assert.False(t, terms[0].end.Before(stopped))
+					assert.Less(t, terms[1].start.Sub(terms[0].end), 500*time.Millisecond, "leaderless: the successor's poll and a few requests")
+				} else {
+					assert.Equal(t, stopped, terms[0].end, "the term's context ended when Stop was called")
+				}
+				assert.Equal(t, "b", terms[1].node)
+				assert.Equal(t, epoch1+1, terms[1].epoch)
+			})
+		})
+	}
 }
 
 // TestElectorCrashFailover: the leader is cut off (its requests hang). It
@@ -582,7 +598,10 @@ func TestElectorStopWhileRenewalRetries(t *testing.T) {
 		c.waitLeader(time.Second)
 		c.start("b", &azlease.ElectorOptions{PollInterval: time.Second, Identity: "b"})
 		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
-			if r.Op == azleasetest.OpRenewLease {
+			// The leader's renewals only: a successor that takes a
+			// hand-off over renews once it has changed the lease to its
+			// own ID.
+			if r.Op == azleasetest.OpRenewLease && r.Client == "a" {
 				return azleasetest.Fault{Action: azleasetest.Fail} // 503: retried
 			}
 			return azleasetest.Fault{}

@@ -232,6 +232,7 @@ func statusesOf(containerName, prefix string, items []*container.BlobItem) ([]St
 			st.Err = opError("list", containerName, name, ErrPermanent, err)
 		} else {
 			st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.History, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.history, r.role
+			st.Designated = r.heir.heirs
 		}
 		out = append(out, st)
 	}

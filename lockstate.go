@@ -83,6 +83,12 @@ func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen 
 			}
 			next = cur.next(nextEpoch(cur.epoch, created, seenEpoch), l.cfg.identity, time.Now(), l.cfg.history)
 			next.role = l.cfg.role
+			if l.cfg.role == "elector" && cur.epoch == prev.epoch {
+				// An Elector's term that ended without a clean release counts
+				// against its holder (a retry that reads this write's own
+				// record finds it counted already).
+				next.fails = noteFailure(next.fails, prev, time.Now())
+			}
 			md = next.format(meta)
 			var ifMatch *azcore.ETag
 			if tag != "" {

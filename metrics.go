@@ -27,6 +27,9 @@ import (
 //	azlease.failures.consecutive  gauge, {request}  requests failed in a row (an Elector's polls, acquisitions and renewals)
 //	azlease.mutex.wait.duration   histogram, s      how long Lock waited (azlease.outcome: acquired, canceled, error)
 //	azlease.once.calls            counter, {call}   DoOnce calls by outcome (azlease.once.outcome)
+//	azlease.elector.handoffs      counter, {handoff} hand-offs of leadership (azlease.handoff.reason, azlease.handoff.outcome)
+//	azlease.elector.priority      gauge, {priority} this Elector's priority
+//	azlease.elector.candidates    gauge, {candidate} ready candidates other than itself at its last listing as leader
 //
 // Every instrument also carries azlease.lock, the lock blob's container/name,
 // unless the options say to leave it out (for processes that hold thousands
@@ -40,6 +43,8 @@ const (
 	attrRole        = attribute.Key("azlease.role")
 	attrEndCause    = attribute.Key("azlease.term.end_cause")
 	attrOnceOutcome = attribute.Key("azlease.once.outcome")
+	attrReason      = attribute.Key("azlease.handoff.reason")
+	attrHandOff     = attribute.Key("azlease.handoff.outcome")
 	meterName       = "github.com/azlease/azlease"
 )
 
@@ -61,6 +66,9 @@ type instruments struct {
 	failures        metric.Int64ObservableGauge
 	mutexWait       metric.Float64Histogram
 	onceCalls       metric.Int64Counter
+	handoffs        metric.Int64Counter
+	priority        metric.Int64ObservableGauge
+	candidates      metric.Int64ObservableGauge
 }
 
 func newInstruments(mp metric.MeterProvider) *instruments {
@@ -96,6 +104,15 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 	errs = append(errs, err)
 	in.onceCalls, err = m.Int64Counter("azlease.once.calls",
 		metric.WithUnit("{call}"), metric.WithDescription("DoOnce calls, by outcome."))
+	errs = append(errs, err)
+	in.handoffs, err = m.Int64Counter("azlease.elector.handoffs",
+		metric.WithUnit("{handoff}"), metric.WithDescription("Hand-offs of leadership an Elector began, by reason and outcome."))
+	errs = append(errs, err)
+	in.priority, err = m.Int64ObservableGauge("azlease.elector.priority",
+		metric.WithUnit("{priority}"), metric.WithDescription("This Elector's priority (ElectorOptions.Priority)."))
+	errs = append(errs, err)
+	in.candidates, err = m.Int64ObservableGauge("azlease.elector.candidates",
+		metric.WithUnit("{candidate}"), metric.WithDescription("Ready candidates other than itself at this Elector's last listing as leader."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		otel.Handle(err)
@@ -215,6 +232,42 @@ func (tm *telemetry) onceCall(outcome string) {
 	tm.in.onceCalls.Add(context.Background(), 1, tm.attrs(attrOnceOutcome.String(outcome)))
 }
 
+// handedOver records a hand-off of leadership: why (stop, yield, request,
+// priority, never_lead) and how it ended (taken, released, none: nobody
+// acknowledged, failed).
+func (tm *telemetry) handedOver(reason, outcome string) {
+	if tm == nil {
+		return
+	}
+	if !tm.in.handoffs.Enabled(context.Background()) {
+		return
+	}
+	tm.in.handoffs.Add(context.Background(), 1, tm.attrs(attrReason.String(reason), attrHandOff.String(outcome)))
+}
+
+// observeSuccession registers a callback reporting an Elector's priority and
+// the candidates it last listed; unregister it when the Elector stops.
+func (tm *telemetry) observeSuccession(priority int64, candidates func() int64) (unregister func()) {
+	if tm == nil {
+		return func() {}
+	}
+	set := tm.attrs()
+	reg, err := tm.in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(tm.in.priority, priority, set)
+		o.ObserveInt64(tm.in.candidates, candidates(), set)
+		return nil
+	}, tm.in.priority, tm.in.candidates)
+	if err != nil {
+		otel.Handle(err)
+		return func() {}
+	}
+	return func() {
+		if err := reg.Unregister(); err != nil {
+			otel.Handle(err)
+		}
+	}
+}
+
 // observe registers a callback reporting an Elector's leadership and
 // consecutive failures at each collection; unregister it when the Elector
 // stops.
@@ -289,6 +342,8 @@ func endCause(cause error) string {
 	switch {
 	case errors.Is(cause, ErrStalled):
 		return "stalled"
+	case errors.Is(cause, ErrYielded):
+		return "yielded"
 	case cause == nil, errors.Is(cause, ErrStopped):
 		return "stopped"
 	case errors.Is(cause, ErrMaxHoldExceeded):

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,8 +49,10 @@ const (
 	mpContainerEnv = "AZLEASE_MP_CONTAINER"
 	mpBlobEnv      = "AZLEASE_MP_BLOB"
 	mpIdentityEnv  = "AZLEASE_MP_IDENTITY"
-	mpActionsEnv   = "AZLEASE_MP_ACTIONS" // the shared action file, created by the test
-	mpLogEnv       = "AZLEASE_MP_LOG"     // the child's own JSON log
+	mpActionsEnv   = "AZLEASE_MP_ACTIONS"  // the shared action file, created by the test
+	mpLogEnv       = "AZLEASE_MP_LOG"      // the child's own JSON log
+	mpPriorityEnv  = "AZLEASE_MP_PRIORITY" // optional: ElectorOptions.Priority
+	mpPollEnv      = "AZLEASE_MP_POLL"     // optional: PollInterval, "default" for the library's (5 s)
 )
 
 const (
@@ -130,7 +133,22 @@ func mpElectorChild() int {
 	if err != nil {
 		return setupFailed("container client", err)
 	}
-	e, err := azlease.NewElector(cc, os.Getenv(mpBlobEnv), &azlease.ElectorOptions{Identity: id, PollInterval: mpPoll, Logger: log})
+	opts := &azlease.ElectorOptions{Identity: id, PollInterval: mpPoll, Logger: log}
+	if v := os.Getenv(mpPriorityEnv); v != "" {
+		if opts.Priority, err = strconv.Atoi(v); err != nil {
+			return setupFailed("priority", err)
+		}
+	}
+	switch v := os.Getenv(mpPollEnv); v {
+	case "":
+	case "default":
+		opts.PollInterval = 0
+	default:
+		if opts.PollInterval, err = time.ParseDuration(v); err != nil {
+			return setupFailed("poll interval", err)
+		}
+	}
+	e, err := azlease.NewElector(cc, os.Getenv(mpBlobEnv), opts)
 	if err != nil {
 		return setupFailed("elector", err)
 	}
@@ -317,6 +335,9 @@ type mpRun struct {
 	children map[string]*mpChild
 	events   []string // what the test did, with offsets, for reports
 
+	// What spawn starts children with.
+	exe, conn, containerName, blobName, dir, actionsPath string
+
 	af      *os.File // the action file, read as it grows
 	pending []byte   // a partial last line
 	acts    []mpAction
@@ -332,7 +353,8 @@ func newMPRun(t *testing.T, exe, conn, containerName, blobName string, ids []str
 	af, err := os.Open(actionsPath)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = af.Close() })
-	r := &mpRun{t: t, base: monoNow(), ids: ids, children: map[string]*mpChild{}, af: af, stopped: map[string][2]int64{}}
+	r := &mpRun{t: t, base: monoNow(), ids: ids, children: map[string]*mpChild{}, af: af, stopped: map[string][2]int64{},
+		exe: exe, conn: conn, containerName: containerName, blobName: blobName, dir: dir, actionsPath: actionsPath}
 
 	// Whatever the test leaves running is killed and reaped (registered
 	// after the caller's cleanups, so it runs before them: the children
@@ -352,29 +374,39 @@ func newMPRun(t *testing.T, exe, conn, containerName, blobName string, ids []str
 		}
 	})
 	for _, id := range ids {
-		c := &mpChild{id: id, log: filepath.Join(dir, id+".log"), out: filepath.Join(dir, id+".out"), done: make(chan struct{})}
-		out, err := os.Create(c.out)
-		require.NoError(t, err)
-		c.cmd = exec.Command(exe, "-test.run=^$")
-		c.cmd.Env = append(os.Environ(),
-			mpChildEnv+"=elector",
-			mpConnEnv+"="+conn,
-			mpContainerEnv+"="+containerName,
-			mpBlobEnv+"="+blobName,
-			mpIdentityEnv+"="+id,
-			mpActionsEnv+"="+actionsPath,
-			mpLogEnv+"="+c.log,
-		)
-		c.cmd.Stdout, c.cmd.Stderr = out, out // a file: os/exec starts no copying goroutines
-		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		err = c.cmd.Start()
-		_ = out.Close() // the child has its own descriptor
-		require.NoError(t, err)
-		go func() { _ = c.cmd.Wait(); close(c.done) }() // reaped by the cleanup above at the latest
-		r.children[id] = c
-		r.event("started %s (pid %d)", id, c.cmd.Process.Pid)
+		r.spawn(id)
 	}
 	return r
+}
+
+// spawn starts the child id, with env added to its environment.
+func (r *mpRun) spawn(id string, env ...string) {
+	t := r.t
+	t.Helper()
+	c := &mpChild{id: id, log: filepath.Join(r.dir, id+".log"), out: filepath.Join(r.dir, id+".out"), done: make(chan struct{})}
+	out, err := os.Create(c.out)
+	require.NoError(t, err)
+	c.cmd = exec.Command(r.exe, "-test.run=^$")
+	c.cmd.Env = append(append(os.Environ(),
+		mpChildEnv+"=elector",
+		mpConnEnv+"="+r.conn,
+		mpContainerEnv+"="+r.containerName,
+		mpBlobEnv+"="+r.blobName,
+		mpIdentityEnv+"="+id,
+		mpActionsEnv+"="+r.actionsPath,
+		mpLogEnv+"="+c.log,
+	), env...)
+	c.cmd.Stdout, c.cmd.Stderr = out, out // a file: os/exec starts no copying goroutines
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = c.cmd.Start()
+	_ = out.Close() // the child has its own descriptor
+	require.NoError(t, err)
+	go func() { _ = c.cmd.Wait(); close(c.done) }() // reaped by the cleanup in newMPRun at the latest
+	r.children[id] = c
+	if !slices.Contains(r.ids, id) {
+		r.ids = append(r.ids, id)
+	}
+	r.event("started %s (pid %d)", id, c.cmd.Process.Pid)
 }
 
 func (r *mpRun) offset(t int64) string {
@@ -620,4 +652,93 @@ func mpTail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "")
+}
+
+// TestMultiProcessRollingDeploy: a rolling deploy of five library Electors,
+// each a process of its own with the default poll interval (5 s), on the
+// emulator served on loopback: the replicas are replaced new process first,
+// the new one started 1.5–4 s before the old one's SIGTERM, and the new
+// generation has the higher priority. Leadership moves exactly once, to a
+// new replica; no term acts after the next one's first action; the
+// leaderless time (from the last action of one term to the first of the
+// next, stamped with CLOCK_MONOTONIC every 10 ms) is reported, and bounded
+// only generously.
+func TestMultiProcessRollingDeploy(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("-short: a rolling deploy of five processes takes about a minute")
+	}
+	t.Parallel()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	srv := azleasetest.New(nil)
+	t.Cleanup(srv.Close)
+	ep, err := srv.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ep.Close() })
+	r := newMPRun(t, exe, ep.ConnectionString(), "rolling", "leader", nil)
+	gen := func(g int) []string { return []string{mpPriorityEnv + "=" + strconv.Itoa(g), mpPollEnv + "=default"} }
+	const n = 5
+	for i := range n {
+		r.spawn(fmt.Sprintf("old-%d", i), gen(1)...)
+	}
+	first := r.waitAction("a first leader acts", mpTakeover, func(mpAction) bool { return true })
+	r.event("%s leads (epoch %d)", first.id, first.epoch)
+	time.Sleep(6 * time.Second) // every replica has polled and published its candidacy
+	began := monoNow()
+	rng := rand.New(rand.NewPCG(1, 0xd3910))
+	for i, j := range rng.Perm(n) {
+		r.spawn(fmt.Sprintf("new-%d", i), gen(2)...)
+		time.Sleep(1500*time.Millisecond + time.Duration(rng.Int64N(int64(2500*time.Millisecond))))
+		old := fmt.Sprintf("old-%d", j)
+		r.signal(old, syscall.SIGTERM)
+		if st := r.waitExit(old, mpExit); st.ExitCode() != 0 {
+			r.fatalf("%s exited with %v after SIGTERM, want status 0", old, st)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	ended := monoNow()
+	for _, id := range r.ids {
+		if !r.children[id].exited() {
+			r.signal(id, syscall.SIGTERM)
+		}
+	}
+	for _, id := range r.ids {
+		if st := r.waitExit(id, mpExit); st.ExitCode() != 0 {
+			r.errorf("%s exited with %v after SIGTERM, want status 0", id, st)
+		}
+	}
+	r.readActions()
+	terms, shared := r.terms()
+	require.Empty(t, shared)
+	changes, leaderless := 0, time.Duration(0)
+	var gaps []time.Duration
+	for i := 1; i < len(terms); i++ {
+		prev, next := terms[i-1], terms[i]
+		if prev.last >= next.first {
+			r.fatalf("OVERLAP: epoch %d (%s) acted at or after epoch %d's (%s) first action", prev.epoch, prev.id, next.epoch, next.id)
+		}
+		require.Greater(t, next.epoch, prev.epoch)
+		if next.first > began && next.first < ended {
+			changes++
+			g := time.Duration(next.first - prev.last)
+			gaps = append(gaps, g)
+			leaderless += g
+		}
+	}
+	final := terms[0]
+	for _, tm := range terms {
+		if tm.first < ended {
+			final = tm
+		}
+	}
+	t.Logf("rolling deploy of 5 library processes: %d leader changes, %v without a leader in all %v\n%s", changes, leaderless, gaps, r.termTable(terms))
+	if report := os.Getenv("AZLEASE_ROLLING_REPORT"); report != "" {
+		f, err := os.OpenFile(report, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+		fmt.Fprintf(f, "| library Electors, one process each, emulator over loopback HTTP, priority from the version | %d | %v |\n", changes, leaderless.Round(time.Millisecond))
+		require.NoError(t, f.Close())
+	}
+	require.True(t, strings.HasPrefix(final.id, "new-"), "a new-generation replica led last")
+	require.Equal(t, 1, changes, "leadership moved once during the deploy")
+	require.Less(t, leaderless, 3*time.Second, "generous: shared CPUs")
 }

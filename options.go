@@ -39,6 +39,8 @@ const (
 	// MaxPollInterval is the longest PollInterval (Elector, Mutex, DoOnce).
 	MaxPollInterval = time.Hour
 
+	// DefaultHandOffWait is what a zero ElectorOptions.HandOffWait means.
+	DefaultHandOffWait = 10 * time.Second
 	// MaxWait is the longest ElectorOptions.TakeoverDelay, DrainTimeout and
 	// HeartbeatTimeout.
 	MaxWait = 24 * time.Hour
@@ -441,6 +443,69 @@ type ElectorOptions struct {
 	// blob's container and name) off every metric, for processes that hold
 	// thousands of locks. Zero (false) means it is included.
 	MetricsWithoutLockName bool
+
+	// Planned succession (see the Elector's documentation): every Elector
+	// publishes its candidacy next to the lock blob, and a leader that
+	// stops or yields hands leadership straight to the best ready standby.
+
+	// Priority ranks this instance as a leader: a leader yields to a ready
+	// candidate of strictly higher priority once that candidate has been
+	// there for StabilityWindow (and the leader's term has lasted
+	// Cooldown), and a stopping leader hands over to the candidate of
+	// highest priority. Equal priorities never move leadership. Zero (the
+	// default for every instance) means no instance is preferred. A
+	// negative priority means "never lead from here while another can":
+	// this instance does not take a free lease while a ready candidate of
+	// priority 0 or more is there (it leaves it the time of that
+	// candidate's poll first), and when it leads it yields to such a
+	// candidate after StabilityWindow, without waiting for Cooldown. Any
+	// int.
+	Priority int
+
+	// Labels are published with this instance's candidacy, for operators
+	// (azlease status, watch, ui): its zone, version, node. They decide
+	// nothing. Nil means none. At most 16 (MaxLabels); names of 1 to 63
+	// letters, digits, '.', '_', '-' or '/'; values of at most 255 bytes of
+	// printable UTF-8; at most 2,048 bytes in all, URL-encoded.
+	Labels map[string]string
+
+	// StabilityWindow is how long a candidate of higher priority must have
+	// been ready before the leader yields to it: counted from when it last
+	// published its candidacy (its blob's age on storage's clock, to the
+	// second, when the leader first lists it). Zero means 30 s. Otherwise
+	// from 1 s to 24 h (MaxWait); negative is an error.
+	StabilityWindow time.Duration
+
+	// Cooldown stops flapping: a leader does not yield for priority before
+	// its term has lasted Cooldown (unless its Priority is negative), and
+	// an instance that yielded ([Elector.Yield]) is not preferred back for
+	// its priority for Cooldown. Zero means 1 minute. Otherwise from 1 s to
+	// 24 h (MaxWait); negative is an error.
+	Cooldown time.Duration
+
+	// SuccessorPollInterval is how often a candidate looks at the lock blob
+	// while its leader has designated it as successor (for a few seconds,
+	// around a hand-off): it takes leadership over within about this long
+	// once the leader hands it over. Zero means 200 ms. Otherwise from
+	// 20 ms to PollInterval; negative is an error.
+	SuccessorPollInterval time.Duration
+
+	// HandOffWait bounds how long a leader that stops or yields spends,
+	// still leading, getting its successor ready: listing the candidates,
+	// designating the successor, and waiting for it to acknowledge (it
+	// notices at its next poll). Within the bound, the leader waits for the
+	// successor's own poll interval (with its jitter) plus half a second;
+	// if no successor acknowledges, the leader releases the lease as
+	// without succession. Zero means 10 s. Otherwise from 100 ms
+	// to 1 h (MaxPollInterval); negative is an error. It adds to the time
+	// Stop takes (see [Elector.Stop]).
+	HandOffWait time.Duration
+
+	// NoSuccession turns planned succession off: no candidacy blob, no
+	// listing while leading, and a stopping leader releases the lease for
+	// a follower to find at its next poll, as azlease did before. Yield
+	// and YieldTo then fail. Zero (false) means succession is on.
+	NoSuccession bool
 }
 
 type electorConfig struct {
@@ -450,6 +515,18 @@ type electorConfig struct {
 	afterTask        AfterTask
 	heartbeatTimeout time.Duration
 	stepDownOnStall  bool
+	succession       successionConfig
+}
+
+// successionConfig is the validated succession part of ElectorOptions.
+type successionConfig struct {
+	off         bool
+	priority    int
+	labels      map[string]string
+	window      time.Duration
+	cooldown    time.Duration
+	successPoll time.Duration
+	handOffWait time.Duration
 }
 
 func (o *ElectorOptions) config() (electorConfig, error) {
@@ -484,6 +561,29 @@ func (o *ElectorOptions) config() (electorConfig, error) {
 		return c, optionErr("ElectorOptions.StepDownOnStall", "needs a HeartbeatTimeout")
 	}
 	c.stepDownOnStall = o.StepDownOnStall
+	sc := successionConfig{off: o.NoSuccession, priority: o.Priority}
+	if r := labelsProblem(o.Labels); r != "" {
+		return c, optionErr("ElectorOptions.Labels", "%s", r)
+	}
+	if len(o.Labels) > 0 {
+		sc.labels = make(map[string]string, len(o.Labels))
+		for k, v := range o.Labels {
+			sc.labels[k] = v
+		}
+	}
+	if sc.window, err = bounded("ElectorOptions.StabilityWindow", o.StabilityWindow, 30*time.Second, time.Second, MaxWait); err != nil {
+		return c, err
+	}
+	if sc.cooldown, err = bounded("ElectorOptions.Cooldown", o.Cooldown, time.Minute, time.Second, MaxWait); err != nil {
+		return c, err
+	}
+	if sc.successPoll, err = bounded("ElectorOptions.SuccessorPollInterval", o.SuccessorPollInterval, min(defaultHeadPoll, hc.poll), 20*time.Millisecond, hc.poll); err != nil {
+		return c, err
+	}
+	if sc.handOffWait, err = bounded("ElectorOptions.HandOffWait", o.HandOffWait, DefaultHandOffWait, 100*time.Millisecond, MaxPollInterval); err != nil {
+		return c, err
+	}
+	c.succession = sc
 	return c, nil
 }
 

@@ -557,42 +557,62 @@ func TestDoOnceWaiterIsQuiet(t *testing.T) {
 }
 
 // TestElectorFollowerIsQuiet: a follower reads once per poll and makes no
-// failed request while another leads; when the leader stops, it takes over
-// with read, acquire, write.
+// failed request while another leads (with succession, it also writes its
+// candidacy again every 10 minutes); when the leader stops, it takes over
+// with read, acquire, write (NoSuccession), or, handed over with planned
+// succession, with the read that finds the hand-off, change, renew, write.
 func TestElectorFollowerIsQuiet(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEmu(t)
-		ctx := context.Background()
-		leader, err := azlease.NewElector(e.client("leader"), "svc", &azlease.ElectorOptions{Identity: "leader"})
-		require.NoError(t, err)
-		require.NoError(t, leader.Start(ctx, nil))
-		time.Sleep(time.Second)
-		require.True(t, leader.IsLeader())
+	for _, succession := range []bool{false, true} {
+		t.Run(map[bool]string{false: "NoSuccession", true: "succession"}[succession], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				leader, err := azlease.NewElector(e.client("leader"), "svc", &azlease.ElectorOptions{Identity: "leader", NoSuccession: !succession})
+				require.NoError(t, err)
+				require.NoError(t, leader.Start(ctx, nil))
+				time.Sleep(time.Second)
+				require.True(t, leader.IsLeader())
 
-		var c counter
-		follower, err := azlease.NewElector(countedClient(t, e.Server, "w", &c), "svc", &azlease.ElectorOptions{Identity: "follower"})
-		require.NoError(t, err)
-		require.NoError(t, follower.Start(ctx, nil))
-		time.Sleep(time.Minute)
-		o0, f0 := c.mark()
-		time.Sleep(idleWindow)
-		ops, failed := c.since(o0, f0)
-		assert.Empty(t, failed, "no failed request while another leads")
-		assert.True(t, only(ops, opRead), "%v", tally(ops))
-		requirePolls(t, len(ops), idleWindow, 5*time.Second, 0.2)
+				var c counter
+				follower, err := azlease.NewElector(countedClient(t, e.Server, "w", &c), "svc", &azlease.ElectorOptions{Identity: "follower", NoSuccession: !succession})
+				require.NoError(t, err)
+				require.NoError(t, follower.Start(ctx, nil))
+				time.Sleep(time.Minute)
+				o0, f0 := c.mark()
+				time.Sleep(idleWindow)
+				ops, failed := c.since(o0, f0)
+				assert.Empty(t, failed, "no failed request while another leads")
+				if succession {
+					// The candidacy is written again every 10 minutes.
+					reads := slices.DeleteFunc(slices.Clone(ops), func(op string) bool { return op == "put" })
+					assert.LessOrEqual(t, len(ops)-len(reads), 1, "one refresh of the candidacy in 10 minutes: %v", tally(ops))
+					ops = reads
+				}
+				assert.True(t, only(ops, opRead), "%v", tally(ops))
+				requirePolls(t, len(ops), idleWindow, 5*time.Second, 0.2)
 
-		o0, _ = c.mark()
-		require.NoError(t, leader.Stop(ctx))
-		for i := 0; i < 100 && !follower.IsLeader(); i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-		require.True(t, follower.IsLeader())
-		ops, failed = c.since(o0, 0)
-		assert.Empty(t, failed)
-		require.GreaterOrEqual(t, len(ops), 3)
-		assert.Equal(t, []string{opRead, opAcquire, opWrite}, ops[len(ops)-3:], "the takeover: the poll's read stands in for the epoch write's")
-		require.NoError(t, follower.Stop(ctx))
-	})
+				o0, _ = c.mark()
+				require.NoError(t, leader.Stop(ctx))
+				for i := 0; i < 100 && !follower.IsLeader(); i++ {
+					time.Sleep(100 * time.Millisecond)
+				}
+				require.True(t, follower.IsLeader())
+				ops, failed = c.since(o0, 0)
+				assert.Empty(t, failed)
+				require.GreaterOrEqual(t, len(ops), 3)
+				if !succession {
+					assert.Equal(t, []string{opRead, opAcquire, opWrite}, ops[len(ops)-3:], "the takeover: the poll's read stands in for the epoch write's")
+				} else {
+					i := slices.Index(ops, "change")
+					require.Greater(t, i, 1, "%v", ops)
+					assert.Equal(t, []string{opRead, "change", opRenew, opWrite}, ops[i-1:i+3], "the take-over of a hand-off: %v", ops)
+					assert.Equal(t, []string{opRead, "put"}, ops[:2], "the poll that finds the designation, and the acknowledgement: %v", ops)
+					assert.True(t, only(ops[2:i], opRead), "polls while designated: %v", ops)
+				}
+				require.NoError(t, follower.Stop(ctx))
+			})
+		})
+	}
 }
 
 // roundTripperFunc adapts a function to http.RoundTripper.

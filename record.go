@@ -30,6 +30,13 @@ const (
 	// candidate's identity.
 	metaNext = "azleasenext"
 	metaRole = "azleaserole"
+	// metaHeir names the successors an Elector's leader has designated
+	// (elector_succession.go): who should get ready to take the lease over.
+	metaHeir = "azleaseheir"
+	// metaFails lists the recent Elector terms that ended without a clean
+	// release (candidates.go): a preferred candidate that keeps failing
+	// stops being preferred.
+	metaFails = "azleasefails"
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
@@ -84,6 +91,12 @@ type record struct {
 	// role is the kind of holder that began the term: "elector", "mutex",
 	// "once" or "lease" (see Status.Role); "" when not recorded.
 	role string
+	// heir is the holder's designation of its successors, if any (only
+	// when it was made in this record's epoch).
+	heir designation
+	// fails lists recent terms that ended without a clean release,
+	// newest first (an Elector's lock blob only).
+	fails []failure
 }
 
 // lookup finds a metadata value by case-insensitive name.
@@ -130,6 +143,14 @@ func parseRecord(md map[string]*string) (record, error) {
 	}
 	if v, ok := lookup(md, metaRole); ok && validRole(v) {
 		r.role = v
+	}
+	if v, ok := lookup(md, metaHeir); ok {
+		if d, ok := parseDesignation(v); ok && d.epoch == r.epoch {
+			r.heir = d
+		}
+	}
+	if v, ok := lookup(md, metaFails); ok {
+		r.fails = parseFailures(v)
 	}
 	if v, ok := lookup(md, metaHistory); ok && v != "" {
 		for _, item := range strings.Split(v, ";") {
@@ -187,7 +208,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole, metaHeir, metaFails}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -220,6 +241,12 @@ func (r record) format(md map[string]*string) map[string]*string {
 	if r.role != "" {
 		set(metaRole, r.role)
 	}
+	if len(r.heir.heirs) > 0 {
+		set(metaHeir, r.heir.format())
+	}
+	if len(r.fails) > 0 {
+		set(metaFails, formatFailures(r.fails))
+	}
 	if len(r.history) > 0 {
 		items := make([]string, len(r.history))
 		for i, h := range r.history {
@@ -232,9 +259,10 @@ func (r record) format(md map[string]*string) map[string]*string {
 
 // next is the record of the term that follows r, with the given epoch
 // (nextEpoch): the new term goes first in a history of at most keep entries.
-// Its role is left for the caller to set.
+// Its role is left for the caller to set; the failures recorded so far are
+// kept (those older than a day dropped), and no successor is designated.
 func (r record) next(epoch uint64, holder string, now time.Time, keep int) record {
-	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond)}
+	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond), fails: recentFailures(r.fails, now)}
 	if keep > 0 {
 		n.history = append([]HistoryEntry{{Holder: holder, Epoch: n.epoch, Acquired: n.acquired}}, r.history...)
 		if len(n.history) > keep {
@@ -294,6 +322,11 @@ type Status struct {
 	// passes the lease on without releasing it. It is cleared when the
 	// successor's term begins.
 	Next string
+	// Designated names the candidates the leader of Epoch (an [Elector])
+	// has designated as its successors, best first: it is about to hand
+	// leadership to the first of them that is ready (it stops, yields, or
+	// prefers a candidate of higher priority). Empty otherwise.
+	Designated []string
 	// History lists past terms, newest first.
 	History []HistoryEntry
 	// Role is the kind of holder that began the latest term, as it
@@ -372,7 +405,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		st = Status{
 			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			Next: r.successor, History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
+			Next: r.successor, Designated: r.heir.heirs, History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
 		}
 		if props.ETag != nil {
 			st.etag = *props.ETag

@@ -74,6 +74,7 @@ func TestStatusRole(t *testing.T) {
 		}
 		want := map[string]string{
 			"sched": "elector", "jobs": "mutex", slot: "mutex", "once/migrate": "once", "raw": "lease", "plain": "",
+			"sched/candidates/leader": "", // the Elector's candidacy: no lease, no record
 		}
 		assert.Equal(t, want, got)
 		for name, role := range want {

@@ -45,6 +45,9 @@ import (
 var zeroTypes = map[string]map[string]reflect.Type{
 	".": {
 		"AfterTask":       reflect.TypeFor[azlease.AfterTask](),
+		"Candidate":       reflect.TypeFor[azlease.Candidate](),
+		"YieldOptions":    reflect.TypeFor[azlease.YieldOptions](),
+		"YieldRequest":    reflect.TypeFor[azlease.YieldRequest](),
 		"DoOnceOptions":   reflect.TypeFor[azlease.DoOnceOptions](),
 		"Elector":         reflect.TypeFor[azlease.Elector](),
 		"ElectorOptions":  reflect.TypeFor[azlease.ElectorOptions](),

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/azlease/azlease"
 )
 
 // The deployment examples (examples/kubernetes, examples/systemd) are
@@ -27,11 +29,12 @@ import (
 // systemd unit passes systemd-analyze verify.
 
 // stopBudget is the least time a supervisor must give azlease between
-// SIGTERM and SIGKILL, for a --kill-after of killAfter: killAfter for the
-// command's group, the release (at most 3 s, answered or not), and 2 s for
-// scheduling.
+// SIGTERM and SIGKILL, for a --kill-after of killAfter: the successor's
+// acknowledgement (--handoff-wait, 10 s by default), killAfter for the
+// command's group, the hand-off (two requests, at most 3 s each, answered
+// or not; a release is one), and 2 s for scheduling.
 func stopBudget(killAfter time.Duration) time.Duration {
-	return killAfter + 3*time.Second + 2*time.Second
+	return azlease.DefaultHandOffWait + killAfter + 6*time.Second + 2*time.Second
 }
 
 // leadLine is what an example's 'azlease lead' command line says.

@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 		runWorker(path) // the command under the lease of the chaos test
 		return
 	}
+	if path := os.Getenv(stamperEnv); path != "" {
+		runStamper(path) // the command under the lease of the succession tests
+		return
+	}
 	// The scenarios mostly wait on real lease expiries in other processes,
 	// so they run many at a time whatever the number of CPUs, unless
 	// -parallel says otherwise.

@@ -55,6 +55,8 @@ type healthServer struct {
 	failed  error         // the guardian died: liveness fails for good
 	cached  leaderJSON
 	cacheAt time.Time
+	// The election's candidates, read at most once a second (candidates.go).
+	cands candidatesCache
 }
 
 // leaderJSON is what /leader answers.
@@ -66,6 +68,9 @@ type leaderJSON struct {
 	Since  *time.Time `json:"since,omitempty"`
 	Self   bool       `json:"self"`
 	Error  string     `json:"error,omitempty"`
+	// The election's candidates and latest yield request (candidates.go).
+	Candidates []candidateJSON `json:"candidates"`
+	Yield      *yieldJSON      `json:"yield,omitempty"`
 }
 
 // startHealth starts serving when --health-addr was given.
@@ -199,6 +204,7 @@ func (hs *healthServer) leader(w http.ResponseWriter, r *http.Request) {
 	} else {
 		out = hs.lookUp(r.Context())
 	}
+	out.Candidates, out.Yield = hs.candidates(r.Context())
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

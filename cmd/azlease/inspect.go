@@ -89,6 +89,10 @@ type statusJSON struct {
 	// ShardGroup is set when NAME has no lock blob but is the group of
 	// 'azlease shards NAME': its members' blobs exist.
 	ShardGroup *shardGroupJSON `json:"shard_group,omitempty"`
+	// An election's candidates (candidates.go).
+	Designated []string        `json:"designated,omitempty"`
+	Candidates []candidateJSON `json:"candidates,omitempty"`
+	Yield      *yieldJSON      `json:"yield,omitempty"`
 }
 
 // shardGroupJSON is what status says of a shard group's name without
@@ -159,6 +163,15 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 		return err
 	}
 	out := toJSON(name, containerName, st)
+	if slots == 1 {
+		// An election's candidates: one List Blobs request.
+		if err := readCandidates(ctx, cc, name, st, &out); err != nil {
+			if ie := r.interrupted(what); ie != nil {
+				return ie
+			}
+			return classify(what, err)
+		}
+	}
 	if slots > 1 {
 		// Every slot with one List Blobs request (a request per 5,000
 		// blobs named NAME/slot-…); a slot not listed does not exist yet.
@@ -243,6 +256,7 @@ func printStatus(w io.Writer, s statusJSON) {
 	if s.Exists || (len(s.Slots) == 0 && s.Once == nil) {
 		fmt.Fprintf(tw, "lock\t%s (container %s)\n", s.Name, s.Container)
 		printTerm(tw, s, "")
+		printCandidates(tw, s)
 	} else {
 		fmt.Fprintf(tw, "container\t%s\n", s.Container)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,10 +17,46 @@ import (
 	"github.com/azlease/azlease"
 )
 
+// successionFlags are lead's flags for planned succession.
+type successionFlags struct {
+	priority    int
+	labels      []string
+	handOffWait time.Duration
+	noHandOff   bool
+}
+
+func (sf *successionFlags) register(c *cobra.Command) {
+	f := c.Flags()
+	f.IntVar(&sf.priority, "priority", 0, "this instance's priority: the leader hands over to a ready standby of higher priority (after 30s); negative: never lead while another instance can")
+	f.StringArrayVar(&sf.labels, "label", nil, "a label KEY=VALUE published with this instance's candidacy (zone, version), shown by status, watch and ui; repeatable")
+	f.DurationVar(&sf.handOffWait, "handoff-wait", 0, "on SIGTERM or SIGINT, how long the leader waits, still running CMD, for its successor to get ready before it stops CMD (default 10s; the successor's poll interval plus 0.5s is enough)")
+	f.BoolVar(&sf.noHandOff, "no-handoff", false, "turn planned succession off: no candidacy, and a stopping leader releases the lease for a standby to find at its next poll")
+}
+
+// options applies the flags to an Elector's options.
+func (sf successionFlags) options(o *azlease.ElectorOptions) error {
+	o.Priority, o.HandOffWait, o.NoSuccession = sf.priority, sf.handOffWait, sf.noHandOff
+	if sf.handOffWait < 0 || (sf.handOffWait > 0 && (sf.handOffWait < 100*time.Millisecond || sf.handOffWait > azlease.MaxPollInterval)) {
+		return exitf(exitUsage, "invalid --handoff-wait %v: from 100ms to 1h", sf.handOffWait)
+	}
+	for _, l := range sf.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return exitf(exitUsage, "invalid --label %q: KEY=VALUE", l)
+		}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[k] = v
+	}
+	return nil
+}
+
 func newLeadCmd(g *globals) *cobra.Command {
 	var (
 		restart bool
 		hf      healthFlags
+		sf      successionFlags
 	)
 	c := &cobra.Command{
 		Use:   "lead NAME -- CMD [ARGS...]",
@@ -47,6 +84,22 @@ term's fencing epoch). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, SIGKILL
 follows --kill-after later if CMD has not exited, and azlease exits when it
 does; while standing by, they make azlease exit at once.
 
+Planned succession (unless --no-handoff): every instance publishes its
+candidacy (NAME/candidates/IDENTITY: its --priority, --label's, whether it is
+ready). On SIGTERM or SIGINT the leader first gets its successor ready while CMD
+still runs: it designates the best ready standby (highest --priority, then the
+most recently started: in a rolling deploy, the new generation) and waits, at
+most --handoff-wait, for it to acknowledge at its next poll. Then it forwards
+the signal to CMD, and when CMD has exited it hands the lease straight to the
+successor, which starts its CMD within a fraction of a second: the leaderless
+time is CMD's own stop plus about 0.3s, not a standby's poll. No standby, or
+none acknowledging in time: the lease is released as before. So a planned stop
+takes up to --handoff-wait longer: give the supervisor's grace period that
+much more (--handoff-wait + --kill-after + 6s + a margin; the examples use
+25s). A leader also hands over to a standby of higher --priority that has
+been ready for 30s (once its own term is a minute old), and to the one named
+by 'azlease yield NAME' from anywhere.
+
 Stop timing, counted from the send of the last successful renewal (renewals
 are sent every lease-duration/3):
 
@@ -56,17 +109,22 @@ are sent every lease-duration/3):
 
   # A Kubernetes entrypoint: the replica that leads runs the scheduler; the
   # others wait. Probes on :8080; restart the scheduler if it exits.
-  azlease lead --restart --health-addr :8080 scheduler -- /app/scheduler`,
+  azlease lead --restart --health-addr :8080 scheduler -- /app/scheduler
+
+  # Rolling deploys move leadership once, to the new generation: the
+  # priority grows with the version.
+  azlease lead --priority "$BUILD_NUMBER" --label version="$VERSION" scheduler -- /app/scheduler`,
 		Args: dashArgs("election name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {
 				return err
 			}
-			return g.lead(c, args[0], args[1:], restart, hf)
+			return g.lead(c, args[0], args[1:], restart, hf, sf)
 		},
 	}
 	c.Flags().BoolVar(&restart, "restart", false, "when CMD exits, contend again instead of exiting")
 	hf.register(c, "leads")
+	sf.register(c)
 	return c
 }
 
@@ -76,8 +134,12 @@ are sent every lease-duration/3):
 // returned without an error attribute, as for any clean stop.
 var errContendAgain = errors.New("contend again")
 
-func (g *globals) lead(c *cobra.Command, name string, argv []string, restart bool, hf healthFlags) error {
+func (g *globals) lead(c *cobra.Command, name string, argv []string, restart bool, hf healthFlags, sf successionFlags) error {
 	what := "lead " + name
+	var probe azlease.ElectorOptions
+	if err := sf.options(&probe); err != nil {
+		return err
+	}
 	ctx, r := newRouter(context.Background())
 	defer r.close()
 	cc, err := g.client(ctx, c)
@@ -98,7 +160,7 @@ func (g *globals) lead(c *cobra.Command, name string, argv []string, restart boo
 	var quick restartBackoff
 	base := yieldPause(g.pollOr(5 * time.Second))
 	for {
-		res, err := g.leadTerms(ctx, r, cc, name, argv, hs)
+		res, err := g.leadTerms(ctx, r, cc, name, argv, hs, sf)
 		switch {
 		case errors.Is(err, errContendAgain):
 			continue // a new Elector: the last one stopped when its task returned
@@ -157,7 +219,7 @@ type leadResult struct {
 // (errContendAgain when CMD was stopped for a loss and this instance is to
 // contend again). A loss the library sees first makes the Elector contend
 // again by itself, running CMD anew in its next term.
-func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client, name string, argv []string, hs *healthServer) (*leadResult, error) {
+func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client, name string, argv []string, hs *healthServer, sf successionFlags) (*leadResult, error) {
 	opts := &azlease.ElectorOptions{
 		Identity: g.identity, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval, Logger: g.log,
 		AfterTask: azlease.StopElecting,
@@ -165,6 +227,9 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 		// after the deadline's kill point; past that the lease is left to
 		// expire rather than released under it.
 		DrainTimeout: g.killAfter + killMargin + 2*time.Second,
+	}
+	if err := sf.options(opts); err != nil {
+		return nil, err
 	}
 	e, err := azlease.NewElector(cc, name, opts)
 	if err != nil {
@@ -180,8 +245,35 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 	task := func(_ context.Context, term *azlease.Term) error {
 		g.log.Info("azlease: leading; starting the command", slog.String("name", name), slog.Uint64("epoch", term.Epoch()))
 		start := time.Now()
+		// A SIGTERM or SIGINT first gets a successor ready (while CMD runs),
+		// then goes to CMD; once CMD has exited, the task returns and the
+		// Elector hands the lease straight over (PrepareStop).
+		if !sf.noHandOff {
+			r.setPrepare(func(ctx context.Context) {
+				g.log.Debug("azlease: stopping: getting a successor ready before stopping the command", slog.String("name", name))
+				wait := sf.handOffWait
+				if wait == 0 {
+					wait = azlease.DefaultHandOffWait
+				}
+				pctx, cancel := context.WithTimeout(ctx, wait+time.Second)
+				defer cancel()
+				if to, err := e.PrepareStop(pctx); err == nil {
+					g.log.Info("azlease: successor ready; stopping the command", slog.String("name", name), slog.String("successor", to))
+				} else {
+					g.log.Debug("azlease: no successor ready; stopping the command, then releasing", slog.String("name", name), slog.String("why", line(err)))
+				}
+			})
+			defer r.setPrepare(nil)
+		}
 		res := leadResult{runResult: g.runUnder(r, term.Context(), term, leaseEnv(name, g.identity, term.Epoch()), argv, 0)}
 		res.ran = time.Since(start)
+		if res.lost != nil && errors.Is(res.lost, azlease.ErrYielded) && res.err == nil && res.signalled == nil && !r.forwardedAny() {
+			// Handed over ('azlease yield', a standby of higher priority):
+			// the Elector stands by on its own, whatever the task returns.
+			g.log.Info("azlease: handed leadership over; the command was stopped; standing by",
+				slog.String("name", name), slog.String("cause", line(res.lost)))
+			return nil
+		}
 		if res.lost != nil && res.err == nil && res.signalled == nil && !r.forwardedAny() {
 			// Whoever noticed the loss first (the library, or the guardian
 			// while azlease was paused), this instance contends again.

@@ -102,7 +102,7 @@ found, 128+N stopped by signal N before CMD ran.`,
 	})
 	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newShardsCmd(g), newStatusCmd(g), newBreakCmd(g),
 		newResetOnceCmd(g), newEmulatorCmd(g))
-	root.AddCommand(newWatchCmd(g), newUICmd(g), newVersionCmd(g))
+	root.AddCommand(newWatchCmd(g), newUICmd(g), newVersionCmd(g), newYieldCmd(g))
 	return root
 }
 

@@ -70,6 +70,14 @@ type router struct {
 	runs  map[*cmdRun]bool
 	first os.Signal // the first signal received, if any
 	sent  bool      // a signal went to a command run
+
+	// prepare, while set (lead's runs, setPrepare), runs before a SIGTERM
+	// or SIGINT goes to the command runs: the leader gets its successor
+	// ready while its command still runs. A second signal meanwhile cuts
+	// it short; held are the signals waiting for it.
+	prepare   func(ctx context.Context)
+	preparing context.CancelFunc
+	held      []os.Signal
 }
 
 // cmdRun is one command run, from begin to end.
@@ -105,6 +113,47 @@ func (r *router) route(s os.Signal) {
 		r.first = s
 		close(r.seen)
 	}
+	if r.preparing != nil {
+		// Another signal while the successor gets ready: stop waiting.
+		r.held = append(r.held, s)
+		cancel := r.preparing
+		r.mu.Unlock()
+		cancel()
+		return
+	}
+	if r.prepare != nil && len(r.runs) > 0 && (s == syscall.SIGTERM || s == syscall.SIGINT) {
+		ctx, cancel := context.WithCancel(context.Background())
+		r.preparing, r.held, r.sent = cancel, []os.Signal{s}, true
+		prep := r.prepare
+		r.mu.Unlock()
+		r.wg.Go(func() {
+			defer cancel()
+			prep(ctx)
+			r.mu.Lock()
+			held := r.held
+			r.preparing, r.held = nil, nil
+			r.mu.Unlock()
+			for _, h := range held {
+				r.mu.Lock()
+				r.deliver(h)
+			}
+		})
+		return
+	}
+	r.deliver(s)
+}
+
+// setPrepare sets (or, with nil, clears) what runs before a SIGTERM or
+// SIGINT goes to the command runs.
+func (r *router) setPrepare(f func(ctx context.Context)) {
+	r.mu.Lock()
+	r.prepare = f
+	r.mu.Unlock()
+}
+
+// deliver sends s to every command run, or cancels the session when none
+// runs (or always, with cancelAlways). r.mu is held; deliver unlocks it.
+func (r *router) deliver(s os.Signal) {
 	var to []*child
 	for rn := range r.runs {
 		r.sent = true
@@ -200,6 +249,11 @@ func (r *router) stopSession(cause error) { r.cancel(cause) }
 func (r *router) close() {
 	signal.Stop(r.ch)
 	close(r.quit)
+	r.mu.Lock()
+	if r.preparing != nil {
+		r.preparing()
+	}
+	r.mu.Unlock()
 	r.wg.Wait()
 	r.cancel(fmt.Errorf("azlease: session ended"))
 }

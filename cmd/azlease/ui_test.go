@@ -161,6 +161,9 @@ func TestUIModel(t *testing.T) {
 		require.Len(t, lead.Terms, 1)
 		assert.Equal(t, "held now", lead.Terms[0].Ended)
 		assert.Equal(t, "/items/leader/sched", lead.Path)
+		require.Len(t, lead.Candidates, 1, "the election's candidates")
+		assert.Equal(t, "lead-a", lead.Candidates[0].Identity)
+		assert.True(t, lead.Candidates[0].Ready)
 
 		jobs := itemByName(m, "jobs")
 		assert.Equal(t, "free", jobs.State)
@@ -221,7 +224,14 @@ func TestUIModel(t *testing.T) {
 			assert.Contains(t, []string{kindMembership, kindShard}, b.Kind, b.Name)
 			assert.Equal(t, grp.Path, b.Item)
 		}
-		assert.Len(t, m.blobs, len(listed), "every lock blob once")
+		succession := 0
+		for _, st := range listed {
+			if isSuccessionBlob(st) {
+				succession++
+			}
+		}
+		assert.Equal(t, 1, succession, "the leader's candidacy")
+		assert.Len(t, m.blobs, len(listed)-succession, "every lock blob once")
 
 		// A group with no member: what the replicas would plan is not
 		// known (shards.Inspect says why), so nothing is marked.
@@ -330,7 +340,7 @@ func TestUIServer(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		var ba uiBlobsAnswer
 		require.NoError(t, json.Unmarshal([]byte(body), &ba))
-		assert.Len(t, ba.BlobList, ba.Blobs)
+		assert.Len(t, ba.BlobList, ba.Blobs-1, "every lock blob: the leader's candidacy is listed, and is not one")
 
 		for _, p := range []string{"/", "/items/leader/sched", "/ui/app.js", "/ui/style.css"} {
 			code, body := uiGet(t, s, host, p)

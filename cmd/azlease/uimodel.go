@@ -159,14 +159,18 @@ type uiWaiter struct {
 	Since    *time.Time `json:"since,omitempty"` // waiting since, by its clock
 }
 
-// uiCandidate is one contender of a leader election (reserved: see
-// candidatesOf).
+// uiCandidate is one contender of a leader election (see candidatesOf).
 type uiCandidate struct {
 	Identity string            `json:"identity"`
 	Priority int               `json:"priority"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Ready    bool              `json:"ready"`
 	Since    *time.Time        `json:"since,omitempty"`
+	Stopping bool              `json:"stopping,omitempty"`
+	// Designated: the leader designated it as its successor; Acknowledged:
+	// and it acknowledged, polling fast to take over.
+	Designated   bool `json:"designated,omitempty"`
+	Acknowledged bool `json:"acknowledged,omitempty"`
 }
 
 // uiBlob is one lock blob as listed.
@@ -418,7 +422,11 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 		m.byPath[it.Path] = len(m.items)
 		m.items = append(m.items, it)
 	}
+	cands := candidatesByElection(listed)
 	for _, st := range listed {
+		if isSuccessionBlob(st) {
+			continue // an election's candidate or yield request: part of its item
+		}
 		kind := blobKind(st)
 		if kind == kindMembership || kind == kindShard {
 			g, _, _, _ := groupPart(st.Name)
@@ -428,7 +436,9 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 			groups[g] = append(groups[g], st)
 			continue
 		}
-		add(lockItem(st, kind))
+		it := lockItem(st, kind)
+		it.Candidates = candidatesOf(st, cands[st.Name])
+		add(it)
 	}
 	for _, g := range groupOrder {
 		add(groupItem(g, groups[g]))
@@ -448,7 +458,7 @@ func lockItem(st azlease.Status, kind string) uiItem {
 	it := uiItem{
 		Kind: kind, KindLabel: kindLabels[kind], Name: st.Name, Path: itemPath(kind, st.Name),
 		State: blobState(st), Holder: st.Holder, Epoch: st.Epoch, Since: uiTime(st.Acquired), LastRelease: lastRelease(st),
-		Queue: queueOf(st), Candidates: candidatesOf(st), Terms: terms(st),
+		Queue: queueOf(st), Candidates: candidatesOf(st, nil), Terms: terms(st),
 	}
 	if st.Err != nil {
 		it.Error = line(st.Err)
@@ -650,14 +660,46 @@ func shardOrder(a, b string) int {
 // else changes.
 func queueOf(azlease.Status) []uiWaiter { return []uiWaiter{} }
 
-// candidatesOf is the contenders of the leader election on st.
-//
-// Where the lead plugs in leader candidates: as for queueOf, with the
-// candidate blobs attached to their election's item and made into
-// uiCandidate values (identity, priority, labels, ready, since); the JSON
-// field "candidates" and the page's "Candidates" section (renderCandidates
-// in ui/app.js) show them.
-func candidatesOf(azlease.Status) []uiCandidate { return []uiCandidate{} }
+// candidatesOf is the contenders of the leader election on st, from its
+// candidate blobs (NAME/candidates/…, listed with it), best first as a
+// stopping leader ranks them; the JSON field "candidates" and the page's
+// "Candidates" section (renderCandidates in ui/app.js) show them. Never an
+// announced lease ID.
+func candidatesOf(st azlease.Status, cs []azlease.Candidate) []uiCandidate {
+	out := []uiCandidate{}
+	for _, c := range candidatesJSON(cs, st) {
+		out = append(out, uiCandidate{
+			Identity: c.Identity, Priority: c.Priority, Labels: c.Labels, Ready: c.Ready, Since: c.Since, Stopping: c.Stopping,
+			Designated: c.Designated, Acknowledged: c.Acknowledged,
+		})
+	}
+	return out
+}
+
+// candidatesByElection collects the candidates a listing holds, by the name
+// of their election's lock blob, best first.
+func candidatesByElection(listed []azlease.Status) map[string][]azlease.Candidate {
+	out := map[string][]azlease.Candidate{}
+	for _, st := range listed {
+		if c, election, ok := st.Candidate(); ok {
+			out[election] = append(out[election], c)
+		}
+	}
+	for _, cs := range out {
+		azlease.SortCandidates(cs)
+	}
+	return out
+}
+
+// isSuccessionBlob reports whether st is an election's candidate or yield
+// request rather than a lock blob.
+func isSuccessionBlob(st azlease.Status) bool {
+	if _, _, ok := st.Candidate(); ok {
+		return true
+	}
+	_, _, ok := st.YieldRequest()
+	return ok
+}
 
 // light is the item without its detail, for the overview.
 func (it uiItem) light() uiItem {

@@ -31,9 +31,10 @@ const (
 
 func newWatchCmd(g *globals) *cobra.Command {
 	var (
-		asJSON bool
-		slots  int
-		every  time.Duration
+		asJSON     bool
+		slots      int
+		every      time.Duration
+		candidates bool
 	)
 	c := &cobra.Command{
 		Use:   "watch NAME",
@@ -59,6 +60,12 @@ the same fields and "released" (the holder released it cleanly).
 With -n N it watches the N slots of 'azlease lock -n N NAME', one line per
 change of any slot, named by the slot.
 
+With --candidates it also follows the candidates of the election NAME
+('azlease lead'): a line when one joins, changes (priority, ready, stopping,
+designated as the leader's successor, labels) or leaves, and for each yield
+request ('azlease yield') and its answer. That costs one more request (List
+Blobs) per poll.
+
 Cost: one request (Get Blob Properties) per lock, per slot with -n, per poll:
 1,800 an hour at the default 2s, 1.3 million a month, about 0.6 US dollars a
 month at the list price the README's Costs uses. It needs only read access and
@@ -80,7 +87,10 @@ key rotated, a permission removed) still exits 77.`,
 			if every < minWatchInterval || every > maxWatchInterval {
 				return exitf(exitUsage, "invalid --poll-interval %v: from %v to %v", every, minWatchInterval, maxWatchInterval)
 			}
-			return g.watch(c, args[0], slots, every, asJSON)
+			if candidates && slots > 1 {
+				return exitf(exitUsage, "--candidates watches an election: not with -n")
+			}
+			return g.watch(c, args[0], slots, every, asJSON, candidates)
 		},
 	}
 	f := c.Flags()
@@ -88,6 +98,7 @@ key rotated, a permission removed) still exits 77.`,
 	f.IntVarP(&slots, "slots", "n", 1, "watch the N slots of a lock used with -n N")
 	// Shadows the shared flag, whose default depends on the command.
 	f.DurationVar(&every, "poll-interval", defaultWatchInterval, "how often to read the lock's status (one request per lock or slot)")
+	f.BoolVar(&candidates, "candidates", false, "also follow the election's candidates and yield requests (one more request per poll)")
 	return c
 }
 
@@ -100,6 +111,9 @@ type watchEvent struct {
 	Epoch    uint64     `json:"epoch"`
 	Since    *time.Time `json:"since,omitempty"`
 	Released bool       `json:"released"`
+	// A candidate or yield line (watch --candidates; candidates.go).
+	Candidate *candidateJSON `json:"candidate,omitempty"`
+	Yield     *yieldJSON     `json:"yield,omitempty"`
 }
 
 // The states a watch line shows.
@@ -202,6 +216,9 @@ const watchTime = "2006-01-02T15:04:05.000Z07:00"
 func (e watchEvent) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s", e.Time.Format(watchTime), e.Name, e.State)
+	if e.Candidate != nil || e.Yield != nil {
+		return b.String() + candidateEventText(e)
+	}
 	if e.Holder != "" {
 		b.WriteString(" holder=" + quoteIfNeeded(e.Holder))
 	}
@@ -220,7 +237,7 @@ func quoteIfNeeded(s string) string {
 	return s
 }
 
-func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Duration, asJSON bool) error {
+func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Duration, asJSON, candidates bool) error {
 	what := "watch " + name
 	// A signal is how a watch ends: status 0, nothing printed.
 	ctx, stop := signal.NotifyContext(context.Background(), forwarded...)
@@ -257,6 +274,10 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 	for i, b := range blobs {
 		tracks[i].name = b
 	}
+	var cands *candidateTracker
+	if candidates {
+		cands = &candidateTracker{name: name}
+	}
 	var failingSince time.Time
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -283,6 +304,17 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 			}
 			for i, st := range sts {
 				for _, e := range tracks[i].observe(now, st) {
+					if err := print(e); err != nil {
+						return err
+					}
+				}
+			}
+			if cands != nil {
+				evs, err := cands.read(ctx, cc, sts[0], now)
+				if err != nil && ctx.Err() == nil {
+					g.log.Warn("watch: cannot list the candidates; trying again at the next poll", "name", name, "error", line(err))
+				}
+				for _, e := range evs {
 					if err := print(e); err != nil {
 						return err
 					}

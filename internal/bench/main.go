@@ -4,7 +4,8 @@
 // Azurite, and the client-side cost of holding 1,000 mutexes. It folds in the
 // simulation report, the waiters' costs before and after they looked first
 // (TestWaiterCosts), the shard balancers side by side (internal/shardbench),
-// fair locks beside etcd's (internal/lockbench) and `go test -bench` output
+// fair locks beside etcd's (internal/lockbench), planned succession
+// (TestSuccessionBench, with the multi-process rolling deploys) and `go test -bench` output
 // that `make bench` produces first. Everything talks to loopback addresses
 // only.
 package main
@@ -45,10 +46,11 @@ func main() {
 	many := flag.String("many", "", "table of internal/manybench (holding many leases) to include")
 	shards := flag.String("shards", "", "table of internal/shardbench (shard balancers side by side) to include")
 	locks := flag.String("locks", "", "report of internal/lockbench (fair locks beside etcd's) to include")
+	succession := flag.String("succession", "", "report of TestSuccessionBench (planned succession, rolling deploys) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *locks, *n, *quick); err != nil {
+	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *locks, *succession, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -77,7 +79,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, wait, gobench, many, shards, locks string, n int, quick bool) error {
+func run(out, sim, wait, gobench, many, shards, locks, succession string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -223,6 +225,7 @@ func run(out, sim, wait, gobench, many, shards, locks string, n int, quick bool)
 		{"Simulation: azlease and a naive acquire-renew loop side by side", sim},
 		{"Shard balancers side by side: azlease and the Event Hubs algorithm", shards},
 		{"Fair locks side by side: azlease and etcd's concurrency.Mutex", locks},
+		{"Planned succession: leaderless time, leader changes in rolling deploys, preferred leaders", succession},
 		{"go test -bench", gobench},
 	} {
 		if inc.path == "" {

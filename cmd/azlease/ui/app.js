@@ -316,7 +316,7 @@
 
   function renderCandidates(cs) {
     const rows = (cs || []).map(c => el("tr", {}, el("td", {}, c.identity), el("td", { class: "num" }, String(c.priority)),
-      el("td", {}, c.ready ? "ready" : "not ready"),
+      el("td", {}, (c.stopping ? "stopping" : c.ready ? "ready" : "not ready") + (c.acknowledged ? ", designated successor (ready)" : c.designated ? ", designated successor" : "")),
       el("td", {}, Object.entries(c.labels || {}).map(([k, v]) => k + "=" + v).join(", ")),
       el("td", {}, c.since ? stamp(c.since) : "—")));
     return [el("h2", {}, "Candidates"), rows.length ? table([{ text: "candidate" }, { text: "priority", num: true }, { text: "ready" }, { text: "labels" }, { text: "since" }], rows, { id: "candidates" })

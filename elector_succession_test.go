@@ -1,0 +1,593 @@
+package azlease_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
+)
+
+// gaps returns, for the cluster's recorded terms in order, the leaderless
+// time before each term after the first (its start minus the previous
+// term's end) and the holders in order.
+func (c *cluster) gaps() (gaps []time.Duration, holders []string) {
+	c.mu.Lock()
+	terms := append([]believed(nil), c.terms...)
+	c.mu.Unlock()
+	sort.Slice(terms, func(i, j int) bool { return terms[i].start.Before(terms[j].start) })
+	for i, b := range terms {
+		holders = append(holders, b.node)
+		if i > 0 {
+			gaps = append(gaps, b.start.Sub(terms[i-1].end))
+		}
+	}
+	return gaps, holders
+}
+
+// TestSuccessionPlannedStop: a leader that stops hands leadership to the most
+// recently started ready standby, which leads within its successor poll of
+// the leader's term ending: the leaderless time is a fraction of a second,
+// not a follower's poll.
+func TestSuccessionPlannedStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		a := c.start("a", nil)
+		c.waitLeader(time.Minute)
+		c.start("b", nil)
+		time.Sleep(time.Second)
+		c.start("c", nil)
+		time.Sleep(20 * time.Second)
+		stopped := time.Now()
+		require.NoError(t, a.Stop(context.Background()))
+		took := time.Since(stopped)
+		t.Logf("stop took %v; leaders %v", took, c.leaders())
+		leader := c.waitLeader(time.Minute)
+		c.stopAll()
+		c.checkSafety()
+		require.Equal(t, "c", leader)
+		gaps, holders := c.gaps()
+		require.Equal(t, []string{"a", "c"}, holders)
+		require.Less(t, gaps[0], 500*time.Millisecond, "leaderless time")
+		t.Logf("stop took %v, leaderless %v", took, gaps[0])
+	})
+}
+
+// newSuccessionCluster is newCluster whose nodes are stopped when the test
+// ends, failed or not (inside the bubble), so that a failure reports itself
+// rather than a deadlock.
+func newSuccessionCluster(t *testing.T, opts azlease.ElectorOptions) *cluster {
+	c := newCluster(t, opts)
+	t.Cleanup(func() {
+		c.mu.Lock()
+		c.cut = map[string]azleasetest.Action{}
+		c.extra = nil
+		nodes := make([]contender, 0, len(c.nodes))
+		for _, n := range c.nodes {
+			nodes = append(nodes, n)
+		}
+		c.mu.Unlock()
+		for _, n := range nodes {
+			_ = n.Stop(context.Background())
+		}
+	})
+	return c
+}
+
+// withPriority returns the cluster's options with Priority p.
+func (c *cluster) withPriority(p int) *azlease.ElectorOptions {
+	o := c.opts
+	o.Priority = p
+	return &o
+}
+
+// TestSuccessionPriority: a leader yields to a ready candidate of higher
+// priority once that candidate has been there for the StabilityWindow (as
+// the leader's polls saw it) and the leader's term has lasted Cooldown: not
+// before, and then at once, handing the lease straight over (a fraction of a
+// second without a leader). The candidate of lower priority never gets it
+// back: equal or lower priorities never move leadership.
+func TestSuccessionPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		c.start("low", nil)
+		c.waitLeader(time.Minute)
+		began := time.Now()
+		time.Sleep(2 * time.Minute) // past the leader's Cooldown (1 min)
+		appeared := time.Now()
+		c.start("high", c.withPriority(1))
+		time.Sleep(30*time.Second - time.Second) // the StabilityWindow, less a second
+		require.Equal(t, []string{"low"}, c.leaders(), "not before the StabilityWindow")
+		var moved time.Duration
+		for range 200 {
+			if l := c.leaders(); len(l) == 1 && l[0] == "high" {
+				moved = time.Since(appeared)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.NotZero(t, moved, "the preferred candidate leads")
+		// The leader lists its candidates every PollInterval (5 s ± 20 %):
+		// the window counts from the first listing that shows it.
+		require.LessOrEqual(t, moved, 30*time.Second+6*time.Second+time.Second)
+		time.Sleep(10 * time.Minute)
+		require.Equal(t, []string{"high"}, c.leaders(), "no way back for lower priority")
+		c.stopAll()
+		c.checkSafety()
+		gaps, holders := c.gaps()
+		require.Equal(t, []string{"low", "high"}, holders)
+		require.Less(t, gaps[0], 500*time.Millisecond)
+		c.mu.Lock()
+		cause := c.terms[0].cause
+		c.mu.Unlock()
+		require.ErrorIs(t, cause, azlease.ErrYielded)
+		require.ErrorIs(t, cause, azlease.ErrStopped)
+		t.Logf("leader since %v; preferred candidate appeared, led %v later (window 30 s), leaderless %v", appeared.Sub(began), moved, gaps[0])
+	})
+}
+
+// TestSuccessionCooldown: a leader whose term is younger than Cooldown does
+// not yield for priority, however long the preferred candidate has been
+// there; it yields once the Cooldown has passed.
+func TestSuccessionCooldown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := azlease.ElectorOptions{StabilityWindow: 5 * time.Second, Cooldown: 3 * time.Minute}
+		c := newSuccessionCluster(t, opts)
+		c.start("low", nil)
+		c.waitLeader(time.Minute)
+		began := time.Now()
+		c.start("high", c.withPriority(2))
+		time.Sleep(3*time.Minute - 2*time.Second)
+		require.Equal(t, []string{"low"}, c.leaders(), "not within the leader's Cooldown")
+		var moved time.Duration
+		for range 400 {
+			if l := c.leaders(); len(l) == 1 && l[0] == "high" {
+				moved = time.Since(began)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.NotZero(t, moved, "yields at the end of the Cooldown")
+		require.Less(t, moved, 3*time.Minute+time.Second)
+		c.stopAll()
+		c.checkSafety()
+		_, holders := c.gaps()
+		require.Equal(t, []string{"low", "high"}, holders)
+		t.Logf("yielded %v after its term began (Cooldown 3 min)", moved)
+	})
+}
+
+// TestSuccessionNoFlapping: three instances of equal priority under a fifth
+// of requests failing (transient faults only, never twice in a row for one
+// operation of one client) for an hour: leadership never moves, and no
+// hand-off is even tried.
+func TestSuccessionNoFlapping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		mix := newFaultMix(11, 0.2, azlease.DefaultDuration, true)
+		var changes atomic.Int64
+		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpChangeLease {
+				changes.Add(1)
+			}
+			return mix.draw(r)
+		})
+		for _, n := range []string{"a", "b", "c"} {
+			c.start(n, nil)
+			time.Sleep(time.Second)
+		}
+		leader := c.waitLeader(time.Minute)
+		for range 60 {
+			time.Sleep(time.Minute)
+			require.Equal(t, []string{leader}, c.leaders())
+		}
+		c.setFaults(nil)
+		c.stopAll()
+		c.checkSafety()
+		_, holders := c.gaps()
+		require.Equal(t, []string{leader}, holders, "one term in the hour")
+		require.Zero(t, changes.Load(), "no hand-off tried")
+	})
+}
+
+// waitFor polls (in fake time, every 50 ms) until the only leader is want,
+// and returns how long that took; it fails the test after limit.
+func (c *cluster) waitFor(want string, limit time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if l := c.leaders(); len(l) == 1 && l[0] == want {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("%s does not lead within %v (leaders: %v)", want, limit, c.leaders())
+	return 0
+}
+
+// TestSuccessionFailingPreferred: a preferred candidate that takes
+// leadership and loses it (its term ends without a clean release soon
+// after it began, as the next holder records) is not preferred again for
+// 10 minutes, then 20 after a second failure: it does not keep winning.
+func TestSuccessionFailingPreferred(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := azlease.ElectorOptions{StabilityWindow: 5 * time.Second, Cooldown: 10 * time.Second}
+		c := newSuccessionCluster(t, opts)
+		c.start("steady", nil)
+		c.waitLeader(time.Minute)
+		c.start("flaky", c.withPriority(5))
+		c.waitFor("flaky", time.Minute)
+		for round, penalty := range []time.Duration{10 * time.Minute, 20 * time.Minute} {
+			// It fails: cut off, its term ends at its deadline, and the
+			// steady one takes the expired lease over.
+			c.partition("flaky", azleasetest.Hang)
+			c.waitFor("steady", time.Minute)
+			failed := time.Now()
+			c.heal("flaky")
+			// Ready again, but not preferred until its penalty is over.
+			time.Sleep(penalty - 30*time.Second)
+			require.Equal(t, []string{"steady"}, c.leaders(), "round %d: not preferred within %v of its failure", round, penalty)
+			c.waitFor("flaky", time.Minute)
+			t.Logf("round %d: preferred again %v after it failed", round, time.Since(failed))
+		}
+		c.stopAll()
+		c.checkSafety()
+		st, err := azlease.Inspect(context.Background(), c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		require.Equal(t, "steady", st.History[1].Holder)
+	})
+}
+
+// TestSuccessionNeverLead: an instance of negative priority leads only when
+// no candidate of priority 0 or more can. It leaves a free lease to such a
+// candidate (it takes it only after that candidate's poll), yields to one
+// that appears after the StabilityWindow without waiting for its Cooldown,
+// and a stopping leader hands over to the candidate of priority 0 rather than
+// to the reluctant one.
+func TestSuccessionNeverLead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := azlease.ElectorOptions{StabilityWindow: 10 * time.Second}
+		c := newSuccessionCluster(t, opts)
+		// Alone, it leads.
+		c.start("backup", c.withPriority(-1))
+		c.waitFor("backup", time.Minute)
+		// A candidate that may lead appears: the backup yields after the
+		// window, well within its Cooldown (1 min).
+		c.start("main", nil)
+		d := c.waitFor("main", time.Minute)
+		require.Less(t, d, 10*time.Second+7*time.Second)
+		// The main one crashes: its lease expires, and the backup, seeing
+		// it free while main still looks ready, leaves it for main's poll,
+		// then takes it.
+		c.partition("main", azleasetest.Drop)
+		crashed := time.Now()
+		c.waitFor("backup", 2*time.Minute)
+		t.Logf("backup took over %v after main was cut off", time.Since(crashed))
+		c.heal("main")
+		// main is back, but its term ended without a clean release: it is
+		// not preferred for 10 minutes (see TestSuccessionFailingPreferred),
+		// even over a negative priority; then the backup yields again.
+		time.Sleep(9 * time.Minute)
+		require.Equal(t, []string{"backup"}, c.leaders())
+		c.waitFor("main", 2*time.Minute)
+		// Free and both polling: main takes it, the backup leaves it.
+		c.stopAll()
+		c.checkSafety()
+
+		c2 := newSuccessionCluster(t, opts)
+		c2.blob = "leader2"
+		holder, err := azlease.NewLease(c2.emu.client("other"), c2.blob, nil)
+		require.NoError(t, err)
+		_, err = holder.Acquire(context.Background())
+		require.NoError(t, err)
+		c2.start("backup", c2.withPriority(-1))
+		c2.start("main", nil)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, holder.Release(context.Background()))
+		c2.waitFor("main", time.Minute)
+		time.Sleep(time.Minute)
+		c2.stopAll()
+		_, holders := c2.gaps()
+		require.Equal(t, []string{"main"}, holders, "the reluctant one left the free lease to main")
+	})
+}
+
+// TestSuccessionYield: Yield hands leadership to the best ready candidate
+// (the most recently started among equals) and YieldTo to the one named,
+// each without a moment when nobody leads; the yielder follows and does not
+// get leadership back. A follower's Yield fails with ErrNotLeader, a YieldTo
+// a candidate that is not there with ErrNoSuccessor (and leadership stays).
+// A yield request ('azlease yield', RequestYield) from any process moves
+// leadership too, and the leader answers it.
+func TestSuccessionYield(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		a := c.start("a", nil)
+		c.waitLeader(time.Minute)
+		b := c.start("b", nil)
+		time.Sleep(time.Second)
+		cc := c.start("c", nil)
+		time.Sleep(10 * time.Second)
+
+		_, err := b.Yield(ctx)
+		require.ErrorIs(t, err, azlease.ErrNotLeader)
+		_, err = a.YieldTo(ctx, "nobody")
+		require.ErrorIs(t, err, azlease.ErrNoSuccessor)
+		require.True(t, a.IsLeader())
+
+		to, err := a.Yield(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "c", to, "the most recently started")
+		c.waitFor("c", time.Second)
+		to, err = cc.YieldTo(ctx, "b")
+		require.NoError(t, err)
+		require.Equal(t, "b", to)
+		c.waitFor("b", time.Second)
+
+		// From another process: a yield request for b's term.
+		y, err := azlease.RequestYield(ctx, c.emu.client("operator"), c.blob, &azlease.YieldOptions{To: "a", Identity: "operator"})
+		require.NoError(t, err)
+		d := c.waitFor("a", time.Minute)
+		require.Less(t, d, 6*time.Second+7*time.Second, "the leader's poll, then the successor's")
+		cands, got, err := azlease.InspectCandidates(ctx, c.emu.client("operator"), c.blob)
+		require.NoError(t, err)
+		require.Len(t, cands, 3)
+		require.NotNil(t, got)
+		require.Equal(t, y.Epoch, got.Epoch)
+		require.Equal(t, "handing over to a", got.Answer)
+
+		// A request nobody can satisfy is declined.
+		_, err = azlease.RequestYield(ctx, c.emu.client("operator"), c.blob, &azlease.YieldOptions{To: "nobody"})
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		_, got, err = azlease.InspectCandidates(ctx, c.emu.client("operator"), c.blob)
+		require.NoError(t, err)
+		require.Contains(t, got.Answer, "declined")
+		require.Equal(t, []string{"a"}, c.leaders())
+
+		time.Sleep(5 * time.Minute)
+		require.Equal(t, []string{"a"}, c.leaders())
+		c.stopAll()
+		c.checkSafety()
+		gaps, holders := c.gaps()
+		require.Equal(t, []string{"a", "c", "b", "a"}, holders)
+		for _, g := range gaps {
+			require.Less(t, g, 500*time.Millisecond)
+		}
+	})
+}
+
+// TestSuccessionYieldFromTask: Yield called from inside the leader task
+// returns once the term has ended, without waiting for the task.
+func TestSuccessionYieldFromTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		res := make(chan error, 1)
+		e, err := azlease.NewElector(c.emu.client("a"), c.blob, &azlease.ElectorOptions{Identity: "a"})
+		require.NoError(t, err)
+		var once sync.Once
+		require.NoError(t, e.Start(context.Background(), func(ctx context.Context, term *azlease.Term) error {
+			once.Do(func() {
+				time.Sleep(20 * time.Second)
+				_, err := e.Yield(ctx)
+				res <- err
+			})
+			<-ctx.Done()
+			return nil
+		}))
+		c.mu.Lock()
+		c.nodes["a"] = e
+		c.mu.Unlock()
+		c.waitFor("a", time.Minute)
+		c.start("b", nil)
+		require.NoError(t, <-res)
+		c.waitFor("b", time.Second)
+		c.stopAll()
+	})
+}
+
+// TestSuccessionDesignatedDies: the successor a stopping leader designated
+// acknowledges and then dies (cut off). The leader, which waited only for
+// it, hands the lease to it, waits its bound (its successor poll and a
+// margin) and then releases the lease; the second designated candidate,
+// which polls fast since it acknowledged too, takes the free lease at once.
+// Leaderless time: the dead one's bound plus a fraction of a second.
+func TestSuccessionDesignatedDies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		a := c.start("a", nil)
+		c.waitFor("a", time.Minute)
+		c.start("b", nil)
+		time.Sleep(time.Second)
+		c.start("c", nil) // the most recent: designated first
+		time.Sleep(20 * time.Second)
+		var died atomic.Bool
+		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "c" && r.Op == azleasetest.OpPutBlob && r.Header.Get("X-Ms-Meta-Azleaseack") != "" && died.CompareAndSwap(false, true) {
+				go c.partition("c", azleasetest.Hang) // after this acknowledgement
+			}
+			return azleasetest.Fault{}
+		})
+		stopped := time.Now()
+		require.NoError(t, a.Stop(context.Background()))
+		require.True(t, died.Load())
+		c.waitFor("b", time.Minute)
+		took := time.Since(stopped)
+		c.heal("c")
+		c.stopAll()
+		c.checkSafety()
+		gaps, holders := c.gaps()
+		require.Equal(t, []string{"a", "b"}, holders)
+		require.Less(t, gaps[0], 6*time.Second+time.Second, "the dead successor's bound, then b's poll at the latest")
+		t.Logf("stop to b leading %v, leaderless %v", took, gaps[0])
+	})
+}
+
+// TestSuccessionWithOldElectors: Electors without succession (NoSuccession,
+// as azlease before it) on the same lock: a stopping leader with succession
+// hands over to a candidate, never to one that publishes no candidacy; an
+// old leader releases as before and a new follower takes the free lease; a
+// leader whose only followers are old ones releases at once, without waiting.
+func TestSuccessionWithOldElectors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		old := &azlease.ElectorOptions{NoSuccession: true}
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		n1 := c.start("new1", nil)
+		c.waitFor("new1", time.Minute)
+		o := c.start("old", old)
+		time.Sleep(time.Second)
+		c.start("new2", nil)
+		time.Sleep(20 * time.Second)
+		require.NoError(t, n1.Stop(context.Background()))
+		c.waitFor("new2", time.Second)
+
+		// new2 hands to... nobody but old is left: it releases at once.
+		c.mu.Lock()
+		n2 := c.nodes["new2"].(*azlease.Elector)
+		c.mu.Unlock()
+		stopped := time.Now()
+		require.NoError(t, n2.Stop(context.Background()))
+		require.Less(t, time.Since(stopped), time.Second, "no candidate: release at once")
+		c.waitFor("old", 10*time.Second)
+
+		// The old leader releases; a new follower takes the free lease.
+		c.start("new3", nil)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, o.Stop(context.Background()))
+		c.waitFor("new3", 10*time.Second)
+		c.stopAll()
+		c.checkSafety()
+		gaps, holders := c.gaps()
+		require.Equal(t, []string{"new1", "new2", "old", "new3"}, holders)
+		require.Less(t, gaps[0], 500*time.Millisecond)
+	})
+}
+
+// TestSuccessionStaleDesignation: a designation recorded in an earlier term
+// (an azlease before succession copies the record's keys it does not know
+// into its own term's) designates nobody: the candidate it names does not
+// acknowledge it, and polls as usual.
+func TestSuccessionStaleDesignation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		holder, err := azlease.NewLease(c.emu.client("old"), c.blob, nil)
+		require.NoError(t, err)
+		tok, err := holder.Acquire(ctx)
+		require.NoError(t, err)
+		bc := c.emu.client("old").NewBlobClient(c.blob)
+		props, err := bc.GetProperties(ctx, nil)
+		require.NoError(t, err)
+		md := props.Metadata
+		stale := fmt.Sprintf("%d-1-600000,n", tok.Epoch-1)
+		md["azleaseheir"] = &stale
+		_, err = bc.SetMetadata(ctx, md, &blob.SetMetadataOptions{AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: &tok.LeaseID}}})
+		require.NoError(t, err)
+		var reads atomic.Int64
+		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "n" && r.Op == azleasetest.OpGetProperties {
+				reads.Add(1)
+			}
+			return azleasetest.Fault{}
+		})
+		c.start("n", nil)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, holder.Renew(ctx))
+		time.Sleep(10 * time.Second)
+		st, err := azlease.Inspect(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		require.Empty(t, st.Designated, "not this term's designation")
+		cands, _, err := azlease.InspectCandidates(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		require.Len(t, cands, 1)
+		require.Zero(t, cands[0].Acknowledged)
+		require.LessOrEqual(t, reads.Load(), int64(6), "polls at PollInterval: %d reads in 20 s", reads.Load())
+		require.NoError(t, holder.Release(ctx))
+	})
+}
+
+// TestSuccessionSlowTaskNoHandOff: a leader whose task does not return
+// within DrainTimeout after its term ended hands nothing over: its lease is
+// left to expire, as without succession, so that no successor leads while
+// the old work may still run.
+func TestSuccessionSlowTaskNoHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		slow, err := azlease.NewElector(c.emu.client("slow"), c.blob, &azlease.ElectorOptions{Identity: "slow", DrainTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, slow.Start(context.Background(), func(ctx context.Context, term *azlease.Term) error {
+			<-ctx.Done()
+			time.Sleep(40 * time.Second) // ignores its context for a while
+			return nil
+		}))
+		c.mu.Lock()
+		c.nodes["slow"] = slow
+		c.mu.Unlock()
+		for !slow.IsLeader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.start("b", nil)
+		time.Sleep(10 * time.Second)
+		stopped := make(chan struct{})
+		go func() {
+			_ = slow.Stop(context.Background())
+			close(stopped)
+		}()
+		for slow.IsLeader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ended := time.Now()
+		d := c.waitFor("b", time.Minute)
+		require.Greater(t, d, 10*time.Second, "b leads only once the lease expired (%v after the term ended)", d)
+		t.Logf("b leads %v after the slow leader's term ended", time.Since(ended))
+		<-stopped
+	})
+}
+
+// TestSuccessionStaleCandidate: an instance that is gone without taking its
+// candidacy back (cut off here, as a crashed one) is passed over once its
+// candidacy has not been written again for 30 minutes (a live one writes it
+// every 10), and the leader deletes it: a planned stop then does not wait
+// for it.
+func TestSuccessionStaleCandidate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		a := c.start("a", nil)
+		c.waitFor("a", time.Minute)
+		c.start("gone", nil)
+		c.start("live", nil)
+		time.Sleep(10 * time.Second)
+		c.partition("gone", azleasetest.Hang)
+		time.Sleep(29 * time.Minute)
+		cands, _, err := azlease.InspectCandidates(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		require.Len(t, cands, 3, "still listed within 30 minutes")
+		for _, cd := range cands {
+			require.False(t, cd.Stale, cd.Identity)
+		}
+		time.Sleep(3 * time.Minute)
+		cands, _, err = azlease.InspectCandidates(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		var ids []string
+		for _, cd := range cands {
+			ids = append(ids, cd.Identity)
+		}
+		sort.Strings(ids)
+		require.Equal(t, []string{"a", "live"}, ids, "the leader deleted the stale one")
+		stopped := time.Now()
+		require.NoError(t, a.Stop(ctx))
+		require.Less(t, time.Since(stopped), 7*time.Second)
+		c.waitFor("live", time.Second)
+	})
+}
