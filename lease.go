@@ -678,24 +678,7 @@ func (l *Lease) handOff(ctx context.Context, want, canon string) error {
 	if notify != nil {
 		notify(ErrStopped)
 	}
-	err := l.loop(ctx, "handoff", validUntil, func(actx context.Context, _ time.Time) (bool, error) {
-		// ChangeLease rewrites the SDK client's lease ID field: a fresh
-		// client per attempt. A retried change that already happened
-		// succeeds, so retries are idempotent.
-		_, err := l.leaseClient(id).ChangeLease(actx, canon, nil)
-		switch c := classify(ctx, err); c {
-		case classOK:
-			return true, nil
-		case classLost, classBroken, classNotFound:
-			return true, l.errorf("handoff", ErrLeaseLost, err)
-		case classTransient, classConflict:
-			return false, l.errorf("handoff", ErrTransient, err)
-		case classCanceled:
-			return true, err
-		default:
-			return true, l.errorf("handoff", ErrPermanent, err)
-		}
-	})
+	err := l.changeID(ctx, id, canon, validUntil)
 	switch {
 	case err == nil:
 		l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: handed the lease off")

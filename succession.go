@@ -129,7 +129,7 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 			return out, werr
 		}
 		// 2. The lease, to the ID the successor announced.
-		cerr := l.changeID(ctx, cur, s.id)
+		cerr := l.changeID(ctx, cur, s.id, time.Now().Add(l.cfg.attemptTimeout))
 		rtt := time.Since(start)
 		switch {
 		case cerr == nil:
@@ -227,10 +227,12 @@ func (l *Lease) writeMarker(ctx context.Context, id string, md map[string]*strin
 }
 
 // changeID changes the lease from the ID from to the ID to, retrying
-// transient failures (a retried change that already happened succeeds) for
-// at most AttemptTimeout.
-func (l *Lease) changeID(ctx context.Context, from, to string) error {
-	return l.loop(ctx, "handoff", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+// transient failures until limit. A retried change that already happened
+// succeeds (Azure accepts a change to the ID the lease already has), so
+// retries are idempotent. ChangeLease rewrites the SDK client's lease ID
+// field: a fresh client per attempt.
+func (l *Lease) changeID(ctx context.Context, from, to string, limit time.Time) error {
+	return l.loop(ctx, "handoff", limit, func(actx context.Context, _ time.Time) (bool, error) {
 		_, err := l.leaseClient(from).ChangeLease(actx, to, nil)
 		switch c := classify(ctx, err); c {
 		case classOK:
