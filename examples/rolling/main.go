@@ -64,6 +64,14 @@ func (j *journal) start(who string, epoch uint64) {
 	j.last, j.stopped = who, time.Time{}
 }
 
+// printf writes a line of the story under the journal's lock: the leaders'
+// tasks write to the same writer from their own goroutines.
+func (j *journal) printf(format string, args ...any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	fmt.Fprintf(j.out, format, args...)
+}
+
 func (j *journal) stop() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -107,7 +115,7 @@ func run(args []string, out io.Writer) error {
 		})
 	}
 
-	fmt.Fprintf(out, "%d replicas of generation 1 on %s (poll %v, priority from the generation: %v, succession: %v)\n", *replicas, name, *poll, *priority, !*noSuccession)
+	j.printf("%d replicas of generation 1 on %s (poll %v, priority from the generation: %v, succession: %v)\n", *replicas, name, *poll, *priority, !*noSuccession)
 	old := make([]*azlease.Elector, *replicas)
 	for i := range old {
 		if old[i], err = start(fmt.Sprintf("v1-%d", i), 1); err != nil {
@@ -125,7 +133,7 @@ func run(args []string, out io.Writer) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(*poll + *poll/5) // every replica has published its candidacy
-	fmt.Fprintf(out, "rolling deploy to generation 2, one replica at a time, new one first\n")
+	j.printf("rolling deploy to generation 2, one replica at a time, new one first\n")
 	j.begin()
 	for i, k := range rand.Perm(*replicas) {
 		e, err := start(fmt.Sprintf("v2-%d", i), 2)
@@ -137,11 +145,11 @@ func run(args []string, out io.Writer) error {
 		if err := old[k].Stop(context.Background()); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "%7.3fs  replaced v1-%d with v2-%d\n", time.Since(j.t0).Seconds(), k, i)
+		j.printf("%7.3fs  replaced v1-%d with v2-%d\n", time.Since(j.t0).Seconds(), k, i)
 	}
 	time.Sleep(2 * time.Second)
 	changes, gap, leader := j.end()
-	fmt.Fprintf(out, "deploy done: %d leader change(s), %v without a leader in all; %s leads\n", changes, gap.Round(time.Millisecond), leader)
+	j.printf("deploy done: %d leader change(s), %v without a leader in all; %s leads\n", changes, gap.Round(time.Millisecond), leader)
 	return nil
 }
 
