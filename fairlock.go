@@ -135,9 +135,13 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 	}
 }
 
-// fairHook, when tests set it, is told of a waiter's events: "joined"
-// (its ticket taken and its blob created), "served", "left" (its ctx ended
-// or it failed) and "removed" (a holder removed it; it joins again).
+// fairHook, when tests set it, is told of a waiter's events, on the
+// waiter's goroutine: "ticket" (its ticket taken), "joined" (its blob
+// created), "served", "left" (its ctx ended or it failed), "removed" (a
+// holder removed it; it joins again) and "back" (it found itself missed
+// and cleared the mark); and, on the goroutine of whoever passed it over,
+// "missed" (its turn came and it did not take the lock) and "evicted" (a
+// holder removed it, missed and silent).
 var fairHook = func(event, lock string, ticket uint64) {}
 
 // tryFree takes a free slot if nobody waits: one look, and when a slot is
@@ -192,6 +196,7 @@ func (f *fairLock) join(ctx context.Context, budget time.Duration) (waiter, erro
 	if err != nil {
 		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
 	}
+	fairHook("ticket", f.name, ticket)
 	w, err := f.q.join(ctx, limit, ticket, newLeaseID(), f.cfg.lease.identity)
 	if err != nil {
 		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
@@ -326,7 +331,15 @@ func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, erro
 			case err != nil:
 				*last = err
 			case passedOver:
-				return nil, nil // the lock went to someone else: still in the queue?
+				// The lock is handed to someone else: list the queue
+				// again (is this waiter still first? was it passed
+				// over?), after a head poll, not at once: the hand-off
+				// may name a waiter that left after the holder listed
+				// it, and then it does so until the holder moves on.
+				if !sleepCtx(ctx, time.Duration(float64(f.cfg.headPoll)*(1-f.cfg.jitter/2*mrand.Float64()))) {
+					return nil, context.Cause(ctx)
+				}
+				return nil, nil
 			}
 		} else if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
 			return nil, err
@@ -528,3 +541,4 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	}
 	return true, nil
 }
+

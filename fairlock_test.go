@@ -454,3 +454,66 @@ func TestFairSemaphoreInOrder(t *testing.T) {
 		assert.Equal(t, []int{0, 1, 2, 3, 4, 5}, order)
 	})
 }
+
+// TestFairLockFirstWaiterDoesNotSpin: a waiter that is first in line while
+// the holder's hand-off still names another (one that left the queue after
+// the holder listed it) polls at its head poll until the holder passes the
+// lock on; it does not list and look in a loop without pause. (The
+// simulation found it: in fake time the loop never let time advance, so the
+// holder never moved on; on a real network it was a burst of requests for
+// as long as the holder waited.)
+func TestFairLockFirstWaiterDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var blockX atomic.Bool
+		var wRequests atomic.Int32
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			switch {
+			case r.Client == "x" && blockX.Load() && r.Op == azleasetest.OpGetProperties:
+				return azleasetest.Fault{Action: azleasetest.Fail} // x cannot see the hand-off
+			case r.Client == "w" && wRequests.Add(1) > 200:
+				// A request loop that never waits would stop time in the
+				// bubble: let it advance, so the test fails instead of
+				// hanging.
+				return azleasetest.Fault{Delay: 10 * time.Millisecond}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		unlockAt := time.Now().Add(time.Second)
+		xctx, cancel := context.WithDeadline(ctx, unlockAt.Add(time.Millisecond))
+		defer cancel()
+		xDone := make(chan struct{})
+		go func() {
+			defer close(xDone)
+			_, err := newMutex(t, e, "x", "m", nil).Lock(xctx)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		}()
+		time.Sleep(time.Until(unlockAt))
+		blockX.Store(true)
+		unlocked := make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			assert.NoError(t, holder.Unlock(ctx)) // hands to x, waits a head poll for it
+		}()
+		<-xDone // x left the queue after the holder listed it
+		time.Sleep(time.Millisecond)
+		wRequests.Store(0)
+		start := time.Now()
+		lk, err := newMutex(t, e, "w", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		took := time.Since(start)
+		n := wRequests.Load()
+		t.Logf("w waited %v behind a hand-off to a waiter that left, with %d requests", took, n)
+		assert.Less(t, took, time.Second)
+		// tryFree (read, list), join (counter read and write, entry),
+		// list, head mark, a read per head poll, the take (acquire, epoch
+		// write), leaving (delete), and a few more.
+		assert.LessOrEqual(t, int(n), 16+int(took/(150*time.Millisecond)), "w polls at its head poll")
+		<-unlocked
+		require.NoError(t, lk.Unlock(ctx))
+	})
+}
+
