@@ -30,6 +30,8 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+
 	"github.com/azlease/azlease/internal/timing"
 )
 
@@ -515,14 +517,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		if !w.Head {
 			wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
 		}
-		q := f.q
-		succs = append(succs, successor{key: w.key, id: w.id, wait: wait, passed: func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.lease.attemptTimeout)
-			defer cancel()
-			if q.markMissed(cctx, w) == nil {
-				fairHook("missed", f.name, w.Ticket)
-			}
-		}})
+		succs = append(succs, successor{key: w.key, id: w.id, wait: wait, passed: func() { lk.passOver(ctx, w) }})
 	}
 	if len(succs) == 0 {
 		return false, nil
@@ -542,3 +537,38 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	return true, nil
 }
 
+// passOver marks w missed: handed the lock, it did not take it in time (see
+// unlockFair). The mark is conditional on w's entry as the holder listed it.
+// When the entry has changed since, w wrote it (its head mark): it is there,
+// and looks every head poll from then on, so it gets that long more (the
+// hand-off is still under its ID: the holder moves on only after this
+// returns, and finds it taken if w took it meanwhile); then it is marked
+// missed on its entry as it is now, unless it took the lock.
+func (lk *Lock) passOver(ctx context.Context, w waiter) {
+	f := lk.fair.f
+	ctx = context.WithoutCancel(ctx)
+	mark := func(w waiter) error {
+		cctx, cancel := context.WithTimeout(ctx, f.cfg.lease.attemptTimeout)
+		defer cancel()
+		err := f.q.markMissed(cctx, w)
+		if err == nil {
+			fairHook("missed", f.name, w.Ticket)
+		}
+		return err
+	}
+	err := mark(w)
+	if err == nil || !bloberror.HasCode(err, bloberror.ConditionNotMet) {
+		return
+	}
+	time.Sleep(f.cfg.headPoll + minHandOffMargin)
+	cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
+	defer cancel()
+	if st, err := lk.lease.inspect(cctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil && st.Epoch > lk.Epoch() {
+		return // it took the lock
+	}
+	cur, ok, err := f.q.reread(cctx, w)
+	if err != nil || !ok || cur.Missed {
+		return
+	}
+	_ = mark(cur)
+}

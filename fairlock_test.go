@@ -5,14 +5,20 @@ package azlease_test
 // whatever the queue's length, dead waiters passed over within a head poll.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -517,3 +523,69 @@ func TestFairLockFirstWaiterDoesNotSpin(t *testing.T) {
 	})
 }
 
+// TestFairLockSuccessorThatShowsUpKeepsItsTurn: the holder hands the lock
+// to the first waiter, which had no head mark when the holder listed the
+// queue, and waits for it as long as such a waiter may take to look. The
+// waiter writes its head mark meanwhile (it has found it is first) but its
+// first look is slow. The holder's missed mark, conditional on the entry it
+// listed, is refused: the waiter is there, and looks every head poll from
+// then on; the holder gives it a head poll more instead of passing the lock
+// to the next one (the simulation found waiters passed over this way, and
+// not marked missed). The first waiter is played by hand here: its entry,
+// its head mark, and its Change Lease to an ID of its own.
+func TestFairLockSuccessorThatShowsUpKeepsItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		cc := e.client("s")
+		const announced, own = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-8999-aaaaaaaaaaaa"
+		// s took ticket 1: the counter gives 2 next.
+		_, err = cc.NewBlockBlobClient("m/queue").Upload(ctx, streaming.NopCloser(bytes.NewReader(nil)),
+			&blockblob.UploadOptions{Metadata: map[string]*string{"azleasenextticket": to.Ptr("2")}})
+		require.NoError(t, err)
+		entry := cc.NewBlockBlobClient(azlease.QueueName("m") + "00000000000000000001")
+		md := map[string]*string{
+			"azleasewaiterid": to.Ptr(announced),
+			"azleaseholder":   to.Ptr("s"),
+			"azleasesince":    to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)),
+		}
+		_, err = entry.Upload(ctx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{Metadata: md})
+		require.NoError(t, err)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := newMutex(t, e, "t", "m", nil).Lock(ctx)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		time.Sleep(100 * time.Millisecond) // t queued behind s; the holder held 100 ms
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(ctx) }() // hands to s, waits 2 × 100 ms + a margin
+		time.Sleep(100 * time.Millisecond)
+		md["azleasehead"] = to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10))
+		_, err = entry.SetMetadata(ctx, md, nil)
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond) // past the holder's first wait, within a head poll more
+		lc, err := lease.NewBlobClient(cc.NewBlobClient("m"), &lease.BlobClientOptions{LeaseID: to.Ptr(announced)})
+		require.NoError(t, err)
+		_, err = lc.ChangeLease(raw(ctx), own, nil)
+		require.NoError(t, err, "s takes the lock handed to it")
+		require.NoError(t, <-unlocked)
+		time.Sleep(time.Second)
+		select {
+		case <-got:
+			t.Fatal("t got the lock while s held it")
+		default:
+		}
+		// s releases and leaves; t is served.
+		lc, err = lease.NewBlobClient(cc.NewBlobClient("m"), &lease.BlobClientOptions{LeaseID: to.Ptr(own)})
+		require.NoError(t, err)
+		_, err = lc.ReleaseLease(raw(ctx), nil)
+		require.NoError(t, err)
+		_, err = entry.Delete(ctx, nil)
+		require.NoError(t, err)
+		lk := <-got
+		require.NoError(t, lk.Unlock(ctx))
+	})
+}

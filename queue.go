@@ -396,6 +396,34 @@ func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) 
 	})
 }
 
+// reread reads w's entry again, for its current ETag and marks; ok is
+// false when it is gone.
+func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, err error) {
+	l := q.ops
+	bc := l.t.cc.NewBlobClient(w.name)
+	err = l.loopOn(ctx, "read", w.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		props, err := bc.GetProperties(actx, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+		case classNotFound:
+			return true, nil
+		case classTransient:
+			return false, l.errorf("read", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("read", kindOf(c), err)
+		}
+		st := Status{Name: w.name, raw: props.Metadata}
+		if props.ETag != nil {
+			st.etag = *props.ETag
+		}
+		cur, ok = parseWaiter(q.lock, st)
+		return true, nil
+	})
+	return cur, ok, err
+}
+
 // remove deletes w's blob: conditional on the blob as listed when
 // ifUnchanged (a holder removing a waiter that missed its turn twice), or
 // whatever it holds (a waiter leaving). Its outcome does not matter much: a
