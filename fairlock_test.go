@@ -589,3 +589,54 @@ func TestFairLockSuccessorThatShowsUpKeepsItsTurn(t *testing.T) {
 		require.NoError(t, lk.Unlock(ctx))
 	})
 }
+
+// TestFairLockHolderLooksUntilItsWaitEnds: the holder waits for the first
+// waiter a head poll and a margin, looking at the lock every few tens of
+// milliseconds, and its last look is at the end of that wait. Its looks
+// used to be bounded by the wait's end as a deadline, so that none was
+// sent in the last 50 ms (timing.MinAttempt): the margin was lost, and a
+// first waiter that took the lock in the last 50 ms was passed over, the
+// lock handed to the next one (the simulation found it: waiters served out
+// of order with no fault at all). Here the first waiter's look is held
+// until 220 ms after the hand-off (of 250 ms: a 200 ms head poll and a
+// 50 ms margin): it takes the lock before the one behind it.
+func TestFairLockHolderLooksUntilItsWaitEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var handedAt atomic.Int64
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if at := handedAt.Load(); at != 0 && r.Client == "s" && r.Op == azleasetest.OpGetProperties && r.Blob == "m" {
+				if d := time.Until(time.Unix(0, at).Add(220 * time.Millisecond)); d > 0 {
+					return azleasetest.Fault{Delay: d}
+				}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		order := make(chan string, 2)
+		var wg sync.WaitGroup
+		for _, name := range []string{"s", "x"} {
+			m := newMutex(t, e, name, "m", nil)
+			wg.Go(func() {
+				lk, err := m.Lock(ctx)
+				require.NoError(t, err)
+				order <- name
+				time.Sleep(100 * time.Millisecond)
+				require.NoError(t, lk.Unlock(ctx))
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // s is first, with its head mark; x behind it
+		handedAt.Store(time.Now().UnixNano())
+		require.NoError(t, holder.Unlock(ctx))
+		wg.Wait()
+		close(order)
+		var got []string
+		for n := range order {
+			got = append(got, n)
+		}
+		assert.Equal(t, []string{"s", "x"}, got, "the first waiter took the lock within the holder's wait")
+	})
+}

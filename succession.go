@@ -249,11 +249,18 @@ func (l *Lease) changeID(ctx context.Context, from, to string) error {
 
 // awaitTaker polls the lock blob until deadline for the successor's term:
 // an epoch above epoch (took), or no lease at all (gone: the successor
-// released it already, or it expired).
+// released it already, or it expired). Its last look is at the deadline.
+// Each look may take until the deadline, and at least awaitLook: bounded by
+// the deadline alone, no look would be sent in its last timing.MinAttempt,
+// and a successor that took the lease then would be passed over.
 func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time) (took, gone bool, err error) {
 	step := min(max(time.Until(deadline)/8, 10*time.Millisecond), 100*time.Millisecond)
 	for {
-		st, ierr := l.inspect(ctx, deadline)
+		limit := deadline
+		if soon := time.Now().Add(awaitLook); soon.After(limit) {
+			limit = soon
+		}
+		st, ierr := l.inspect(ctx, limit)
 		switch {
 		case ierr != nil && ctx.Err() != nil:
 			return false, false, ierr
@@ -262,14 +269,19 @@ func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time
 		case ierr == nil && !st.Leased:
 			return false, true, nil
 		}
-		if !time.Now().Add(step).Before(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return false, false, nil
 		}
-		if !sleepCtx(ctx, step) {
+		if !sleepCtx(ctx, min(step, left)) {
 			return false, false, context.Cause(ctx)
 		}
 	}
 }
+
+// awaitLook is the least time one of awaitTaker's looks may take, retries
+// included: a few round trips, more than timing.MinAttempt.
+const awaitLook = 2 * minHandOffMargin
 
 // errPassedOver means a lease handed to this Lease had been passed on to
 // another successor (or taken by another holder) when this Lease tried to
