@@ -30,8 +30,6 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
-
 	"github.com/azlease/azlease/internal/timing"
 )
 
@@ -465,7 +463,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved *time.Time, 
 			// off, or has not noticed yet that it is first). Mark it
 			// missed, so that this waiter acts as the first.
 			f.cfg.lease.log.Debug("azlease: the first waiter does not take a free lock; passing it over", slog.Uint64("ticket", first.Ticket))
-			if err := f.q.markMissed(ctx, first); err == nil {
+			if marked, _, _ := f.q.miss(ctx, first); marked {
 				fairHook("missed", f.name, first.Ticket)
 			}
 			return nil, nil
@@ -538,37 +536,27 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 }
 
 // passOver marks w missed: handed the lock, it did not take it in time (see
-// unlockFair). The mark is conditional on w's entry as the holder listed it.
-// When the entry has changed since, w wrote it (its head mark): it is there,
-// and looks every head poll from then on, so it gets that long more (the
-// hand-off is still under its ID: the holder moves on only after this
-// returns, and finds it taken if w took it meanwhile); then it is marked
-// missed on its entry as it is now, unless it took the lock.
+// unlockFair), and the holder moves on. The mark is conditional on w's entry
+// as the holder listed it. When the entry has changed since (and not by an
+// earlier attempt of this write, whose answer was lost), w wrote it (its
+// head mark): it is there, and looks every head poll from then on, so it
+// gets that long more (the hand-off is still under its ID: the holder moves
+// on only after this returns, and finds the lease taken if w took it
+// meanwhile), and is then marked missed on its entry as it is then, unless
+// it took the lock.
 func (lk *Lock) passOver(ctx context.Context, w waiter) {
 	f := lk.fair.f
 	ctx = context.WithoutCancel(ctx)
-	mark := func(w waiter) error {
-		cctx, cancel := context.WithTimeout(ctx, f.cfg.lease.attemptTimeout)
-		defer cancel()
-		err := f.q.markMissed(cctx, w)
-		if err == nil {
-			fairHook("missed", f.name, w.Ticket)
-		}
-		return err
-	}
-	err := mark(w)
-	if err == nil || !bloberror.HasCode(err, bloberror.ConditionNotMet) {
-		return
-	}
-	time.Sleep(f.cfg.headPoll + minHandOffMargin)
 	cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
 	defer cancel()
-	if st, err := lk.lease.inspect(cctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil && st.Epoch > lk.Epoch() {
-		return // it took the lock
+	if marked, cur, changed := f.q.miss(cctx, w); !marked && changed {
+		time.Sleep(f.cfg.headPoll + minHandOffMargin)
+		cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
+		defer cancel()
+		if st, err := lk.lease.inspect(cctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil && st.Epoch > lk.Epoch() {
+			return // it took the lock
+		}
+		_, _, _ = f.q.miss(cctx, cur)
 	}
-	cur, ok, err := f.q.reread(cctx, w)
-	if err != nil || !ok || cur.Missed {
-		return
-	}
-	_ = mark(cur)
+	fairHook("missed", f.name, w.Ticket) // passed over, marked or not: the holder moves on
 }

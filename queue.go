@@ -396,6 +396,32 @@ func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) 
 	})
 }
 
+// miss marks w missed, conditional on its entry as listed, and reports
+// whether it is marked now: by this write, or by an earlier attempt of it
+// whose answer was lost (then the entry, read again, says so; when it
+// cannot be read, a write whose outcome is unknown counts as marked). When
+// it is not, changed tells whether its entry changed since it was listed
+// (its waiter wrote it), and cur is the entry as it is now.
+func (q *queue) miss(ctx context.Context, w waiter) (marked bool, cur waiter, changed bool) {
+	err := q.markMissed(ctx, w)
+	switch {
+	case err == nil:
+		return true, w, false
+	case !bloberror.HasCode(err, bloberror.ConditionNotMet) && !ambiguous(err):
+		return false, w, false
+	}
+	c, ok, rerr := q.reread(ctx, w)
+	switch {
+	case rerr != nil:
+		return ambiguous(err), w, false
+	case !ok:
+		return false, w, false // gone: it left
+	case c.Missed:
+		return true, c, false
+	}
+	return false, c, c.etag != w.etag
+}
+
 // reread reads w's entry again, for its current ETag and marks; ok is
 // false when it is gone.
 func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, err error) {
