@@ -30,6 +30,8 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
 	"github.com/azlease/azlease/internal/timing"
 )
 
@@ -55,7 +57,7 @@ type fairState struct {
 	f       *fairLock
 	key     string        // its own ticket's key, or "" (it took a free lock without queuing)
 	took    time.Time     // when it took the lock
-	wasHead time.Duration // how long it was first in line before
+	wasHead time.Duration // how long it was first or second in line before (the queue's recent pace)
 }
 
 // errRequeue means a waiter found itself no longer in the queue (a holder
@@ -220,7 +222,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		pos     = -1
 		first   uint64 // the first waiter's ticket, at the last listing
 		marked  bool
-		headAt  time.Time
+		nearAt  time.Time // when it last came to be first or second in line
 		lastErr = func(err error) { *last = err }
 	)
 	for {
@@ -254,7 +256,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			// mark clears the missed one) to take its place again.
 			if err := f.q.clearMissed(ctx, w); err == nil {
 				fairHook("back", f.name, w.Ticket)
-				marked, headAt = false, time.Time{}
+				marked = false
 				continue
 			}
 		}
@@ -268,17 +270,23 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		if p != pos || ws[0].Ticket != first {
 			moved, pos, first = time.Now(), p, ws[0].Ticket
 		}
+		switch {
+		case p > 1:
+			nearAt = time.Time{}
+		case nearAt.IsZero():
+			nearAt = time.Now()
+		}
 		switch p {
 		case 0:
 			if !marked {
-				marked, headAt = true, time.Now()
+				marked = true
 				if err := f.q.markHead(ctx, w); err != nil {
 					f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
 				}
 			}
 			lk, err := f.head(ctx, w, last)
 			if lk != nil {
-				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(headAt)}
+				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w) // served: out of the queue
 				return lk, nil
 			}
@@ -288,7 +296,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		case 1:
 			lk, err := f.next(ctx, w, ws[0], &moved, last)
 			if lk != nil {
-				lk.fair = &fairState{f: f, key: w.key, took: time.Now()}
+				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w)
 				return lk, nil
 			}
@@ -483,6 +491,11 @@ func equalEpochs(a, b []uint64) bool {
 	return true
 }
 
+// maxExtraHandOffs bounds how many more hand-offs than waiters listed at
+// first one Unlock makes (to waiters that joined meanwhile, or came back
+// after being passed over).
+const maxExtraHandOffs = 4
+
 // unlockFair is Unlock for a Lock of a fair lock whose term ended cleanly:
 // it hands the lease to the first waiter in line (and on, to the next, if
 // one does not take it), or releases it when nobody waits. handed is false
@@ -496,31 +509,61 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		return false, nil
 	}
 	held := time.Since(fs.took)
-	succs := make([]successor, 0, len(ws))
-	for _, w := range ws {
-		if w.key == fs.key {
-			continue // this holder's own entry, not removed yet
-		}
-		if w.Missed {
-			// Passed over before and silent since: dead once it has not
-			// looked for longer than any live waiter goes without.
-			if !now.IsZero() && !w.modified.IsZero() && now.Sub(w.modified) > 2*timing.MaxQueueLook(f.cfg.poll) {
-				if f.q.remove(ctx, w, true) == nil {
-					fairHook("evicted", f.name, w.Ticket)
+	// candidates are the waiters a hand-off may go to, first in line first:
+	// all but this holder's own entry and those marked missed (evicting,
+	// from the first listing, those missed and silent for long).
+	candidates := func(ws []waiter, now time.Time) []waiter {
+		out := make([]waiter, 0, len(ws))
+		for _, w := range ws {
+			switch {
+			case w.key == fs.key:
+				// this holder's own entry, not removed yet
+			case w.Missed:
+				// Passed over before and silent since: dead once it has
+				// not looked for longer than any live waiter goes without.
+				if !now.IsZero() && !w.modified.IsZero() && now.Sub(w.modified) > 2*timing.MaxQueueLook(f.cfg.poll) {
+					if f.q.remove(ctx, w, true) == nil {
+						fairHook("evicted", f.name, w.Ticket)
+					}
 				}
+			default:
+				out = append(out, w)
 			}
-			continue
 		}
-		wait := f.cfg.headPoll
-		if !w.Head {
-			wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
-		}
-		succs = append(succs, successor{key: w.key, id: w.id, wait: wait, passed: func() { lk.passOver(ctx, w) }})
+		return out
 	}
-	if len(succs) == 0 {
+	pending := candidates(ws, now)
+	if len(pending) == 0 {
 		return false, nil
 	}
-	out, err := lk.lease.handOn(ctx, succs)
+	// After a waiter is passed over, the next is the first in line as the
+	// queue is then: one passed over before may be back (it cleared its
+	// missed mark: its entry changed), and is first again; one handed the
+	// lock already is not again while its entry is unchanged. The chain is
+	// bounded.
+	tried := map[uint64]azcore.ETag{}
+	left := len(pending) + maxExtraHandOffs
+	next := func() (successor, bool) {
+		if len(tried) > 0 {
+			if ws, err := f.q.waiters(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
+				pending = candidates(ws, time.Time{})
+			}
+		}
+		for _, w := range pending {
+			if etag, ok := tried[w.Ticket]; (ok && etag == w.etag) || left == 0 {
+				continue
+			}
+			left--
+			tried[w.Ticket] = w.etag
+			wait := f.cfg.headPoll
+			if !w.Head {
+				wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
+			}
+			return successor{key: w.key, id: w.id, wait: wait, passed: func() { lk.passOver(ctx, w) }}, true
+		}
+		return successor{}, false
+	}
+	out, err := lk.lease.handOnEach(ctx, next)
 	if err != nil {
 		if errors.Is(err, errHandOffLost) {
 			return true, err

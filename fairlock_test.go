@@ -640,3 +640,66 @@ func TestFairLockHolderLooksUntilItsWaitEnds(t *testing.T) {
 		assert.Equal(t, []string{"s", "x"}, got, "the first waiter took the lock within the holder's wait")
 	})
 }
+
+// TestFairLockBackWaiterServedNext: the holder's hand-off passes over the
+// first waiter (cut off) and goes to the next, which does not take it
+// either (it cannot read the lock). Meanwhile the first one is back: it
+// cleared its missed mark. The holder, listing the queue again after each
+// pass-over, hands the lock to it, instead of going on down the list it
+// listed first (passing over, and marking missed, every waiter behind while
+// the one that came back waits) and releasing the lock at its end.
+func TestFairLockBackWaiterServedNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var blockA, blockBC atomic.Bool
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			switch {
+			case r.Client == "a" && blockA.Load():
+				return azleasetest.Fault{Action: azleasetest.Fail}
+			case (r.Client == "b" || r.Client == "c") && blockBC.Load() && r.Op == azleasetest.OpGetProperties:
+				return azleasetest.Fault{Action: azleasetest.Fail}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		served := make(chan string, 3)
+		var wg sync.WaitGroup
+		for _, name := range []string{"a", "b", "c"} {
+			m := newMutex(t, e, name, "m", nil)
+			wg.Go(func() {
+				lk, err := m.Lock(ctx)
+				require.NoError(t, err)
+				served <- name
+				require.NoError(t, lk.Unlock(ctx))
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(5 * time.Second) // a first, with its head mark; b and c behind
+		blockA.Store(true)
+		blockBC.Store(true)
+		start := time.Now()
+		unlocked := make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			assert.NoError(t, holder.Unlock(ctx)) // a is passed over, then b waits up to 2 × PollInterval
+		}()
+		time.Sleep(400 * time.Millisecond)
+		blockA.Store(false) // a is back before the holder gives up on b
+		require.Equal(t, "a", <-served)
+		took := time.Since(start)
+		t.Logf("a served %v after the Unlock", took)
+		<-unlocked
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		for _, w := range q {
+			if w.Holder == "c" {
+				assert.False(t, w.Missed, "c was not handed the lock: a came back first")
+			}
+		}
+		assert.Less(t, took, 3*time.Second, "a right after b's wait, not after c's as well")
+		blockBC.Store(false)
+		wg.Wait()
+	})
+}

@@ -88,6 +88,21 @@ const minHandOffMargin = 50 * time.Millisecond
 // began, or storage failed): the lease may still be under the ID it was last
 // handed to, and expires on its own.
 func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, error) {
+	i := 0
+	return l.handOnEach(ctx, func() (successor, bool) {
+		if i == len(succs) {
+			return successor{}, false
+		}
+		i++
+		return succs[i-1], true
+	})
+}
+
+// handOnEach is handOn with the successors given one at a time: next gives
+// the first, and the next each time one did not take the lease in time
+// (after its passed), until it reports none left. A fair lock picks each
+// from the queue as it is then (a waiter passed over may be back).
+func (l *Lease) handOnEach(ctx context.Context, next func() (successor, bool)) (handOnOutcome, error) {
 	var out handOnOutcome
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -109,7 +124,12 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 	}
 	rec.released = true
 	cur := own
-	for i, s := range succs {
+	var prev successor // the last successor the lease was changed to
+	for {
+		s, ok := next()
+		if !ok {
+			break
+		}
 		// 1. The marker, under the lease as it is now.
 		rec.successor = s.key
 		start := time.Now()
@@ -120,7 +140,7 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 		case cur != own && errors.Is(werr, ErrLeaseLost):
 			// The previous successor changed the lease to its own ID after
 			// all: it took it.
-			out.taker = succs[i-1].key
+			out.taker = prev.key
 			return out, nil
 		case errors.Is(werr, ErrLeaseLost):
 			return out, fmt.Errorf("%w: %w", errHandOffLost, werr)
@@ -133,12 +153,12 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 		rtt := time.Since(start)
 		switch {
 		case cerr == nil:
-			cur = s.id
+			cur, prev = s.id, s
 		case bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
 			out.released = true // it expired meanwhile: free for the queue's head
 			return out, nil
 		case cur != own && errors.Is(cerr, ErrLeaseLost):
-			out.taker = succs[i-1].key
+			out.taker = prev.key
 			return out, nil
 		case errors.Is(cerr, ErrLeaseLost):
 			return out, fmt.Errorf("%w: %w", errHandOffLost, cerr)
@@ -171,7 +191,7 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 	// Azure refuses both requests.
 	rec.successor = ""
 	if _, werr := l.writeMarker(ctx, cur, rec.format(md), etag); cur != own && errors.Is(werr, ErrLeaseLost) {
-		out.taker = succs[len(succs)-1].key
+		out.taker = prev.key
 		return out, nil
 	}
 	if err := l.releaseID(ctx, cur, time.Now().Add(l.cfg.attemptTimeout), true); err != nil {
