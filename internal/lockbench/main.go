@@ -1,11 +1,12 @@
 // Command lockbench measures issue 25's fair locks side by side, in one run
-// on one machine: today's azlease.Mutex (unordered) and azlease's fair Mutex
-// on the azleasetest emulator served over loopback HTTP, and etcd's
-// concurrency.Mutex on an embedded single-node etcd. Three scenarios: the
-// order in which W queued waiters are served, with the hand-off gaps and
-// the requests while they wait; throughput with 50 contenders and
-// zero-length holds; and what a waiter that dies in the queue costs the
-// next one. It writes a markdown report (without a top-level heading:
+// on one machine: azlease's fair Mutex (the default) and the Mutex with
+// MutexOptions.Unordered (the waiting before issue 25) on the azleasetest
+// emulator served over loopback HTTP, and etcd's concurrency.Mutex on an
+// embedded single-node etcd. Four scenarios: the order in which W queued
+// waiters are served, with the hand-off gaps; what 50 waiters cost behind
+// a holder that keeps the lock, once they have settled; throughput with 50
+// contenders and zero-length holds; and what a waiter that dies in the
+// queue costs the next one. It writes a markdown report (without a top-level heading:
 // `make bench` folds it into bench/results.md through internal/bench).
 //
 // It is a module of its own so that etcd never reaches azlease's go.mod:
@@ -32,10 +33,12 @@ func main() {
 	var p params
 	out := flag.String("out", "", "write the markdown report to this file (default: standard output)")
 	waiters := flag.String("waiters", "8,16,50", "the order scenario's numbers of waiters W, comma-separated")
-	only := flag.String("only", "", "contenders to run, comma-separated: unordered, fair, etcd, etcd-nofsync (default all)")
+	only := flag.String("only", "", "contenders to run, comma-separated: fair, unordered, etcd, etcd-nofsync (default all)")
 	flag.DurationVar(&p.spacing, "spacing", 150*time.Millisecond, "time between two waiters' asking")
 	flag.DurationVar(&p.hold, "hold", 300*time.Millisecond, "how long each waiter keeps the lock in the order scenario")
-	flag.DurationVar(&p.quiet, "quiet", 5*time.Second, "window, all W waiting, in which requests are counted")
+	flag.IntVar(&p.costWaiters, "cost-waiters", 50, "waiters behind a holder that keeps the lock, in the cost scenario")
+	flag.DurationVar(&p.settle, "settle", time.Minute, "cost scenario: time from the last waiter's asking to the window")
+	flag.DurationVar(&p.costWindow, "cost-window", time.Minute, "cost scenario: window in which every client's requests are counted")
 	flag.IntVar(&p.contenders, "contenders", 50, "contenders in the throughput scenario")
 	flag.DurationVar(&p.window, "window", 10*time.Second, "duration of the throughput scenario")
 	flag.IntVar(&p.reps, "reps", 3, "repetitions of every scenario")
@@ -82,10 +85,10 @@ func (p params) validate() error {
 	switch {
 	case len(p.waiters) == 0:
 		return errors.New("-waiters: none")
-	case p.spacing <= 0 || p.hold < 0 || p.quiet <= 0 || p.window <= 0:
-		return errors.New("-spacing, -quiet and -window must be positive, -hold not negative")
-	case p.contenders < 1 || p.reps < 1:
-		return errors.New("-contenders and -reps must be at least 1")
+	case p.spacing <= 0 || p.hold < 0 || p.settle < 0 || p.costWindow <= 0 || p.window <= 0:
+		return errors.New("-spacing, -cost-window and -window must be positive, -hold and -settle not negative")
+	case p.contenders < 1 || p.reps < 1 || p.costWaiters < 1:
+		return errors.New("-contenders, -cost-waiters and -reps must be at least 1")
 	case p.etcdTTL < time.Second || p.etcdTTL%time.Second != 0:
 		return errors.New("-etcd-ttl: whole seconds, at least 1 s")
 	}
@@ -158,6 +161,14 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					return err
 				})
 		}
+		each(costKey, fmt.Sprintf("cost, %d waiters", p.costWaiters), rep,
+			func(be backend, ce *cell, name string) error {
+				c, err := runCost(ctx, be, name, p.costWaiters, p)
+				if err == nil {
+					ce.costs = append(ce.costs, c)
+				}
+				return err
+			})
 		each(throughputKey, fmt.Sprintf("throughput, %d contenders", p.contenders), rep,
 			func(be backend, ce *cell, name string) error {
 				t, err := runThroughput(ctx, be, name, p.contenders, p.window)
@@ -186,7 +197,7 @@ func (r *results) keys(c string) []string {
 	for _, w := range r.p.waiters {
 		ks = append(ks, orderKey(c, w))
 	}
-	ks = append(ks, throughputKey(c))
+	ks = append(ks, costKey(c), throughputKey(c))
 	for _, how := range []string{deadNone, deadCanceled, deadKilled} {
 		ks = append(ks, deadKey(c, how))
 	}

@@ -17,14 +17,16 @@ import (
 
 // params are the scenarios' settings.
 type params struct {
-	waiters    []int         // W of the order scenario
-	spacing    time.Duration // between two waiters' asking
-	hold       time.Duration // how long each waiter holds the lock
-	quiet      time.Duration // window with all W waiting, to count requests
-	contenders int           // throughput scenario
-	window     time.Duration // throughput scenario's duration
-	reps       int
-	etcdTTL    time.Duration // etcd sessions' TTL (whole seconds)
+	waiters     []int         // W of the order scenario
+	spacing     time.Duration // between two waiters' asking
+	hold        time.Duration // how long each waiter holds the lock
+	settle      time.Duration // cost scenario: from the last waiter's asking to the window
+	costWindow  time.Duration // cost scenario: the window in which requests are counted
+	costWaiters int           // cost scenario: waiters behind the holder
+	contenders  int           // throughput scenario
+	window      time.Duration // throughput scenario's duration
+	reps        int
+	etcdTTL     time.Duration // etcd sessions' TTL (whole seconds)
 }
 
 // exclusion counts holders from the harness's side.
@@ -82,9 +84,15 @@ func newWaiters(ctx context.Context, be backend, name string, n int) ([]*waiter,
 
 // orderRun is one repetition of the order scenario.
 type orderRun struct {
-	served []int           // waiters (numbered in asking order) in the order they got the lock
-	gaps   []time.Duration // hand-off gaps: each Unlock returned → the next Lock returned
-	window counts          // requests during the quiet window, all W waiting
+	served []int // waiters (numbered in asking order) in the order they got the lock
+	// gaps are the hand-off gaps as issue 25 defines them: each Unlock
+	// returned → the next Lock returned (negative when the next Lock
+	// returns first: a fair Unlock waits until the next holder's term
+	// shows); called the same from the Unlock call, the latency a waiter
+	// sees.
+	gaps, called []time.Duration
+	requests     counts // every client's, from the first waiter's asking to the last Unlock
+	elapsed      time.Duration
 }
 
 // overtakes counts pairs served out of asking order.
@@ -100,11 +108,11 @@ func (r orderRun) overtakes() int {
 	return n
 }
 
-// runOrder: one holder takes the lock; w waiters ask spacing apart; once
-// the last has asked, the requests of a quiet window are counted; then the
-// holder unlocks and each waiter, once served, keeps the lock for hold.
+// runOrder (issue 25's measurement): one holder takes the lock; w waiters,
+// each on a client of its own, ask spacing apart, the first at the start;
+// every holder keeps the lock for hold, the first one too, from the start.
 func runOrder(ctx context.Context, be backend, name string, w int, p params) (orderRun, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(w)*(p.spacing+p.hold+10*time.Second)+p.quiet+time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(w)*(p.spacing+p.hold+10*time.Second)+time.Minute)
 	defer cancel()
 	ws, closeAll, err := newWaiters(ctx, be, name, w+1)
 	if err != nil {
@@ -123,10 +131,12 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 		mu       sync.Mutex
 		served   []int
 		got      = make([]time.Time, w)
-		released = make([]time.Time, w)
+		calling  = make([]time.Time, w) // Unlock called
+		released = make([]time.Time, w) // Unlock returned
 		errs     = make([]error, w+1)
 		wg       sync.WaitGroup
 	)
+	c0 := be.requests()
 	start := time.Now()
 	for i := range w {
 		wg.Go(func() {
@@ -145,6 +155,7 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 			mu.Unlock()
 			_ = sleepCtx(ctx, p.hold)
 			x.leave()
+			calling[i] = time.Now()
 			if err := unlock(ctx); err != nil {
 				errs[i] = fmt.Errorf("waiter %d: unlock: %w", i, err)
 			}
@@ -152,29 +163,78 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 		})
 	}
 	var run orderRun
-	var holderReleased time.Time
-	if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(w-1)*p.spacing))); err == nil {
-		c0 := be.requests()
-		if err := sleepCtx(ctx, p.quiet); err == nil {
-			run.window = be.requests().minus(c0)
-		}
-	}
+	_ = sleepCtx(ctx, time.Until(start.Add(p.hold)))
 	x.leave()
+	holderCalled := time.Now()
 	if err := unlockHolder(ctx); err != nil {
 		errs[w] = fmt.Errorf("holder: unlock: %w", err)
 	}
-	holderReleased = time.Now()
+	holderReleased := time.Now()
 	wg.Wait()
+	run.elapsed = time.Since(start)
+	run.requests = be.requests().minus(c0)
 	if err := errors.Join(append(errs, x.err(), ctx.Err())...); err != nil {
 		return orderRun{}, err
 	}
 	run.served = served
-	prev := holderReleased
+	prevCalled, prevReleased := holderCalled, holderReleased
 	for _, i := range served {
-		run.gaps = append(run.gaps, got[i].Sub(prev))
-		prev = released[i]
+		run.gaps = append(run.gaps, got[i].Sub(prevReleased))
+		run.called = append(run.called, got[i].Sub(prevCalled))
+		prevCalled, prevReleased = calling[i], released[i]
 	}
 	return run, nil
+}
+
+// costRun is one repetition of the cost scenario.
+type costRun struct {
+	waiters  int
+	window   time.Duration
+	requests counts // every client's in the window, the holder's renewals included
+}
+
+// runCost: a holder takes the lock and keeps it; n waiters, each on a
+// client of its own, ask spacing apart; once the last has asked and settle
+// has passed (the waiters far back look less and less often), every
+// client's requests are counted for window.
+func runCost(ctx context.Context, be backend, name string, n int, p params) (costRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(n)*p.spacing+p.settle+p.costWindow+2*time.Minute)
+	defer cancel()
+	ws, closeAll, err := newWaiters(ctx, be, name, n+1)
+	if err != nil {
+		return costRun{}, err
+	}
+	defer closeAll()
+	holder, ws := ws[0], ws[1:]
+	unlockHolder, err := holder.Lock(ctx)
+	if err != nil {
+		return costRun{}, fmt.Errorf("holder: %w", err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range ws {
+		if err := sleepCtx(ctx, p.spacing); err != nil {
+			break
+		}
+		wg.Go(func() {
+			if unlock, err := ws[i].Lock(wctx); err == nil {
+				_ = unlock(ctx)
+				errs[i] = fmt.Errorf("waiter %d got the lock its holder keeps", i)
+			}
+		})
+	}
+	run := costRun{waiters: n, window: p.costWindow}
+	if err := sleepCtx(ctx, p.settle); err == nil {
+		c0 := be.requests()
+		if err := sleepCtx(ctx, p.costWindow); err == nil {
+			run.requests = be.requests().minus(c0)
+		}
+	}
+	stop()
+	wg.Wait()
+	err = unlockHolder(ctx)
+	return run, errors.Join(append(errs, err, ctx.Err())...)
 }
 
 // throughputRun is one repetition of the throughput scenario.
