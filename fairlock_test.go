@@ -703,3 +703,49 @@ func TestFairLockBackWaiterServedNext(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestQueueEntriesInAListing: a listing of a lock's blobs (InspectPrefix, as
+// azlease ui reads a container) tells the queue's entries and its ticket
+// counter from the lock blob, and reads each waiter as InspectQueue does.
+func TestQueueEntriesInAListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "jobs/m", nil).Lock(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for _, name := range []string{"a", "b"} {
+			m := newMutex(t, e, name, "jobs/m", &azlease.MutexOptions{Identity: "id " + name})
+			wg.Go(func() { _, _ = m.Lock(wctx) })
+			time.Sleep(time.Second)
+		}
+		want, err := azlease.InspectQueue(ctx, e.client("x"), "jobs/m")
+		require.NoError(t, err)
+		require.Len(t, want, 2)
+		listed, err := azlease.InspectPrefix(ctx, e.client("x"), "jobs/")
+		require.NoError(t, err)
+		var got []azlease.Waiter
+		counters := 0
+		for _, st := range listed {
+			if lock, w, ok := st.QueueEntry(); ok {
+				assert.Equal(t, "jobs/m", lock)
+				got = append(got, w)
+				continue
+			}
+			if lock, ok := st.QueueCounter(); ok {
+				assert.Equal(t, "jobs/m", lock)
+				counters++
+				continue
+			}
+			assert.Equal(t, "jobs/m", st.Name, "the lock blob itself")
+		}
+		assert.Equal(t, want, got)
+		assert.Equal(t, 1, counters)
+		assert.Equal(t, "id a", got[0].Holder)
+		assert.True(t, got[0].Head)
+		cancel()
+		wg.Wait()
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}

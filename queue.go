@@ -498,3 +498,34 @@ func InspectQueue(ctx context.Context, cc *container.Client, name string) ([]Wai
 	}
 	return out, nil
 }
+
+// QueueEntry reports whether st, as [InspectPrefix] lists it, is a waiter's
+// entry in a fair lock's queue (a blob NAME/queue/<ticket>), and returns
+// the lock's name and the waiter as [InspectQueue] reads it. It makes no
+// request; [Status.Leased] and the term fields mean nothing for an entry.
+func (st Status) QueueEntry() (lock string, w Waiter, ok bool) {
+	i := strings.LastIndex(st.Name, queueSuffix+"/")
+	if i <= 0 {
+		return "", Waiter{}, false
+	}
+	lock = st.Name[:i]
+	x, ok := parseWaiter(lock, st)
+	if !ok {
+		return "", Waiter{}, false
+	}
+	return lock, x.Waiter, true
+}
+
+// QueueCounter reports whether st, as [InspectPrefix] lists it, is the
+// ticket counter of a fair lock's queue (the blob NAME/queue), and returns
+// the lock's name. It makes no request.
+func (st Status) QueueCounter() (lock string, ok bool) {
+	lock, found := strings.CutSuffix(st.Name, queueSuffix)
+	if !found || lock == "" {
+		return "", false
+	}
+	if _, ok := lookup(st.raw, metaNextTicket); !ok {
+		return "", false
+	}
+	return lock, true
+}
