@@ -34,7 +34,7 @@ func (l testLog) Write(p []byte) (int, error) {
 func TestEveryCellHasFigures(t *testing.T) {
 	p := params{
 		waiters: []int{1, 3}, spacing: 20 * time.Millisecond, hold: 20 * time.Millisecond,
-		costWaiters: 3, settle: 100 * time.Millisecond, costWindow: 300 * time.Millisecond,
+		costWaiters: 3, settle: 100 * time.Millisecond, costWindow: 300 * time.Millisecond, costReps: 1,
 		contenders: 3, window: 300 * time.Millisecond, reps: 1,
 		etcdTTL: 2 * time.Second, // etcd's shortest with its default election timeout
 	}

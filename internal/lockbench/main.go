@@ -39,6 +39,7 @@ func main() {
 	flag.IntVar(&p.costWaiters, "cost-waiters", 50, "waiters behind a holder that keeps the lock, in the cost scenario")
 	flag.DurationVar(&p.settle, "settle", time.Minute, "cost scenario: time from the last waiter's asking to the window")
 	flag.DurationVar(&p.costWindow, "cost-window", time.Minute, "cost scenario: window in which every client's requests are counted")
+	flag.IntVar(&p.costReps, "cost-reps", 1, "repetitions of the cost scenario (at most -reps; each takes -settle and -cost-window)")
 	flag.IntVar(&p.contenders, "contenders", 50, "contenders in the throughput scenario")
 	flag.DurationVar(&p.window, "window", 10*time.Second, "duration of the throughput scenario")
 	flag.IntVar(&p.reps, "reps", 3, "repetitions of every scenario")
@@ -87,8 +88,8 @@ func (p params) validate() error {
 		return errors.New("-waiters: none")
 	case p.spacing <= 0 || p.hold < 0 || p.settle < 0 || p.costWindow <= 0 || p.window <= 0:
 		return errors.New("-spacing, -cost-window and -window must be positive, -hold and -settle not negative")
-	case p.contenders < 1 || p.reps < 1 || p.costWaiters < 1:
-		return errors.New("-contenders, -cost-waiters and -reps must be at least 1")
+	case p.contenders < 1 || p.reps < 1 || p.costWaiters < 1 || p.costReps < 1:
+		return errors.New("-contenders, -cost-waiters, -reps and -cost-reps must be at least 1")
 	case p.etcdTTL < time.Second || p.etcdTTL%time.Second != 0:
 		return errors.New("-etcd-ttl: whole seconds, at least 1 s")
 	}
@@ -161,14 +162,16 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					return err
 				})
 		}
-		each(costKey, fmt.Sprintf("cost, %d waiters", p.costWaiters), rep,
-			func(be backend, ce *cell, name string) error {
-				c, err := runCost(ctx, be, name, p.costWaiters, p)
-				if err == nil {
-					ce.costs = append(ce.costs, c)
-				}
-				return err
-			})
+		if rep < p.costReps {
+			each(costKey, fmt.Sprintf("cost, %d waiters", p.costWaiters), rep,
+				func(be backend, ce *cell, name string) error {
+					c, err := runCost(ctx, be, name, p.costWaiters, p)
+					if err == nil {
+						ce.costs = append(ce.costs, c)
+					}
+					return err
+				})
+		}
 		each(throughputKey, fmt.Sprintf("throughput, %d contenders", p.contenders), rep,
 			func(be backend, ce *cell, name string) error {
 				t, err := runThroughput(ctx, be, name, p.contenders, p.window)

@@ -23,6 +23,7 @@ type params struct {
 	settle      time.Duration // cost scenario: from the last waiter's asking to the window
 	costWindow  time.Duration // cost scenario: the window in which requests are counted
 	costWaiters int           // cost scenario: waiters behind the holder
+	costReps    int           // cost scenario: repetitions (the first costReps of reps)
 	contenders  int           // throughput scenario
 	window      time.Duration // throughput scenario's duration
 	reps        int
