@@ -63,7 +63,8 @@ those behind it less often the further back they are (at most every
 holder that is done hands the lock straight to the first in line: it is never
 free in between, so a command started later cannot take it first. A waiter
 that gives up (--timeout, a signal) leaves the queue; one that dies is passed
-over within a head poll or two. Waiting costs about 1/--head-poll requests a
+over when its turn comes, after a head poll if it was first in line, up to
+2 × --poll-interval otherwise. Waiting costs about 1/--head-poll requests a
 second for the first in line (5 with the default) and under 1 a second for
 all the others together, whatever their number.
 
