@@ -34,7 +34,7 @@ func (l testLog) Write(p []byte) (int, error) {
 func TestEveryCellHasFigures(t *testing.T) {
 	p := params{
 		waiters: []int{1, 3}, spacing: 20 * time.Millisecond, hold: 20 * time.Millisecond,
-		costWaiters: 3, settle: 100 * time.Millisecond, costWindow: 300 * time.Millisecond, costReps: 1,
+		costWaiters: 3, costWindows: []costWindow{{100 * time.Millisecond, 200 * time.Millisecond}, {400 * time.Millisecond, 200 * time.Millisecond}}, costReps: 1,
 		contenders: 3, window: 300 * time.Millisecond, reps: 1,
 		etcdTTL: 2 * time.Second, // etcd's shortest with its default election timeout
 	}
@@ -66,8 +66,9 @@ func TestEveryCellHasFigures(t *testing.T) {
 		}
 		cost := r.cells[costKey(c.key)]
 		require.Len(t, cost.costs, p.reps, c.name)
+		require.Len(t, cost.costs[0].requests, 2, c.name)
 		if c.key == "fair" {
-			assert.Positive(t, cost.costs[0].requests.sent, "the first in line polls every 200 ms")
+			assert.Positive(t, cost.costs[0].requests[0].sent, "the first in line polls every 200 ms")
 		}
 		tp := r.cells[throughputKey(c.key)]
 		require.Len(t, tp.tps, p.reps, c.name)
@@ -151,4 +152,14 @@ func TestFairCostFormula(t *testing.T) {
 	}
 	assert.InDelta(t, head+0.5+h10+39.0/150+renew, fairCostFormula(50), 1e-9)
 	assert.Less(t, fairCostFormula(50)-renew, head+1, "issue 25's target: the head's poll rate + 1")
+}
+
+// TestCostWindows: -cost-windows' START+LENGTH pairs.
+func TestCostWindows(t *testing.T) {
+	var p params
+	require.NoError(t, parseWindows(&p, "1m+1m, 5m+2m"))
+	assert.Equal(t, []costWindow{{time.Minute, time.Minute}, {5 * time.Minute, 2 * time.Minute}}, p.costWindows)
+	for _, bad := range []string{"", "1m", "1m+0s", "2m+1m,2m30s+1m", "x+1m"} {
+		assert.Error(t, parseWindows(&params{}, bad), bad)
+	}
 }

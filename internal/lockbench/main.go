@@ -37,14 +37,17 @@ func main() {
 	flag.DurationVar(&p.spacing, "spacing", 150*time.Millisecond, "time between two waiters' asking")
 	flag.DurationVar(&p.hold, "hold", 300*time.Millisecond, "how long each waiter keeps the lock in the order scenario")
 	flag.IntVar(&p.costWaiters, "cost-waiters", 50, "waiters behind a holder that keeps the lock, in the cost scenario")
-	flag.DurationVar(&p.settle, "settle", time.Minute, "cost scenario: time from the last waiter's asking to the window")
-	flag.DurationVar(&p.costWindow, "cost-window", time.Minute, "cost scenario: window in which every client's requests are counted")
-	flag.IntVar(&p.costReps, "cost-reps", 1, "repetitions of the cost scenario (at most -reps; each takes -settle and -cost-window)")
+	windows := flag.String("cost-windows", "1m+1m,5m+2m", "cost scenario: windows START+LENGTH after the last waiter asked, in which every client's requests are counted")
+	flag.IntVar(&p.costReps, "cost-reps", 1, "repetitions of the cost scenario (at most -reps; each lasts until its last window ends)")
 	flag.IntVar(&p.contenders, "contenders", 50, "contenders in the throughput scenario")
 	flag.DurationVar(&p.window, "window", 10*time.Second, "duration of the throughput scenario")
 	flag.IntVar(&p.reps, "reps", 3, "repetitions of every scenario")
 	flag.DurationVar(&p.etcdTTL, "etcd-ttl", 15*time.Second, "etcd sessions' TTL, whole seconds (azlease's default lease duration; etcd's default is 60 s)")
 	flag.Parse()
+	if err := parseWindows(&p, *windows); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(2)
+	}
 	if err := mainErr(&p, *out, *waiters, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		os.Exit(1)
@@ -82,12 +85,31 @@ func mainErr(p *params, out, waiters, only string) error {
 	return errors.Join(runErr, err)
 }
 
+// parseWindows reads -cost-windows: START+LENGTH pairs, in order, not
+// overlapping.
+func parseWindows(p *params, spec string) error {
+	var end time.Duration
+	for _, f := range strings.Split(spec, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(f), "+")
+		start, err1 := time.ParseDuration(a)
+		length, err2 := time.ParseDuration(b)
+		if !ok || err1 != nil || err2 != nil || start < end || length <= 0 {
+			return fmt.Errorf("-cost-windows: %q is not START+LENGTH after the window before (1m+1m)", f)
+		}
+		p.costWindows = append(p.costWindows, costWindow{start, length})
+		end = start + length
+	}
+	return nil
+}
+
 func (p params) validate() error {
 	switch {
 	case len(p.waiters) == 0:
 		return errors.New("-waiters: none")
-	case p.spacing <= 0 || p.hold < 0 || p.settle < 0 || p.costWindow <= 0 || p.window <= 0:
-		return errors.New("-spacing, -cost-window and -window must be positive, -hold and -settle not negative")
+	case p.spacing <= 0 || p.hold < 0 || p.window <= 0:
+		return errors.New("-spacing and -window must be positive, -hold not negative")
+	case len(p.costWindows) == 0:
+		return errors.New("-cost-windows: none")
 	case p.contenders < 1 || p.reps < 1 || p.costWaiters < 1 || p.costReps < 1:
 		return errors.New("-contenders, -cost-waiters, -reps and -cost-reps must be at least 1")
 	case p.etcdTTL < time.Second || p.etcdTTL%time.Second != 0:
@@ -183,9 +205,10 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
 			each(func(c string) string { return deadKey(c, how) }, "dead waiter, "+how, rep,
 				func(be backend, ce *cell, name string) error {
-					g, err := runDead(ctx, be, name, how, p)
+					g, called, err := runDead(ctx, be, name, how, p)
 					if err == nil {
 						ce.gaps = append(ce.gaps, g)
+						ce.deadCalled = append(ce.deadCalled, called)
 					}
 					return err
 				})

@@ -23,8 +23,10 @@ type cell struct {
 	orders []orderRun
 	costs  []costRun
 	tps    []throughputRun
-	gaps   []time.Duration // dead-waiter scenario
-	err    error           // the first error; no further repetition ran
+	gaps   []time.Duration // dead-waiter scenario: from the holder's Unlock returning
+	// deadCalled is the dead-waiter scenario's gaps from the Unlock call.
+	deadCalled []time.Duration
+	err        error // the first error; no further repetition ran
 }
 
 // results is a whole run.
@@ -152,31 +154,38 @@ func render(r *results) string {
 	}
 
 	fmt.Fprintf(&b, "\n### Cost: %d waiters behind a holder that keeps the lock\n\n", p.costWaiters)
-	fmt.Fprintf(&b, "A holder takes the lock and keeps it; %d waiters, each on a client of its own, ask %v apart; %v after the last\n", p.costWaiters, p.spacing, p.settle)
-	fmt.Fprintf(&b, "has asked (the waiters far back have slowed down), every client's requests are counted for %v, the holder's\n", p.costWindow)
-	fmt.Fprintf(&b, "renewals included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's formula (the\n")
-	fmt.Fprintf(&b, "`Mutex` doc): the first in line 1/(0.95 × 200 ms) (its jitter only shortens the wait), right behind it 1/(2 × 1 s),\n")
-	fmt.Fprintf(&b, "positions 2 to 10 1/(15 × position × 1 s) each, further back 1/(150 × 1 s) each; plus the holder's renewals.\n\n")
-	fmt.Fprintf(&b, "| contender | waiters | requests/s, all clients | per waiter-second | failed | formula | reps |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "A holder takes the lock and keeps it; %d waiters, each on a client of its own, ask %v apart; in each window\n", p.costWaiters, p.spacing)
+	fmt.Fprintf(&b, "(its start after the last has asked, and its length), every client's requests are counted, the holder's renewals\n")
+	fmt.Fprintf(&b, "included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's waiters behind the first\n")
+	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the `Mutex` doc's formula once it has stood for\n")
+	fmt.Fprintf(&b, "twice their longest wait (5 min at position 10 and beyond): the first in line 1/(0.95 × 200 ms) (its jitter only\n")
+	fmt.Fprintf(&b, "shortens the wait), right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back\n")
+	fmt.Fprintf(&b, "1/(150 × 1 s) each; plus the holder's renewals.\n\n")
+	fmt.Fprintf(&b, "| contender | waiters | window | requests/s, all clients | per waiter-second | failed | formula | reps |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
-		fmt.Fprintf(&b, "| %s | %d | ", c.name, p.costWaiters)
 		ce := r.cell(costKey(c.key))
-		if bad := r.missing(c, ce, 5); bad != "" {
-			b.WriteString(bad)
-			continue
+		for wi, win := range p.costWindows {
+			fmt.Fprintf(&b, "| %s | %d | %v | ", c.name, p.costWaiters, win)
+			if bad := r.missing(c, ce, 5); bad != "" {
+				b.WriteString(bad)
+				continue
+			}
+			var rate, per, failed []float64
+			for _, cr := range ce.costs {
+				if wi >= len(cr.requests) {
+					continue
+				}
+				x := float64(cr.requests[wi].sent) / win.length.Seconds()
+				rate = append(rate, x)
+				per = append(per, x/float64(cr.waiters))
+				failed = append(failed, float64(cr.requests[wi].failed))
+			}
+			formula := "—"
+			if c.key == "fair" {
+				formula = num(fairCostFormula(p.costWaiters), 2)
+			}
+			fmt.Fprintf(&b, "%s | %s | %s | %s | %d |\n", withRange(rate, 2), withRange(per, 3), withRange(failed, 0), formula, len(rate))
 		}
-		var rate, per, failed []float64
-		for _, cr := range ce.costs {
-			x := float64(cr.requests.sent) / cr.window.Seconds()
-			rate = append(rate, x)
-			per = append(per, x/float64(cr.waiters))
-			failed = append(failed, float64(cr.requests.failed))
-		}
-		formula := "—"
-		if c.key == "fair" {
-			formula = num(fairCostFormula(p.costWaiters), 2)
-		}
-		fmt.Fprintf(&b, "%s | %s | %s | %s | %d |\n", withRange(rate, 2), withRange(per, 3), withRange(failed, 0), formula, len(ce.costs))
 	}
 
 	fmt.Fprintf(&b, "\n### Throughput: %d contenders, zero-length holds, %v\n\n", p.contenders, p.window)
@@ -206,27 +215,29 @@ func render(r *results) string {
 
 	fmt.Fprintf(&b, "\n### A dead waiter's cost\n\n")
 	fmt.Fprintf(&b, "A holder has the lock; a waiter asks, %v later the next one asks, %v later the first goes away, and %v\n", p.spacing, p.spacing, p.hold)
-	fmt.Fprintf(&b, "later the holder unlocks: the gap from its Unlock returning to the next waiter's Lock returning, beside the same\n")
+	fmt.Fprintf(&b, "later the holder unlocks: the gap to the next waiter's Lock returning, from the holder's Unlock returning (a fair\n")
+	fmt.Fprintf(&b, "Unlock returns once the next holder's term shows, so it is negative there) and from its Unlock call, beside the same\n")
 	fmt.Fprintf(&b, "hand-off with nobody ahead. Cancelled: the waiter's Lock ctx is cancelled (it gives up, and may tidy up). Killed:\n")
 	fmt.Fprintf(&b, "its process dies (no request of its reaches the service from then on, nothing is given back; for etcd, its client\n")
-	fmt.Fprintf(&b, "closes without revoking its session, whose key then stays until the TTL runs out). Cost: the median gap less the\n")
-	fmt.Fprintf(&b, "median with nobody ahead.\n\n")
-	fmt.Fprintf(&b, "| contender | the waiter ahead | gap p50 | max | cost | reps |\n|---|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "closes without revoking its session, whose key then stays until the TTL runs out). Cost: the median gap from the\n")
+	fmt.Fprintf(&b, "Unlock call less the same median with nobody ahead.\n\n")
+	fmt.Fprintf(&b, "| contender | the waiter ahead | gap (Unlock returned) p50 | max | gap (Unlock called) p50 | max | cost | reps |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
 		base := r.cell(deadKey(c.key, deadNone))
 		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
 			label := map[string]string{deadNone: "none (baseline)", deadCanceled: "cancelled", deadKilled: "killed"}[how]
 			fmt.Fprintf(&b, "| %s | %s | ", c.name, label)
 			ce := r.cell(deadKey(c.key, how))
-			if bad := r.missing(c, ce, 4); bad != "" {
+			if bad := r.missing(c, ce, 6); bad != "" {
 				b.WriteString(bad)
 				continue
 			}
 			cost := "—"
-			if how != deadNone && base != nil && base.err == nil && len(base.gaps) > 0 {
-				cost = dur(quantile(ce.gaps, 0.5) - quantile(base.gaps, 0.5))
+			if how != deadNone && base != nil && base.err == nil && len(base.deadCalled) > 0 {
+				cost = dur(quantile(ce.deadCalled, 0.5) - quantile(base.deadCalled, 0.5))
 			}
-			fmt.Fprintf(&b, "%s | %s | %s | %d |\n", dur(quantile(ce.gaps, 0.5)), dur(quantile(ce.gaps, 1)), cost, len(ce.gaps))
+			fmt.Fprintf(&b, "%s | %s | %s | %s | %s | %d |\n", dur(quantile(ce.gaps, 0.5)), dur(quantile(ce.gaps, 1)),
+				dur(quantile(ce.deadCalled, 0.5)), dur(quantile(ce.deadCalled, 1)), cost, len(ce.gaps))
 		}
 	}
 	return b.String()

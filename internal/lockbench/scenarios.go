@@ -20,8 +20,7 @@ type params struct {
 	waiters     []int         // W of the order scenario
 	spacing     time.Duration // between two waiters' asking
 	hold        time.Duration // how long each waiter holds the lock
-	settle      time.Duration // cost scenario: from the last waiter's asking to the window
-	costWindow  time.Duration // cost scenario: the window in which requests are counted
+	costWindows []costWindow  // cost scenario: when requests are counted, from the last waiter's asking
 	costWaiters int           // cost scenario: waiters behind the holder
 	costReps    int           // cost scenario: repetitions (the first costReps of reps)
 	contenders  int           // throughput scenario
@@ -187,19 +186,26 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 	return run, nil
 }
 
+// costWindow is a window of the cost scenario: from start after the last
+// waiter asked, for length.
+type costWindow struct{ start, length time.Duration }
+
+func (w costWindow) String() string { return fmt.Sprintf("%v+%v", w.start, w.length) }
+
 // costRun is one repetition of the cost scenario.
 type costRun struct {
 	waiters  int
-	window   time.Duration
-	requests counts // every client's in the window, the holder's renewals included
+	windows  []costWindow
+	requests []counts // every client's in each window, the holder's renewals included
 }
 
 // runCost: a holder takes the lock and keeps it; n waiters, each on a
-// client of its own, ask spacing apart; once the last has asked and settle
-// has passed (the waiters far back look less and less often), every
-// client's requests are counted for window.
+// client of its own, ask spacing apart; in each window after the last has
+// asked (the waiters far back look less and less often, the longer the
+// queue stands still), every client's requests are counted.
 func runCost(ctx context.Context, be backend, name string, n int, p params) (costRun, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(n)*p.spacing+p.settle+p.costWindow+2*time.Minute)
+	last := p.costWindows[len(p.costWindows)-1]
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(n)*p.spacing+last.start+last.length+2*time.Minute)
 	defer cancel()
 	ws, closeAll, err := newWaiters(ctx, be, name, n+1)
 	if err != nil {
@@ -225,16 +231,24 @@ func runCost(ctx context.Context, be backend, name string, n int, p params) (cos
 			}
 		})
 	}
-	run := costRun{waiters: n, window: p.costWindow}
-	if err := sleepCtx(ctx, p.settle); err == nil {
-		c0 := be.requests()
-		if err := sleepCtx(ctx, p.costWindow); err == nil {
-			run.requests = be.requests().minus(c0)
+	asked := time.Now()
+	run := costRun{waiters: n, windows: p.costWindows}
+	for _, w := range p.costWindows {
+		if err := sleepCtx(ctx, time.Until(asked.Add(w.start))); err != nil {
+			break
 		}
+		c0 := be.requests()
+		if err := sleepCtx(ctx, w.length); err != nil {
+			break
+		}
+		run.requests = append(run.requests, be.requests().minus(c0))
 	}
 	stop()
 	wg.Wait()
 	err = unlockHolder(ctx)
+	if err == nil && len(run.requests) < len(run.windows) {
+		err = errors.New("a cost window did not end")
+	}
 	return run, errors.Join(append(errs, err, ctx.Err())...)
 }
 
@@ -313,20 +327,20 @@ const (
 // waiter asks, spacing later the victim goes away (unless how is deadNone,
 // when there is no victim), and hold later the holder unlocks. The result is
 // the gap from the holder's Unlock returning to the next waiter's Lock
-// returning.
-func runDead(ctx context.Context, be backend, name, how string, p params) (time.Duration, error) {
+// returning, and from the Unlock call.
+func runDead(ctx context.Context, be backend, name, how string, p params) (returned, called time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*p.etcdTTL+2*time.Minute)
 	defer cancel()
 	ws, closeAll, err := newWaiters(ctx, be, name, 3)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer closeAll()
 	holder, victim, next := ws[0], ws[1], ws[2]
 	var x exclusion
 	unlockHolder, err := holder.Lock(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("holder: %w", err)
+		return 0, 0, fmt.Errorf("holder: %w", err)
 	}
 	x.enter()
 
@@ -345,7 +359,7 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (time.
 			}
 		})
 		if err := sleepCtx(ctx, p.spacing); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	var got time.Time
@@ -364,7 +378,7 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (time.
 		}
 	})
 	if err := sleepCtx(ctx, p.spacing); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	switch how {
 	case deadCanceled:
@@ -374,11 +388,12 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (time.
 	}
 	_ = sleepCtx(ctx, p.hold)
 	x.leave()
+	calledAt := time.Now()
 	err = unlockHolder(ctx)
 	released := time.Now()
 	wg.Wait()
 	if err := errors.Join(err, victimErr, nextErr, x.err(), ctx.Err()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return got.Sub(released), nil
+	return got.Sub(released), got.Sub(calledAt), nil
 }
