@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -744,6 +745,50 @@ func TestQueueEntriesInAListing(t *testing.T) {
 		assert.Equal(t, 1, counters)
 		assert.Equal(t, "id a", got[0].Holder)
 		assert.True(t, got[0].Head)
+		cancel()
+		wg.Wait()
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}
+
+// TestFairLockManyJoinAtOnce: fifty waiters ask at the same instant behind
+// a holder: each takes a ticket (a conditional write on the counter: all
+// but one of those racing are refused, 412, and read again). The retries
+// are spread at random, so that they do not race again in step: the
+// refusals stay a few per waiter (a retry after a fixed pause met the same
+// rivals again: 16 per waiter here, 3 now), and all fifty join.
+func TestFairLockManyJoinAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		const n = 50
+		cs := make([]*counter, n)
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i := range cs {
+			cs[i] = &counter{latency: time.Millisecond} // a round trip: a read and the write after it race the others'
+			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
+			require.NoError(t, err)
+			wg.Go(func() { _, _ = m.Lock(wctx) })
+		}
+		time.Sleep(10 * time.Second)
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		assert.Len(t, q, n, "all joined")
+		refused := 0
+		for _, c := range cs {
+			c.mu.Lock()
+			for _, f := range c.failed {
+				if strings.HasPrefix(f, "metadata 412") || strings.HasPrefix(f, "put 409") {
+					refused++
+				}
+			}
+			c.mu.Unlock()
+		}
+		t.Logf("%d ticket writes refused for %d waiters joining at once", refused, n)
+		assert.Less(t, refused, 4*n)
 		cancel()
 		wg.Wait()
 		require.NoError(t, holder.Unlock(ctx))

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
@@ -171,9 +172,10 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 		case tries+1 >= maxTicketAttempts:
 			return 0, l.errorf("write", ErrTransient, fmt.Errorf("%d waiters took the ticket first, %d times in a row", maxTicketAttempts, maxTicketAttempts))
 		}
-		// Someone else took it: read again (after a short pause, so that
-		// many waiters arriving together do not stay in step).
-		if !sleepCtx(ctx, time.Duration(1+tries)*5*time.Millisecond) {
+		// Someone else took it: read again after a pause drawn at random
+		// from a range that grows with each try, so that many waiters
+		// arriving together do not race again in step.
+		if !sleepCtx(ctx, time.Duration(mrand.Int64N(int64(time.Duration(1+tries)*10*time.Millisecond)))) {
 			return 0, l.canceled(ctx, "write", l.t.blob, nil)
 		}
 	}
