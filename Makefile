@@ -144,8 +144,10 @@ MANYBENCH50K_FLAGS ?= -n 50000 -tls tls -reps 1 -dur 20s -variants azlease,raw,r
 SHARDBENCH_SEEDS ?= 20
 
 # Fair locks side by side (internal/lockbench, a module of its own: azlease's
-# Mutex, its fair Mutex and etcd's concurrency.Mutex on an embedded etcd, in
-# one run; about 15 minutes on 2 cores).
+# fair Mutex, the Unordered one and etcd's concurrency.Mutex on an embedded
+# etcd, with and without fsync, in one run; about 40 minutes on 2 cores, 30
+# of them the cost scenario's windows, 1m+1m and 5m+2m after fifty waiters
+# asked, once per contender).
 LOCKBENCH_FLAGS ?= -reps 3
 
 # Simulation figures (azlease beside a naive acquire-renew loop), what waiters

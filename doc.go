@@ -119,14 +119,26 @@
 // ([Status.Released]); a bare [Lease] does not, and a hand-off is not a
 // release.
 //
-// Every waiter looks before it acquires: a follower, a DoOnce waiter and a
-// [Mutex.Lock] read the lock blob once per poll, a [Semaphore.Acquire]
-// lists its slots with one request per poll whatever n, and [Claim] lists
-// its names once; each acquires only what it found free, so none makes a
-// request that fails while the lock is held, and the read stands in for the
-// one the epoch write would make, so a takeover costs three requests (read,
-// acquire, write). [Mutex.TryLock] and [Semaphore.TryAcquire] acquire
-// directly: one request per lock tried, refused with 409 when held.
+// Every waiter looks before it acquires: a follower and a DoOnce waiter read
+// the lock blob once per poll, and [Claim] lists its names once; each
+// acquires only what it found free, so none makes a request that fails while
+// the lock is held, and the read stands in for the one the epoch write would
+// make, so a takeover costs three requests (read, acquire, write).
+//
+// The waiters of a [Mutex] or [Semaphore] wait in a queue (see [Mutex]) and
+// cost the same whatever their number: the first in line reads the lock blob
+// (a Semaphore: lists its slots, one request whatever n) every
+// HeadPollInterval (200 ms: about 5.3 requests a second with its jitter),
+// and all the others together make under one request a second (right
+// behind the first one per 2 × PollInterval, then one per 15 × position ×
+// PollInterval, and one per 150 × PollInterval from the eleventh on; the
+// [Mutex] doc has the formula): 6.15 requests a second for 50 waiters with
+// the defaults. Joining the queue costs three requests, leaving it one; a
+// contended Unlock lists the queue, writes a hand-off marker and changes
+// the lease, then reads until the next holder's term shows. With
+// MutexOptions.Unordered each waiter reads once per PollInterval instead.
+// [Mutex.TryLock] and [Semaphore.TryAcquire] look first: one request when
+// the lock is held, and they never take a lock someone waits for.
 // Renewals come up to 10 % early (the first after an acquisition up to
 // half an interval early), so that leases taken together do not renew
 // together.

@@ -13,3 +13,17 @@ func SetAlwaysReread(on bool) (restore func()) {
 	prev := alwaysReread.Swap(on)
 	return func() { alwaysReread.Store(prev) }
 }
+
+// SetFairHook installs f as the fair locks' test hook (fairHook: a waiter's
+// events, by lock name and ticket) and returns a function that restores the
+// previous one. Set it before the waiters start and restore it after they
+// have stopped: the hook is a package variable, read without a lock.
+func SetFairHook(f func(event, lock string, ticket uint64)) (restore func()) {
+	prev := fairHook
+	fairHook = f
+	return func() { fairHook = prev }
+}
+
+// GoroutineID is the calling goroutine's id: fairHook's events about a
+// waiter's own ticket run on the goroutine that called Lock.
+func GoroutineID() uint64 { return goroutineID() }

@@ -30,6 +30,8 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
 	"github.com/azlease/azlease/internal/timing"
 )
 
@@ -55,7 +57,7 @@ type fairState struct {
 	f       *fairLock
 	key     string        // its own ticket's key, or "" (it took a free lock without queuing)
 	took    time.Time     // when it took the lock
-	wasHead time.Duration // how long it was first in line before
+	wasHead time.Duration // how long it was first or second in line before (the queue's recent pace)
 }
 
 // errRequeue means a waiter found itself no longer in the queue (a holder
@@ -135,9 +137,13 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 	}
 }
 
-// fairHook, when tests set it, is told of a waiter's events: "joined"
-// (its ticket taken and its blob created), "served", "left" (its ctx ended
-// or it failed) and "removed" (a holder removed it; it joins again).
+// fairHook, when tests set it, is told of a waiter's events, on the
+// waiter's goroutine: "ticket" (its ticket taken), "joined" (its blob
+// created), "served", "left" (its ctx ended or it failed), "removed" (a
+// holder removed it; it joins again) and "back" (it found itself missed
+// and cleared the mark); and, on the goroutine of whoever passed it over,
+// "missed" (its turn came and it did not take the lock) and "evicted" (a
+// holder removed it, missed and silent).
 var fairHook = func(event, lock string, ticket uint64) {}
 
 // tryFree takes a free slot if nobody waits: one look, and when a slot is
@@ -192,6 +198,7 @@ func (f *fairLock) join(ctx context.Context, budget time.Duration) (waiter, erro
 	if err != nil {
 		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
 	}
+	fairHook("ticket", f.name, ticket)
 	w, err := f.q.join(ctx, limit, ticket, newLeaseID(), f.cfg.lease.identity)
 	if err != nil {
 		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
@@ -215,7 +222,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		pos     = -1
 		first   uint64 // the first waiter's ticket, at the last listing
 		marked  bool
-		headAt  time.Time
+		nearAt  time.Time // when it last came to be first or second in line
 		lastErr = func(err error) { *last = err }
 	)
 	var recent [4]time.Time // when the last four rounds began
@@ -257,7 +264,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			// mark clears the missed one) to take its place again.
 			if err := f.q.clearMissed(ctx, w); err == nil {
 				fairHook("back", f.name, w.Ticket)
-				marked, headAt = false, time.Time{}
+				marked = false
 				continue
 			}
 		}
@@ -271,17 +278,23 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		if p != pos || ws[0].Ticket != first {
 			moved, pos, first = time.Now(), p, ws[0].Ticket
 		}
+		switch {
+		case p > 1:
+			nearAt = time.Time{}
+		case nearAt.IsZero():
+			nearAt = time.Now()
+		}
 		switch p {
 		case 0:
 			if !marked {
-				marked, headAt = true, time.Now()
+				marked = true
 				if err := f.q.markHead(ctx, w); err != nil {
 					f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
 				}
 			}
 			lk, err := f.head(ctx, w, last)
 			if lk != nil {
-				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(headAt)}
+				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w) // served: out of the queue
 				return lk, nil
 			}
@@ -291,7 +304,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		case 1:
 			lk, err := f.next(ctx, w, ws[0], &moved, last)
 			if lk != nil {
-				lk.fair = &fairState{f: f, key: w.key, took: time.Now()}
+				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w)
 				return lk, nil
 			}
@@ -334,11 +347,12 @@ func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, erro
 			case err != nil:
 				*last = err
 			case passedOver:
-				// The lock went to someone else (a holder whose listing
-				// put another first, or that passed this waiter over):
-				// list the queue again, after a head poll, so that two
-				// waiters that disagree on who is first never spin.
-				if !sleepCtx(ctx, f.cfg.headPoll) {
+				// The lock is handed to someone else: list the queue
+				// again (is this waiter still first? was it passed
+				// over?), after a head poll, not at once: the hand-off
+				// may name a waiter that left after the holder listed
+				// it, and then it does so until the holder moves on.
+				if !sleepCtx(ctx, time.Duration(float64(f.cfg.headPoll)*(1-f.cfg.jitter/2*mrand.Float64()))) {
 					return nil, context.Cause(ctx)
 				}
 				return nil, nil
@@ -465,7 +479,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved *time.Time, 
 			// off, or has not noticed yet that it is first). Mark it
 			// missed, so that this waiter acts as the first.
 			f.cfg.lease.log.Debug("azlease: the first waiter does not take a free lock; passing it over", slog.Uint64("ticket", first.Ticket))
-			if err := f.q.markMissed(ctx, first); err == nil {
+			if marked, _, _ := f.q.miss(ctx, first); marked {
 				fairHook("missed", f.name, first.Ticket)
 			}
 			return nil, nil
@@ -485,6 +499,11 @@ func equalEpochs(a, b []uint64) bool {
 	return true
 }
 
+// maxExtraHandOffs bounds how many more hand-offs than waiters listed at
+// first one Unlock makes (to waiters that joined meanwhile, or came back
+// after being passed over).
+const maxExtraHandOffs = 4
+
 // unlockFair is Unlock for a Lock of a fair lock whose term ended cleanly:
 // it hands the lease to the first waiter in line (and on, to the next, if
 // one does not take it), or releases it when nobody waits. handed is false
@@ -498,38 +517,61 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		return false, nil
 	}
 	held := time.Since(fs.took)
-	succs := make([]successor, 0, len(ws))
-	for _, w := range ws {
-		if w.key == fs.key {
-			continue // this holder's own entry, not removed yet
-		}
-		if w.Missed {
-			// Passed over before and silent since: dead once it has not
-			// looked for longer than any live waiter goes without.
-			if !now.IsZero() && !w.modified.IsZero() && now.Sub(w.modified) > 2*timing.MaxQueueLook(f.cfg.poll) {
-				if f.q.remove(ctx, w, true) == nil {
-					fairHook("evicted", f.name, w.Ticket)
+	// candidates are the waiters a hand-off may go to, first in line first:
+	// all but this holder's own entry and those marked missed (evicting,
+	// from the first listing, those missed and silent for long).
+	candidates := func(ws []waiter, now time.Time) []waiter {
+		out := make([]waiter, 0, len(ws))
+		for _, w := range ws {
+			switch {
+			case w.key == fs.key:
+				// this holder's own entry, not removed yet
+			case w.Missed:
+				// Passed over before and silent since: dead once it has
+				// not looked for longer than any live waiter goes without.
+				if !now.IsZero() && !w.modified.IsZero() && now.Sub(w.modified) > 2*timing.MaxQueueLook(f.cfg.poll) {
+					if f.q.remove(ctx, w, true) == nil {
+						fairHook("evicted", f.name, w.Ticket)
+					}
 				}
+			default:
+				out = append(out, w)
 			}
-			continue
 		}
-		wait := f.cfg.headPoll
-		if !w.Head {
-			wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
-		}
-		q := f.q
-		succs = append(succs, successor{key: w.key, id: w.id, wait: wait, passed: func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.lease.attemptTimeout)
-			defer cancel()
-			if q.markMissed(cctx, w) == nil {
-				fairHook("missed", f.name, w.Ticket)
-			}
-		}})
+		return out
 	}
-	if len(succs) == 0 {
+	pending := candidates(ws, now)
+	if len(pending) == 0 {
 		return false, nil
 	}
-	out, err := lk.lease.handOn(ctx, succs)
+	// After a waiter is passed over, the next is the first in line as the
+	// queue is then: one passed over before may be back (it cleared its
+	// missed mark: its entry changed), and is first again; one handed the
+	// lock already is not again while its entry is unchanged. The chain is
+	// bounded.
+	tried := map[uint64]azcore.ETag{}
+	left := len(pending) + maxExtraHandOffs
+	next := func() (successor, bool) {
+		if len(tried) > 0 {
+			if ws, err := f.q.waiters(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
+				pending = candidates(ws, time.Time{})
+			}
+		}
+		for _, w := range pending {
+			if etag, ok := tried[w.Ticket]; (ok && etag == w.etag) || left == 0 {
+				continue
+			}
+			left--
+			tried[w.Ticket] = w.etag
+			wait := f.cfg.headPoll
+			if !w.Head {
+				wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
+			}
+			return successor{key: w.key, id: w.id, wait: wait, passed: func() { lk.passOver(ctx, w) }}, true
+		}
+		return successor{}, false
+	}
+	out, err := lk.lease.handOnEach(ctx, next)
 	if err != nil {
 		if errors.Is(err, errHandOffLost) {
 			return true, err
@@ -542,4 +584,30 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		lk.lease.cfg.log.Info("azlease: unlocked; no waiter took the lock", slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed)))
 	}
 	return true, nil
+}
+
+// passOver marks w missed: handed the lock, it did not take it in time (see
+// unlockFair), and the holder moves on. The mark is conditional on w's entry
+// as the holder listed it. When the entry has changed since (and not by an
+// earlier attempt of this write, whose answer was lost), w wrote it (its
+// head mark): it is there, and looks every head poll from then on, so it
+// gets that long more (the hand-off is still under its ID: the holder moves
+// on only after this returns, and finds the lease taken if w took it
+// meanwhile), and is then marked missed on its entry as it is then, unless
+// it took the lock.
+func (lk *Lock) passOver(ctx context.Context, w waiter) {
+	f := lk.fair.f
+	ctx = context.WithoutCancel(ctx)
+	cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
+	defer cancel()
+	if marked, cur, changed := f.q.miss(cctx, w); !marked && changed {
+		time.Sleep(f.cfg.headPoll + minHandOffMargin)
+		cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
+		defer cancel()
+		if st, err := lk.lease.inspect(cctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil && st.Epoch > lk.Epoch() {
+			return // it took the lock
+		}
+		_, _, _ = f.q.miss(cctx, cur)
+	}
+	fairHook("missed", f.name, w.Ticket) // passed over, marked or not: the holder moves on
 }

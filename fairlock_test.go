@@ -5,14 +5,21 @@ package azlease_test
 // whatever the queue's length, dead waiters passed over within a head poll.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -452,5 +459,338 @@ func TestFairSemaphoreInOrder(t *testing.T) {
 		}
 		wg.Wait()
 		assert.Equal(t, []int{0, 1, 2, 3, 4, 5}, order)
+	})
+}
+
+// TestFairLockFirstWaiterDoesNotSpin: a waiter that is first in line while
+// the holder's hand-off still names another (one that left the queue after
+// the holder listed it) polls at its head poll until the holder passes the
+// lock on; it does not list and look in a loop without pause. (The
+// simulation found it: in fake time the loop never let time advance, so the
+// holder never moved on; on a real network it was a burst of requests for
+// as long as the holder waited.)
+func TestFairLockFirstWaiterDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var blockX atomic.Bool
+		var wRequests atomic.Int32
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			switch {
+			case r.Client == "x" && blockX.Load() && r.Op == azleasetest.OpGetProperties:
+				return azleasetest.Fault{Action: azleasetest.Fail} // x cannot see the hand-off
+			case r.Client == "w" && wRequests.Add(1) > 200:
+				// A request loop that never waits would stop time in the
+				// bubble: let it advance, so the test fails instead of
+				// hanging.
+				return azleasetest.Fault{Delay: 10 * time.Millisecond}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		unlockAt := time.Now().Add(time.Second)
+		xctx, cancel := context.WithDeadline(ctx, unlockAt.Add(time.Millisecond))
+		defer cancel()
+		xDone := make(chan struct{})
+		go func() {
+			defer close(xDone)
+			_, err := newMutex(t, e, "x", "m", nil).Lock(xctx)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		}()
+		time.Sleep(time.Until(unlockAt))
+		blockX.Store(true)
+		unlocked := make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			assert.NoError(t, holder.Unlock(ctx)) // hands to x, waits a head poll for it
+		}()
+		<-xDone // x left the queue after the holder listed it
+		time.Sleep(time.Millisecond)
+		wRequests.Store(0)
+		start := time.Now()
+		lk, err := newMutex(t, e, "w", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		took := time.Since(start)
+		n := wRequests.Load()
+		t.Logf("w waited %v behind a hand-off to a waiter that left, with %d requests", took, n)
+		assert.Less(t, took, time.Second)
+		// tryFree (read, list), join (counter read and write, entry),
+		// list, head mark, a read per head poll, the take (acquire, epoch
+		// write), leaving (delete), and a few more.
+		assert.LessOrEqual(t, int(n), 16+int(took/(150*time.Millisecond)), "w polls at its head poll")
+		<-unlocked
+		require.NoError(t, lk.Unlock(ctx))
+	})
+}
+
+// TestFairLockSuccessorThatShowsUpKeepsItsTurn: the holder hands the lock
+// to the first waiter, which had no head mark when the holder listed the
+// queue, and waits for it as long as such a waiter may take to look. The
+// waiter writes its head mark meanwhile (it has found it is first) but its
+// first look is slow. The holder's missed mark, conditional on the entry it
+// listed, is refused: the waiter is there, and looks every head poll from
+// then on; the holder gives it a head poll more instead of passing the lock
+// to the next one (the simulation found waiters passed over this way, and
+// not marked missed). The first waiter is played by hand here: its entry,
+// its head mark, and its Change Lease to an ID of its own.
+func TestFairLockSuccessorThatShowsUpKeepsItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		cc := e.client("s")
+		const announced, own = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-8999-aaaaaaaaaaaa"
+		// s took ticket 1: the counter gives 2 next.
+		_, err = cc.NewBlockBlobClient("m/queue").Upload(ctx, streaming.NopCloser(bytes.NewReader(nil)),
+			&blockblob.UploadOptions{Metadata: map[string]*string{"azleasenextticket": to.Ptr("2")}})
+		require.NoError(t, err)
+		entry := cc.NewBlockBlobClient(azlease.QueueName("m") + "00000000000000000001")
+		md := map[string]*string{
+			"azleasewaiterid": to.Ptr(announced),
+			"azleaseholder":   to.Ptr("s"),
+			"azleasesince":    to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)),
+		}
+		_, err = entry.Upload(ctx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{Metadata: md})
+		require.NoError(t, err)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := newMutex(t, e, "t", "m", nil).Lock(ctx)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		time.Sleep(100 * time.Millisecond) // t queued behind s; the holder held 100 ms
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(ctx) }() // hands to s, waits 2 × 100 ms + a margin
+		time.Sleep(100 * time.Millisecond)
+		md["azleasehead"] = to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10))
+		_, err = entry.SetMetadata(ctx, md, nil)
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond) // past the holder's first wait, within a head poll more
+		lc, err := lease.NewBlobClient(cc.NewBlobClient("m"), &lease.BlobClientOptions{LeaseID: to.Ptr(announced)})
+		require.NoError(t, err)
+		_, err = lc.ChangeLease(raw(ctx), own, nil)
+		require.NoError(t, err, "s takes the lock handed to it")
+		require.NoError(t, <-unlocked)
+		time.Sleep(time.Second)
+		select {
+		case <-got:
+			t.Fatal("t got the lock while s held it")
+		default:
+		}
+		// s releases and leaves; t is served.
+		lc, err = lease.NewBlobClient(cc.NewBlobClient("m"), &lease.BlobClientOptions{LeaseID: to.Ptr(own)})
+		require.NoError(t, err)
+		_, err = lc.ReleaseLease(raw(ctx), nil)
+		require.NoError(t, err)
+		_, err = entry.Delete(ctx, nil)
+		require.NoError(t, err)
+		lk := <-got
+		require.NoError(t, lk.Unlock(ctx))
+	})
+}
+
+// TestFairLockHolderLooksUntilItsWaitEnds: the holder waits for the first
+// waiter a head poll and a margin, looking at the lock every few tens of
+// milliseconds, and its last look is at the end of that wait. Its looks
+// used to be bounded by the wait's end as a deadline, so that none was
+// sent in the last 50 ms (timing.MinAttempt): the margin was lost, and a
+// first waiter that took the lock in the last 50 ms was passed over, the
+// lock handed to the next one (the simulation found it: waiters served out
+// of order with no fault at all). Here the first waiter's look is held
+// until 220 ms after the hand-off (of 250 ms: a 200 ms head poll and a
+// 50 ms margin): it takes the lock before the one behind it.
+func TestFairLockHolderLooksUntilItsWaitEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var handedAt atomic.Int64
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if at := handedAt.Load(); at != 0 && r.Client == "s" && r.Op == azleasetest.OpGetProperties && r.Blob == "m" {
+				if d := time.Until(time.Unix(0, at).Add(220 * time.Millisecond)); d > 0 {
+					return azleasetest.Fault{Delay: d}
+				}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		order := make(chan string, 2)
+		var wg sync.WaitGroup
+		for _, name := range []string{"s", "x"} {
+			m := newMutex(t, e, name, "m", nil)
+			wg.Go(func() {
+				lk, err := m.Lock(ctx)
+				require.NoError(t, err)
+				order <- name
+				time.Sleep(100 * time.Millisecond)
+				require.NoError(t, lk.Unlock(ctx))
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // s is first, with its head mark; x behind it
+		handedAt.Store(time.Now().UnixNano())
+		require.NoError(t, holder.Unlock(ctx))
+		wg.Wait()
+		close(order)
+		var got []string
+		for n := range order {
+			got = append(got, n)
+		}
+		assert.Equal(t, []string{"s", "x"}, got, "the first waiter took the lock within the holder's wait")
+	})
+}
+
+// TestFairLockBackWaiterServedNext: the holder's hand-off passes over the
+// first waiter (cut off) and goes to the next, which does not take it
+// either (it cannot read the lock). Meanwhile the first one is back: it
+// cleared its missed mark. The holder, listing the queue again after each
+// pass-over, hands the lock to it, instead of going on down the list it
+// listed first (passing over, and marking missed, every waiter behind while
+// the one that came back waits) and releasing the lock at its end.
+func TestFairLockBackWaiterServedNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var blockA, blockBC atomic.Bool
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			switch {
+			case r.Client == "a" && blockA.Load():
+				return azleasetest.Fault{Action: azleasetest.Fail}
+			case (r.Client == "b" || r.Client == "c") && blockBC.Load() && r.Op == azleasetest.OpGetProperties:
+				return azleasetest.Fault{Action: azleasetest.Fail}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		served := make(chan string, 3)
+		var wg sync.WaitGroup
+		for _, name := range []string{"a", "b", "c"} {
+			m := newMutex(t, e, name, "m", nil)
+			wg.Go(func() {
+				lk, err := m.Lock(ctx)
+				require.NoError(t, err)
+				served <- name
+				require.NoError(t, lk.Unlock(ctx))
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(5 * time.Second) // a first, with its head mark; b and c behind
+		blockA.Store(true)
+		blockBC.Store(true)
+		start := time.Now()
+		unlocked := make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			assert.NoError(t, holder.Unlock(ctx)) // a is passed over, then b waits up to 2 × PollInterval
+		}()
+		time.Sleep(400 * time.Millisecond)
+		blockA.Store(false) // a is back before the holder gives up on b
+		require.Equal(t, "a", <-served)
+		took := time.Since(start)
+		t.Logf("a served %v after the Unlock", took)
+		<-unlocked
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		for _, w := range q {
+			if w.Holder == "c" {
+				assert.False(t, w.Missed, "c was not handed the lock: a came back first")
+			}
+		}
+		assert.Less(t, took, 3*time.Second, "a right after b's wait, not after c's as well")
+		blockBC.Store(false)
+		wg.Wait()
+	})
+}
+
+// TestQueueEntriesInAListing: a listing of a lock's blobs (InspectPrefix, as
+// azlease ui reads a container) tells the queue's entries and its ticket
+// counter from the lock blob, and reads each waiter as InspectQueue does.
+func TestQueueEntriesInAListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "jobs/m", nil).Lock(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for _, name := range []string{"a", "b"} {
+			m := newMutex(t, e, name, "jobs/m", &azlease.MutexOptions{Identity: "id " + name})
+			wg.Go(func() { _, _ = m.Lock(wctx) })
+			time.Sleep(time.Second)
+		}
+		want, err := azlease.InspectQueue(ctx, e.client("x"), "jobs/m")
+		require.NoError(t, err)
+		require.Len(t, want, 2)
+		listed, err := azlease.InspectPrefix(ctx, e.client("x"), "jobs/")
+		require.NoError(t, err)
+		var got []azlease.Waiter
+		counters := 0
+		for _, st := range listed {
+			if lock, w, ok := st.QueueEntry(); ok {
+				assert.Equal(t, "jobs/m", lock)
+				got = append(got, w)
+				continue
+			}
+			if lock, ok := st.QueueCounter(); ok {
+				assert.Equal(t, "jobs/m", lock)
+				counters++
+				continue
+			}
+			assert.Equal(t, "jobs/m", st.Name, "the lock blob itself")
+		}
+		assert.Equal(t, want, got)
+		assert.Equal(t, 1, counters)
+		assert.Equal(t, "id a", got[0].Holder)
+		assert.True(t, got[0].Head)
+		cancel()
+		wg.Wait()
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}
+
+// TestFairLockManyJoinAtOnce: fifty waiters ask at the same instant behind
+// a holder: each takes a ticket (a conditional write on the counter: all
+// but one of those racing are refused, 412, and read again). The retries
+// are spread at random, so that they do not race again in step: the
+// refusals stay a few per waiter (a retry after a fixed pause met the same
+// rivals again: 16 per waiter here, 3 now), and all fifty join.
+func TestFairLockManyJoinAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		const n = 50
+		cs := make([]*counter, n)
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i := range cs {
+			cs[i] = &counter{latency: time.Millisecond} // a round trip: a read and the write after it race the others'
+			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
+			require.NoError(t, err)
+			wg.Go(func() { _, _ = m.Lock(wctx) })
+		}
+		time.Sleep(10 * time.Second)
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		assert.Len(t, q, n, "all joined")
+		refused := 0
+		for _, c := range cs {
+			c.mu.Lock()
+			for _, f := range c.failed {
+				if strings.HasPrefix(f, "metadata 412") || strings.HasPrefix(f, "put 409") {
+					refused++
+				}
+			}
+			c.mu.Unlock()
+		}
+		t.Logf("%d ticket writes refused for %d waiters joining at once", refused, n)
+		assert.Less(t, refused, 4*n)
+		cancel()
+		wg.Wait()
+		require.NoError(t, holder.Unlock(ctx))
 	})
 }

@@ -44,7 +44,7 @@ import (
 // Environment of a child: mpChildEnv selects the child's role; the others
 // are its parameters.
 const (
-	mpChildEnv     = "AZLEASE_MP_CHILD" // "elector"
+	mpChildEnv     = "AZLEASE_MP_CHILD" // "elector", "fairlock"
 	mpConnEnv      = "AZLEASE_MP_CONN"
 	mpContainerEnv = "AZLEASE_MP_CONTAINER"
 	mpBlobEnv      = "AZLEASE_MP_BLOB"
@@ -90,6 +90,8 @@ func init() {
 			return 0, false
 		case "elector":
 			return mpElectorChild(), true
+		case "fairlock":
+			return mpFairChild(), true // multiprocess_fair_test.go
 		default:
 			fmt.Fprintf(os.Stderr, "%s=%q: unknown child role\n", mpChildEnv, role)
 			return mpStatusSetup, true

@@ -33,17 +33,26 @@ import (
 // leaves the queue. One that dies is passed over when its turn comes and
 // it does not take the lock (within a head poll once it has begun to look
 // as the first; up to 2 × PollInterval otherwise), and removed once it has
-// been silent for longer than any live waiter. After a quiet time (the
-// lock held for minutes), waiters far back look rarely: a hand-off may then
-// pass over one that has not looked yet; it keeps its place and takes the
-// lock once it looks again.
+// been silent for longer than any live waiter. After each waiter passed
+// over, the holder hands the lock to the first in line as the queue is
+// then: one passed over before that has looked again is first again. After
+// a quiet time (the lock held for a while), waiters far back look rarely:
+// a run of short holds may then pass over one that has not looked yet; it
+// keeps its place and takes the lock once it looks again, after those
+// served meanwhile.
 //
 // Cost, in requests per second while W waiters wait behind a holder and
 // the queue does not move: 1/HeadPollInterval for the first (5 with the
-// defaults) plus 1/(2 × PollInterval) + (H(min(W−1, 10)) − 1)/(15 ×
-// PollInterval) + max(W − 11, 0)/(150 × PollInterval) for the rest (H the
-// harmonic number; under 1 for 50 waiters with the default PollInterval of
-// 1 s). Joining costs three requests (the ticket's read and conditional
+// defaults; 5.3 with its jitter, which only shortens the wait) plus
+// 1/(2 × PollInterval) + (H(min(W−1, 10)) − 1)/(15 × PollInterval) +
+// max(W − 11, 0)/(150 × PollInterval) for the rest (H the harmonic number;
+// under 1 for 50 waiters with the default PollInterval of 1 s). The waiters
+// behind the first reach those rates once the queue has stood still for
+// twice their longest wait (300 × PollInterval at the back); until then
+// each looks every half the time since it last saw the queue move (about
+// 7 requests a second for 50 waiters a minute after the last asked). While
+// the queue moves they look more often, every position × HeadPollInterval
+// at the most. Joining costs three requests (the ticket's read and conditional
 // write, the entry's creation), being served one more (the entry's
 // deletion); Unlock of a lock someone waits for lists the queue, writes
 // the hand-off marker and changes the lease (three requests), then reads
@@ -119,7 +128,11 @@ type Lock struct {
 }
 
 // TryLock takes the mutex if it is free, without waiting for a holder: ok is
-// false and err is nil when it is held elsewhere, a normal outcome. Transient
+// false and err is nil when it is held elsewhere, a normal outcome. A fair
+// Mutex (the default) never jumps its queue: it takes a free mutex only if
+// nobody waits (a read, then a listing of the queue), and costs one read
+// when the mutex is held. With MutexOptions.Unordered it acquires directly
+// (one request, refused when held). Transient
 // failures are retried briefly, for at most 2 × AttemptTimeout (6 s by
 // default) and never past ctx's deadline; failures that persist return an
 // error that carries the last one.
@@ -189,16 +202,19 @@ func (m *Mutex) newLock(ctx context.Context, l *Lease, tok Token) (lock *Lock) {
 	return lock
 }
 
-// Lock waits until it takes the mutex or ctx ends. Each poll, every
-// PollInterval (with jitter), reads the lock blob (one Get Blob Properties
-// request) and tries to acquire only when the read finds the lease free, so
-// a waiter makes one request per poll and none that fails while the mutex
-// is held elsewhere; the acquisition then costs what a TryLock's does (the
-// read stands in for the one its epoch write would make). Errors that
-// persist are returned, except transient ones, which it keeps retrying
-// until ctx ends, or until every request has failed for
-// MutexOptions.UnreachableTimeout (1 minute by default): then it returns an
-// error wrapping [ErrUnreachable].
+// Lock waits until it takes the mutex or ctx ends. It takes a free mutex
+// nobody waits for at once; otherwise it waits in the queue, in the order
+// of asking, and takes the lock when the holder hands it over (see [Mutex]
+// for the waiting and what it costs); a Lock whose ctx ends leaves the
+// queue. No request it makes while waiting fails while the mutex is held.
+// With MutexOptions.Unordered, each poll, every PollInterval (with jitter),
+// reads the lock blob (one Get Blob Properties request) and tries to
+// acquire only when the read finds the lease free; the acquisition then
+// costs what a TryLock's does (the read stands in for the one its epoch
+// write would make). Errors that persist are returned, except transient
+// ones, which it keeps retrying until ctx ends, or until every request has
+// failed for MutexOptions.UnreachableTimeout (1 minute by default): then it
+// returns an error wrapping [ErrUnreachable].
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) {
 	if err := m.initErr(); err != nil {
 		return nil, err
@@ -276,7 +292,11 @@ func (m *Mutex) unreachable() error {
 
 // Unlock releases the lock so another holder can take it at once; the lock's
 // context ends first (cause [ErrStopped]), and the release is marked clean
-// in the lock blob ([Status.Released], one write before the release). It
+// in the lock blob ([Status.Released], one write before the release). When
+// someone waits in the queue (a fair lock: see [Mutex]), it hands the lease
+// to the first in line instead, never free in between, and returns once
+// that waiter's term shows in the lock blob, or, if it does not take it in
+// time, once the lock went to the next or was released. It
 // returns an error wrapping [ErrLeaseLost] if the lock was lost while held,
 // because then the critical section may not have been exclusive to its
 // end; a newer holder is never affected.

@@ -614,8 +614,10 @@ type MutexOptions struct {
 
 	// PollInterval paces the waiters behind the first in line (see
 	// [Mutex]): right behind it a waiter looks at least every 2 ×
-	// PollInterval, further back at least every 10 × position ×
-	// PollInterval, and more often while the queue moves. With Unordered,
+	// PollInterval, further back at least every 15 × position ×
+	// PollInterval (150 × PollInterval at most), and more often while the
+	// queue moves. A holder waits up to 2 × PollInterval for a waiter whose
+	// turn came while it was not first in line. With Unordered,
 	// it is how long Lock waits between tries while the mutex is held
 	// elsewhere. Zero means 1 s. Otherwise from 100 ms to 1 h
 	// (MaxPollInterval); negative is an error.

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
@@ -171,9 +172,10 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 		case tries+1 >= maxTicketAttempts:
 			return 0, l.errorf("write", ErrTransient, fmt.Errorf("%d waiters took the ticket first, %d times in a row", maxTicketAttempts, maxTicketAttempts))
 		}
-		// Someone else took it: read again (after a short pause, so that
-		// many waiters arriving together do not stay in step).
-		if !sleepCtx(ctx, time.Duration(1+tries)*5*time.Millisecond) {
+		// Someone else took it: read again after a pause drawn at random
+		// from a range that grows with each try, so that many waiters
+		// arriving together do not race again in step.
+		if !sleepCtx(ctx, time.Duration(mrand.Int64N(int64(time.Duration(1+tries)*10*time.Millisecond)))) {
 			return 0, l.canceled(ctx, "write", l.t.blob, nil)
 		}
 	}
@@ -396,6 +398,60 @@ func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) 
 	})
 }
 
+// miss marks w missed, conditional on its entry as listed, and reports
+// whether it is marked now: by this write, or by an earlier attempt of it
+// whose answer was lost (then the entry, read again, says so; when it
+// cannot be read, a write whose outcome is unknown counts as marked). When
+// it is not, changed tells whether its entry changed since it was listed
+// (its waiter wrote it), and cur is the entry as it is now.
+func (q *queue) miss(ctx context.Context, w waiter) (marked bool, cur waiter, changed bool) {
+	err := q.markMissed(ctx, w)
+	switch {
+	case err == nil:
+		return true, w, false
+	case !bloberror.HasCode(err, bloberror.ConditionNotMet) && !ambiguous(err):
+		return false, w, false
+	}
+	c, ok, rerr := q.reread(ctx, w)
+	switch {
+	case rerr != nil:
+		return ambiguous(err), w, false
+	case !ok:
+		return false, w, false // gone: it left
+	case c.Missed:
+		return true, c, false
+	}
+	return false, c, c.etag != w.etag
+}
+
+// reread reads w's entry again, for its current ETag and marks; ok is
+// false when it is gone.
+func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, err error) {
+	l := q.ops
+	bc := l.t.cc.NewBlobClient(w.name)
+	err = l.loopOn(ctx, "read", w.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		props, err := bc.GetProperties(actx, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+		case classNotFound:
+			return true, nil
+		case classTransient:
+			return false, l.errorf("read", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("read", kindOf(c), err)
+		}
+		st := Status{Name: w.name, raw: props.Metadata}
+		if props.ETag != nil {
+			st.etag = *props.ETag
+		}
+		cur, ok = parseWaiter(q.lock, st)
+		return true, nil
+	})
+	return cur, ok, err
+}
+
 // remove deletes w's blob: conditional on the blob as listed when
 // ifUnchanged (a holder removing a waiter that missed its turn twice), or
 // whatever it holds (a waiter leaving). Its outcome does not matter much: a
@@ -443,4 +499,35 @@ func InspectQueue(ctx context.Context, cc *container.Client, name string) ([]Wai
 		out[i] = w.Waiter
 	}
 	return out, nil
+}
+
+// QueueEntry reports whether st, as [InspectPrefix] lists it, is a waiter's
+// entry in a fair lock's queue (a blob NAME/queue/<ticket>), and returns
+// the lock's name and the waiter as [InspectQueue] reads it. It makes no
+// request; [Status.Leased] and the term fields mean nothing for an entry.
+func (st Status) QueueEntry() (lock string, w Waiter, ok bool) {
+	i := strings.LastIndex(st.Name, queueSuffix+"/")
+	if i <= 0 {
+		return "", Waiter{}, false
+	}
+	lock = st.Name[:i]
+	x, ok := parseWaiter(lock, st)
+	if !ok {
+		return "", Waiter{}, false
+	}
+	return lock, x.Waiter, true
+}
+
+// QueueCounter reports whether st, as [InspectPrefix] lists it, is the
+// ticket counter of a fair lock's queue (the blob NAME/queue), and returns
+// the lock's name. It makes no request.
+func (st Status) QueueCounter() (lock string, ok bool) {
+	lock, found := strings.CutSuffix(st.Name, queueSuffix)
+	if !found || lock == "" {
+		return "", false
+	}
+	if _, ok := lookup(st.raw, metaNextTicket); !ok {
+		return "", false
+	}
+	return lock, true
 }

@@ -138,12 +138,15 @@ func (s *Semaphore) initErr() error {
 
 // TryAcquire takes a free slot if there is one, without waiting for a
 // holder: ok is false and err is nil when every slot is held, a normal
-// outcome. It tries the slots in turn from a random one, so that many
-// callers spread over the slots, acquiring directly: it costs one request
-// per slot it finds held (n requests, each refused with 409
-// LeaseAlreadyPresent, when every slot is held) and takes the first free
-// one. Acquire, which waits, reads every slot with one request per poll
-// instead, and acquires only a slot it found free. A failure that persists
+// outcome. A fair Semaphore (the default) looks first: one request (a
+// listing of the slots) when every slot is held, and it takes a free slot
+// only when nobody waits in the queue. With MutexOptions.Unordered it tries
+// the slots in turn from a random one, so that many callers spread over the
+// slots, acquiring directly: it costs one request per slot it finds held (n
+// requests, each refused with 409 LeaseAlreadyPresent, when every slot is
+// held) and takes the first free one. Acquire, which waits, reads every
+// slot with one request per poll instead, and acquires only a slot it found
+// free. A failure that persists
 // on a slot (see [Mutex.TryLock]) ends the try with that error rather than
 // going on to the next slot.
 //
@@ -181,7 +184,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 // broken, or not created yet), so a waiter makes no request that fails
 // while every slot is held. Taking a free slot costs what a TryLock costs
 // (the listing stands in for the read its epoch write would make). Waiters
-// are not served in order: whichever polls first after a slot frees takes
+// are served in the order they asked, as a [Mutex]'s, in one queue per
+// semaphore: only the first in line polls every HeadPollInterval, and a
+// holder's Unlock hands its slot straight to it. With
+// MutexOptions.Unordered, whichever polls first after a slot frees takes
 // it. Transient failures are retried until ctx ends, and the error then says
 // what the last one was, or until every request has failed for
 // MutexOptions.UnreachableTimeout (an error wrapping [ErrUnreachable]);

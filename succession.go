@@ -88,6 +88,21 @@ const minHandOffMargin = 50 * time.Millisecond
 // began, or storage failed): the lease may still be under the ID it was last
 // handed to, and expires on its own.
 func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, error) {
+	i := 0
+	return l.handOnEach(ctx, func() (successor, bool) {
+		if i == len(succs) {
+			return successor{}, false
+		}
+		i++
+		return succs[i-1], true
+	})
+}
+
+// handOnEach is handOn with the successors given one at a time: next gives
+// the first, and the next each time one did not take the lease in time
+// (after its passed), until it reports none left. A fair lock picks each
+// from the queue as it is then (a waiter passed over may be back).
+func (l *Lease) handOnEach(ctx context.Context, next func() (successor, bool)) (handOnOutcome, error) {
 	var out handOnOutcome
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -109,7 +124,12 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 	}
 	rec.released = true
 	cur := own
-	for i, s := range succs {
+	var prev successor // the last successor the lease was changed to
+	for {
+		s, ok := next()
+		if !ok {
+			break
+		}
 		// 1. The marker, under the lease as it is now.
 		rec.successor = s.key
 		start := time.Now()
@@ -120,7 +140,7 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 		case cur != own && errors.Is(werr, ErrLeaseLost):
 			// The previous successor changed the lease to its own ID after
 			// all: it took it.
-			out.taker = succs[i-1].key
+			out.taker = prev.key
 			return out, nil
 		case errors.Is(werr, ErrLeaseLost):
 			return out, fmt.Errorf("%w: %w", errHandOffLost, werr)
@@ -133,12 +153,12 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 		rtt := time.Since(start)
 		switch {
 		case cerr == nil:
-			cur = s.id
+			cur, prev = s.id, s
 		case bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
 			out.released = true // it expired meanwhile: free for the queue's head
 			return out, nil
 		case cur != own && errors.Is(cerr, ErrLeaseLost):
-			out.taker = succs[i-1].key
+			out.taker = prev.key
 			return out, nil
 		case errors.Is(cerr, ErrLeaseLost):
 			return out, fmt.Errorf("%w: %w", errHandOffLost, cerr)
@@ -171,7 +191,7 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 	// Azure refuses both requests.
 	rec.successor = ""
 	if _, werr := l.writeMarker(ctx, cur, rec.format(md), etag); cur != own && errors.Is(werr, ErrLeaseLost) {
-		out.taker = succs[len(succs)-1].key
+		out.taker = prev.key
 		return out, nil
 	}
 	if err := l.releaseID(ctx, cur, time.Now().Add(l.cfg.attemptTimeout), true); err != nil {
@@ -251,11 +271,18 @@ func (l *Lease) changeID(ctx context.Context, from, to string, limit time.Time) 
 
 // awaitTaker polls the lock blob until deadline for the successor's term:
 // an epoch above epoch (took), or no lease at all (gone: the successor
-// released it already, or it expired).
+// released it already, or it expired). Its last look is at the deadline.
+// Each look may take until the deadline, and at least awaitLook: bounded by
+// the deadline alone, no look would be sent in its last timing.MinAttempt,
+// and a successor that took the lease then would be passed over.
 func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time) (took, gone bool, err error) {
 	step := min(max(time.Until(deadline)/8, 10*time.Millisecond), 100*time.Millisecond)
 	for {
-		st, ierr := l.inspect(ctx, deadline)
+		limit := deadline
+		if soon := time.Now().Add(awaitLook); soon.After(limit) {
+			limit = soon
+		}
+		st, ierr := l.inspect(ctx, limit)
 		switch {
 		case ierr != nil && ctx.Err() != nil:
 			return false, false, ierr
@@ -264,14 +291,19 @@ func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time
 		case ierr == nil && !st.Leased:
 			return false, true, nil
 		}
-		if !time.Now().Add(step).Before(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return false, false, nil
 		}
-		if !sleepCtx(ctx, step) {
+		if !sleepCtx(ctx, min(step, left)) {
 			return false, false, context.Cause(ctx)
 		}
 	}
 }
+
+// awaitLook is the least time one of awaitTaker's looks may take, retries
+// included: a few round trips, more than timing.MinAttempt.
+const awaitLook = 2 * minHandOffMargin
 
 // errPassedOver means a lease handed to this Lease had been passed on to
 // another successor (or taken by another holder) when this Lease tried to

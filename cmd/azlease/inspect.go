@@ -27,7 +27,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "status NAME",
-		Short: "Show who holds a lock or leads, the history of terms, and a once marker",
+		Short: "Show who holds a lock or leads, who waits for it, the history of terms, and a once marker",
 		Long: `Show the lock blob NAME: whether it is leased, by whom (holder), its fencing
 epoch, when the term began (by the holder's clock), whether the last holder
 released it cleanly, and the history of past terms. If 'azlease once NAME' has
@@ -40,11 +40,18 @@ which shard since when, and where the replicas' plan puts each shard. The live
 members say how many shards the group has (--count is needed only for members of
 an older version); what the listing cannot tell is said plainly.
 
+The queue of 'azlease lock NAME' (and of 'lock -n N NAME') follows: each waiter
+in the order it is served, its identity, since when it waits (by its clock),
+which one is first in line, and which were passed over ("missed": their turn
+came while they were not looking; they keep their place until they look
+again). One more request (List Blobs).
+
 It needs only read access and takes no lease. A lock that was never used shows
 as not existing; that is not an error. A shard group's name without --shards
 says that it is one.`,
 		Example: `  azlease status nightly-report
   azlease status --json billing-sweeper | jq -r .holder
+  azlease status --json db-backup | jq -r '.queue[]? | "\(.position) \(.identity)"'  # who waits, in order
   azlease status -n 2 exports
   azlease status "migrate-$RELEASE"          # the once marker of that key
   azlease status orders --shards             # who owns which shard of 'azlease shards orders'`,
@@ -93,6 +100,9 @@ type statusJSON struct {
 	Designated []string        `json:"designated,omitempty"`
 	Candidates []candidateJSON `json:"candidates,omitempty"`
 	Yield      *yieldJSON      `json:"yield,omitempty"`
+	// Queue is the fair lock's waiters, first in line first (queue.go);
+	// absent when nobody waits.
+	Queue []waiterJSON `json:"queue,omitempty"`
 }
 
 // shardGroupJSON is what status says of a shard group's name without
@@ -198,6 +208,13 @@ func (g *globals) status(c *cobra.Command, name string, slots int, asJSON bool) 
 			out.Slots = append(out.Slots, toJSON(slot, containerName, st))
 		}
 	}
+	// The queue of a fair lock or semaphore: one List Blobs request.
+	if out.Queue, err = readQueue(ctx, cc, name); err != nil {
+		if ie := r.interrupted(what); ie != nil {
+			return ie
+		}
+		return classify(what, err)
+	}
 	// The DoOnce marker of key name lives on its own blob, "once/" + name;
 	// "status once/KEY" names that blob and shows its marker too.
 	key := strings.TrimPrefix(name, "once/")
@@ -264,6 +281,7 @@ func printStatus(w io.Writer, s statusJSON) {
 		fmt.Fprintf(tw, "slot\t%s\n", sl.Name)
 		printTerm(tw, sl, "  ")
 	}
+	printQueue(tw, s.Queue)
 	if o := s.Once; o != nil {
 		fmt.Fprintf(tw, "once\t%s: %s", o.Key, o.State)
 		if o.Holder != "" {

@@ -23,10 +23,12 @@ var errReleaseBound = errors.New("azlease is exiting: one attempt's time to rele
 
 func newLockCmd(g *globals) *cobra.Command {
 	var (
-		timeout time.Duration
-		noWait  bool
-		slots   int
-		hf      healthFlags
+		timeout   time.Duration
+		noWait    bool
+		slots     int
+		unordered bool
+		headPoll  time.Duration
+		hf        healthFlags
 	)
 	c := &cobra.Command{
 		Use:   "lock NAME -- CMD [ARGS...]",
@@ -51,7 +53,27 @@ while azlease is still waiting, they make it exit at once (128+N), and CMD does
 not run.
 
 --timeout bounds the whole wait, first contact with storage included; --no-wait
-makes one try of at most 3 s.`,
+makes one try of at most 3 s.
+
+Waiters are served in the order they asked: each takes a ticket and waits in
+the lock's queue (blobs NAME/queue…; 'azlease status NAME' and 'azlease watch
+NAME' show it). The first in line looks at the lock every --head-poll (200ms),
+those behind it less often the further back they are (at most every
+2 × --poll-interval right behind it, 150 × --poll-interval at the back), and a
+holder that is done hands the lock straight to the first in line: it is never
+free in between, so a command started later cannot take it first. A waiter
+that gives up (--timeout, a signal) leaves the queue; one that dies is passed
+over when its turn comes, after a head poll if it was first in line, up to
+2 × --poll-interval otherwise. Waiting costs about 1/--head-poll requests a
+second for the first in line (5 with the default) and under 1 a second for
+all the others together, whatever their number.
+
+--unordered waits as before: every waiter tries every --poll-interval and the
+first to try after a release gets the lock (one may wait indefinitely), at one
+request per waiter per poll. It costs less while a single command waits a long
+time, and more when many wait. Ordered and unordered waiters on one lock
+exclude each other as ever; an unordered one can take the lock only when it is
+free, which an ordered holder's hand-off never lets it be.`,
 		Example: `  # A cron job that must not run twice at once across hosts; give up if another
   # run still holds the lock:
   azlease lock --no-wait nightly-report -- /usr/local/bin/nightly-report --since yesterday
@@ -61,6 +83,14 @@ makes one try of at most 3 s.`,
 
   # At most two exports at once across the fleet:
   azlease lock -n 2 exports -- ./export.sh
+
+  # Who waits for the lock, in order:
+  azlease status db-backup
+
+  # A job that waits for hours behind a long run: look every 2s when first in
+  # line (half a request a second), or wait unordered (one a second each):
+  azlease lock --head-poll 2s --poll-interval 5s nightly -- ./nightly.sh
+  azlease lock --unordered nightly -- ./nightly.sh
 
   # Fence what the command writes with the epoch:
   azlease lock ledger -- sh -c 'psql -c "UPDATE ledger SET ... WHERE epoch <= $AZLEASE_EPOCH"'`,
@@ -79,21 +109,54 @@ makes one try of at most 3 s.`,
 			case slots < 1 || slots > azlease.MaxSlots:
 				return exitf(exitUsage, "invalid -n %d: from 1 to %d", slots, azlease.MaxSlots)
 			}
-			return g.lock(c, args[0], args[1:], slots, timeout, noWait, hf)
+			if err := checkHeadPoll(c, unordered, headPoll, g.pollOr(time.Second)); err != nil {
+				return err
+			}
+			order := lockOrder{unordered: unordered}
+			if c.Flags().Changed("head-poll") {
+				order.headPoll = headPoll // else the library's: 200ms, or --poll-interval if shorter
+			}
+			return g.lock(c, args[0], args[1:], slots, timeout, noWait, order, hf)
 		},
 	}
 	f := c.Flags()
 	f.DurationVar(&timeout, "timeout", 0, "give up after this long and exit 75 (default: wait until acquired)")
 	f.BoolVar(&noWait, "no-wait", false, "exit 75 at once if the lock is held")
 	f.IntVarP(&slots, "slots", "n", 1, "let up to N holders run at once (a semaphore of N slots)")
+	f.BoolVar(&unordered, "unordered", false, "serve waiters in no order: each tries every --poll-interval, the first after a release gets the lock (as before fair locks)")
+	f.DurationVar(&headPoll, "head-poll", defaultHeadPoll, "how often the first waiter in line looks at the lock, from 20ms to --poll-interval (one request each; --poll-interval if that is shorter)")
 	hf.register(c, "holds")
 	return c
+}
+
+// defaultHeadPoll is --head-poll's default: the library's
+// MutexOptions.HeadPollInterval default.
+const defaultHeadPoll = 200 * time.Millisecond
+
+// lockOrder is how 'lock' waits: in order (headPoll is the first in line's
+// poll, 0 for the library's default), or unordered.
+type lockOrder struct {
+	unordered bool
+	headPoll  time.Duration
+}
+
+// checkHeadPoll validates --head-poll against --poll-interval (poll) and
+// --unordered, naming the flags.
+func checkHeadPoll(c *cobra.Command, unordered bool, headPoll, poll time.Duration) error {
+	switch {
+	case !c.Flags().Changed("head-poll"):
+	case unordered:
+		return exitf(exitUsage, "give --head-poll or --unordered, not both: unordered waiters have no first in line")
+	case headPoll < 20*time.Millisecond || headPoll > poll:
+		return exitf(exitUsage, "invalid --head-poll %v: from 20ms to --poll-interval (%v)", headPoll, poll)
+	}
+	return nil
 }
 
 // noWaitBudget bounds a --no-wait try: one attempt's worth.
 const noWaitBudget = attemptTimeout
 
-func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, timeout time.Duration, noWait bool, hf healthFlags) error {
+func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, timeout time.Duration, noWait bool, order lockOrder, hf healthFlags) error {
 	what := "lock " + name
 	sctx, r := newRouter(context.Background())
 	defer r.close()
@@ -123,14 +186,16 @@ func (g *globals) lock(c *cobra.Command, name string, argv []string, slots int, 
 		try  func(context.Context) (*azlease.Lock, bool, error)
 		wait func(context.Context) (*azlease.Lock, error)
 	)
+	opts := g.mutexOptions()
+	opts.Unordered, opts.HeadPollInterval = order.unordered, order.headPoll
 	if slots == 1 {
-		m, err := azlease.NewMutex(cc, name, g.mutexOptions())
+		m, err := azlease.NewMutex(cc, name, opts)
 		if err != nil {
 			return g.optionFailure(what, err)
 		}
 		try, wait = m.TryLock, m.Lock
 	} else {
-		s, err := azlease.NewSemaphore(cc, name, slots, g.mutexOptions())
+		s, err := azlease.NewSemaphore(cc, name, slots, opts)
 		if err != nil {
 			return g.optionFailure(what, err)
 		}

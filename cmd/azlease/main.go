@@ -14,11 +14,12 @@
 //
 // # Commands
 //
-//	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME (--timeout D, --no-wait, -n N slots)
+//	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME, waiters served in the order they asked
+//	                                     (--timeout D, --no-wait, -n N slots, --unordered, --head-poll D)
 //	azlease lead NAME -- CMD [ARGS...]   run CMD only while this instance leads (--restart)
 //	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N)
 //	azlease shards NAME --count K -- CMD one CMD per shard this instance owns, K shards spread over every instance
-//	azlease status NAME                  holder, epoch, history, once marker (--json, -n N, --shards)
+//	azlease status NAME                  holder, epoch, history, who waits in the queue, once marker (--json, -n N, --shards)
 //	azlease watch NAME                   a line per leadership change, until interrupted
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again
@@ -26,7 +27,7 @@
 //	azlease ui                           a live, read-only web page (and JSON) of every lock blob in the
 //	                                     container: kinds, holders, a leader's terms, a shard grid (--addr
 //	                                     127.0.0.1:8080, --prefix P, --refresh 5s); never keys, SAS tokens or lease IDs
-//	azlease watch NAME                   a line per change of holder or state, until interrupted (--json, -n N)
+//	azlease watch NAME                   a line per change of holder or state, and of the queue, until interrupted (--json, -n N)
 //	azlease version                      the module version and source revision of this binary (--json)
 //
 // Every command takes the storage account from $AZURE_STORAGE_CONNECTION_STRING

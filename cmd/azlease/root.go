@@ -159,7 +159,7 @@ func (g *globals) pollOr(def time.Duration) time.Duration {
 
 // flagOf names the flag that sets a library option, for errors.
 var flagOf = map[string]string{
-	"LeaseDuration": "--lease-duration", "PollInterval": "--poll-interval", "Identity": "--identity",
+	"LeaseDuration": "--lease-duration", "PollInterval": "--poll-interval", "Identity": "--identity", "HeadPollInterval": "--head-poll",
 	"MaxAttempts": "--max-attempts", "n": "-n", "name": "NAME", "key": "KEY", "blobName": "NAME",
 	"container": "--container", "containerName": "--container",
 }

@@ -8,11 +8,11 @@
 // Adding information: a new kind of blob gets a case in blobKind and, if it
 // belongs to another item (as memberships and shards belong to their group),
 // a case in buildUIModel that attaches it; a new kind of fact about an item
-// gets a field in uiItem (omitempty) and a renderer in ui/app.js. The lock
-// queues and leader candidates the library is about to record have their
-// places already: uiItem.Queue and uiItem.Candidates (see queueOf and
-// candidatesOf below), rendered by the page's "Queue" and "Candidates"
-// sections.
+// gets a field in uiItem (omitempty) and a renderer in ui/app.js. A fair
+// lock's queue (its waiters' entries and ticket counter, queue.go) is
+// attached to its lock's item as uiItem.Queue, rendered by the page's
+// "Queue" section; leader candidates have their place already:
+// uiItem.Candidates (see candidatesOf below), rendered by "Candidates".
 
 package main
 
@@ -41,13 +41,16 @@ const (
 	kindShard      = "shard"          // GROUP/shards/NAME: a blob of a shard group
 	kindLock       = "lock"           // a lease whose holder kind is not recorded (older azlease, a bare Lease)
 	kindOther      = "other"          // a blob with no azlease record
+
+	kindQueueEntry   = "queue-entry"   // NAME/queue/TICKET: a waiter of a fair lock (queue.go); part of its lock's item
+	kindQueueCounter = "queue-counter" // NAME/queue: a fair lock's ticket counter; part of its lock's item
 )
 
 // kindLabels are the kinds as the page writes them.
 var kindLabels = map[string]string{
 	kindLeader: "leader", kindMutex: "mutex", kindSlot: "semaphore slot", kindOnce: "once-key",
 	kindGroup: "shard group", kindMembership: "membership", kindShard: "shard", kindLock: "lock",
-	kindOther: "other blob",
+	kindOther: "other blob", kindQueueEntry: "queue entry", kindQueueCounter: "queue ticket counter",
 }
 
 // The states a blob shows: Azure's lease state, "available" shown as free.
@@ -134,10 +137,10 @@ type uiItem struct {
 	Once  *uiOnce  `json:"once,omitempty"`
 	Group *uiGroup `json:"group,omitempty"`
 
-	// Queue is the waiters of a mutex (or semaphore), first in line
-	// first; Candidates the contenders of a leader election. Always
-	// present, empty until the library records them next to the lock blob:
-	// queueOf and candidatesOf fill them.
+	// Queue is the waiters of a mutex (or of the semaphore a slot belongs
+	// to), first in line first (queue.go attaches them); Candidates the
+	// contenders of a leader election (candidatesOf). Always present, empty
+	// when there are none.
 	Queue      []uiWaiter    `json:"queue"`
 	Candidates []uiCandidate `json:"candidates"`
 
@@ -152,11 +155,15 @@ type uiSlot struct {
 	Index     int    `json:"index"`
 }
 
-// uiWaiter is one waiter of a lock's queue (reserved: see queueOf).
+// uiWaiter is one waiter of a lock's queue.
 type uiWaiter struct {
-	Position int        `json:"position"` // 1 is next
+	Position int        `json:"position"` // its place, 1 first (a waiter passed over keeps its place)
 	Identity string     `json:"identity"`
 	Since    *time.Time `json:"since,omitempty"` // waiting since, by its clock
+	// State is "first in line" (the lock goes to it next), "missed" (its
+	// turn came and it did not take the lock: passed over until it looks
+	// again), or "".
+	State string `json:"state,omitempty"`
 }
 
 // uiCandidate is one contender of a leader election (see candidatesOf).
@@ -418,6 +425,7 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 	m := &uiModel{byPath: map[string]int{}}
 	groups := map[string][]azlease.Status{} // a group's blobs
 	var groupOrder []string
+	var queues queueBlobs // fair locks' queues, attached to their locks' items below
 	add := func(it uiItem) {
 		m.byPath[it.Path] = len(m.items)
 		m.items = append(m.items, it)
@@ -426,6 +434,9 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 	for _, st := range listed {
 		if isSuccessionBlob(st) {
 			continue // an election's candidate or yield request: part of its item
+		}
+		if queues.add(st) {
+			continue // a fair lock's queue blob: part of its lock's item
 		}
 		kind := blobKind(st)
 		if kind == kindMembership || kind == kindShard {
@@ -443,6 +454,9 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 	for _, g := range groupOrder {
 		add(groupItem(g, groups[g]))
 	}
+	for _, st := range queues.attach(m) {
+		add(lockItem(st, kindOther))
+	}
 	// Items in name order, groups among the locks.
 	slices.SortStableFunc(m.items, func(a, b uiItem) int { return strings.Compare(a.Name, b.Name) })
 	for i, it := range m.items {
@@ -458,7 +472,7 @@ func lockItem(st azlease.Status, kind string) uiItem {
 	it := uiItem{
 		Kind: kind, KindLabel: kindLabels[kind], Name: st.Name, Path: itemPath(kind, st.Name),
 		State: blobState(st), Holder: st.Holder, Epoch: st.Epoch, Since: uiTime(st.Acquired), LastRelease: lastRelease(st),
-		Queue: queueOf(st), Candidates: candidatesOf(st, nil), Terms: terms(st),
+		Queue: []uiWaiter{}, Candidates: candidatesOf(st, nil), Terms: terms(st),
 	}
 	if st.Err != nil {
 		it.Error = line(st.Err)
@@ -646,19 +660,6 @@ func shardOrder(a, b string) int {
 	}
 	return strings.Compare(a, b)
 }
-
-// queueOf is the queue of waiters of the lock blob st, first in line first.
-//
-// Where the lead plugs in fair lock queues: when the library records a
-// mutex's waiters in blobs next to its lock blob, (1) give those blobs a
-// kind in blobKind (say kindQueueEntry, matched by their name pattern) and
-// attach them in buildUIModel to the item of their lock blob (as memberships
-// are attached to their group) instead of making items of them; (2) have
-// this function (or its caller, which then has the entries) turn them into
-// uiWaiter values, Position 1 next. The JSON field "queue" and the page's
-// "Queue" section (renderQueue in ui/app.js) show whatever is here; nothing
-// else changes.
-func queueOf(azlease.Status) []uiWaiter { return []uiWaiter{} }
 
 // candidatesOf is the contenders of the leader election on st, from its
 // candidate blobs (NAME/candidates/…, listed with it), best first as a

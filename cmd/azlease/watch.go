@@ -1,6 +1,7 @@
 // watch.go: 'azlease watch NAME', one line per leadership change of a lock
 // blob until interrupted, from polls of its status (azlease.Inspect), and
-// the pure comparison of two polls that decides which lines to print.
+// the pure comparison of two polls that decides which lines to print. The
+// lock's queue has lines of its own (queue.go: queueTracker).
 
 package main
 
@@ -38,7 +39,7 @@ func newWatchCmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "watch NAME",
-		Short: "Print a line for each change of who holds a lock or leads, until interrupted",
+		Short: "Print a line for each change of who holds a lock or leads, or waits for it, until interrupted",
 		Long: `Print the state of the lock blob NAME, then one line for each change: a new
 holder or term (epoch), a release, an expiry, a break. It reads the lock's
 status every --poll-interval (default 2s) and runs until interrupted:
@@ -60,16 +61,27 @@ the same fields and "released" (the holder released it cleanly).
 With -n N it watches the N slots of 'azlease lock -n N NAME', one line per
 change of any slot, named by the slot.
 
+The lock's queue (waiters of 'azlease lock', in the order they are served) has
+lines of its own, "queue" then what happened: waiting (in the queue when the
+watch began), joined, left (gave up), served (it took the lock), missed
+(its turn came while it was not looking: it keeps its place and is passed
+over until it looks again), back (it looked again), with the waiter's
+identity, its place in the queue and since when it waits (its clock):
+
+  2026-11-24T10:00:01.400Z jobs queue joined waiter=web-7f9c-2 position=1 since=2026-11-24T10:00:01.380Z
+
+In JSON: {"time", "name", "queue", "waiter", "position", "since"}.
+
 With --candidates it also follows the candidates of the election NAME
 ('azlease lead'): a line when one joins, changes (priority, ready, stopping,
 designated as the leader's successor, labels) or leaves, and for each yield
 request ('azlease yield') and its answer. That costs one more request (List
 Blobs) per poll.
 
-Cost: one request (Get Blob Properties) per lock, per slot with -n, per poll:
-1,800 an hour at the default 2s, 1.3 million a month, about 0.6 US dollars a
-month at the list price the README's Costs uses. It needs only read access and
-takes no lease.
+Cost: one request (Get Blob Properties) per lock, per slot with -n, and one
+(List Blobs) for the queue, per poll: 3,600 an hour at the default 2s, 2.6
+million a month, about 1.2 US dollars a month at the list price the README's
+Costs uses. It needs only read access and takes no lease.
 
 The first read must succeed: storage that refuses the request or cannot be
 reached exits as the other commands do (77, 69). After that a failing read
@@ -256,7 +268,7 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 			blobs = append(blobs, azlease.SlotName(name, i))
 		}
 	}
-	print := func(e watchEvent) error {
+	print := func(e fmt.Stringer) error {
 		var err error
 		if asJSON {
 			err = json.NewEncoder(g.stdout).Encode(e)
@@ -278,12 +290,21 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 	if candidates {
 		cands = &candidateTracker{name: name}
 	}
+	queue := queueTracker{name: name}
+	epochs := make([]uint64, len(blobs)) // each blob's epoch at the last poll
 	var failingSince time.Time
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for first := true; ; first = false {
 		began := time.Now()
-		sts, err := readAll(ctx, cc, blobs)
+		// The queue first: a waiter served deletes its entry only once
+		// its term is recorded in the lock blob, so a waiter the queue no
+		// longer shows appears in the lock's terms read after.
+		waiters, err := azlease.InspectQueue(ctx, cc, name)
+		var sts []azlease.Status
+		if err == nil {
+			sts, err = readAll(ctx, cc, blobs)
+		}
 		now := time.Now()
 		switch {
 		case ctx.Err() != nil:
@@ -302,11 +323,19 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 				g.log.Warn("watch: reading the lock's status again", "name", name, "failed_for", now.Sub(failingSince).Round(time.Millisecond))
 				failingSince = time.Time{}
 			}
+			var holders []string
 			for i, st := range sts {
 				for _, e := range tracks[i].observe(now, st) {
 					if err := print(e); err != nil {
 						return err
 					}
+				}
+				holders = append(holders, termsSince(st, epochs[i])...)
+				epochs[i] = max(epochs[i], st.Epoch)
+			}
+			for _, e := range queue.observe(now, waiters, holders) {
+				if err := print(e); err != nil {
+					return err
 				}
 			}
 			if cands != nil {
@@ -327,6 +356,22 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 		case <-tick.C:
 		}
 	}
+}
+
+// termsSince is who held st's lock in the terms that began after epoch
+// (from its history), and who holds it now: a waiter that left the queue
+// meanwhile was served if it is one of them.
+func termsSince(st azlease.Status, epoch uint64) []string {
+	var out []string
+	if st.Leased {
+		out = append(out, st.Holder)
+	}
+	for _, h := range st.History {
+		if h.Epoch > epoch {
+			out = append(out, h.Holder)
+		}
+	}
+	return out
 }
 
 // readAll reads the status of every blob, stopping at the first error.

@@ -42,21 +42,12 @@ func startAzlease(newLocker func(cc *container.Client, name string) (locker, err
 	return &azleaseBackend{emu: emu, ep: ep, newLocker: newLocker}, nil
 }
 
-// startUnordered is today's azlease.Mutex with default options (1 s polls,
-// ± 20 %; a 15 s lease).
+// startUnordered is azlease.Mutex with MutexOptions.Unordered, the waiting
+// before issue 25: every waiter polls every 1 s (± 20 %), and the first to
+// try after a release gets the lock; a 15 s lease.
 func startUnordered(context.Context, params) (backend, error) {
 	return startAzlease(func(cc *container.Client, name string) (locker, error) {
-		m, err := azlease.NewMutex(cc, name, nil)
-		if err != nil {
-			return nil, err
-		}
-		return lockerFunc(func(ctx context.Context) (func(context.Context) error, error) {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return l.Unlock, nil
-		}), nil
+		return newMutexLocker(cc, name, &azlease.MutexOptions{Unordered: true})
 	})
 }
 

@@ -70,8 +70,8 @@ var errNotBuilt = errors.New("not built yet")
 // compares the algorithms, the one with fsync what etcd costs as it runs.
 func contenders() []contender {
 	return []contender{
-		{key: "unordered", name: "azlease Mutex (unordered, today's)", start: startUnordered},
 		{key: "fair", name: "azlease fair Mutex", start: startFair},
+		{key: "unordered", name: "azlease Mutex, Unordered", start: startUnordered},
 		{key: "etcd", name: "etcd concurrency.Mutex", start: startEtcd(false)},
 		{key: "etcd-nofsync", name: "etcd concurrency.Mutex, no fsync", start: startEtcd(true)},
 	}
@@ -91,7 +91,7 @@ func selectContenders(keys []string) ([]contender, error) {
 			found = found || c.key == k
 		}
 		if !found {
-			return nil, fmt.Errorf("-only: unknown contender %q (unordered, fair, etcd, etcd-nofsync)", k)
+			return nil, fmt.Errorf("-only: unknown contender %q (fair, unordered, etcd, etcd-nofsync)", k)
 		}
 		want[k] = true
 	}

@@ -1,11 +1,12 @@
 // Command lockbench measures issue 25's fair locks side by side, in one run
-// on one machine: today's azlease.Mutex (unordered) and azlease's fair Mutex
-// on the azleasetest emulator served over loopback HTTP, and etcd's
-// concurrency.Mutex on an embedded single-node etcd. Three scenarios: the
-// order in which W queued waiters are served, with the hand-off gaps and
-// the requests while they wait; throughput with 50 contenders and
-// zero-length holds; and what a waiter that dies in the queue costs the
-// next one. It writes a markdown report (without a top-level heading:
+// on one machine: azlease's fair Mutex (the default) and the Mutex with
+// MutexOptions.Unordered (the waiting before issue 25) on the azleasetest
+// emulator served over loopback HTTP, and etcd's concurrency.Mutex on an
+// embedded single-node etcd. Four scenarios: the order in which W queued
+// waiters are served, with the hand-off gaps; what 50 waiters cost behind
+// a holder that keeps the lock, once they have settled; throughput with 50
+// contenders and zero-length holds; and what a waiter that dies in the
+// queue costs the next one. It writes a markdown report (without a top-level heading:
 // `make bench` folds it into bench/results.md through internal/bench).
 //
 // It is a module of its own so that etcd never reaches azlease's go.mod:
@@ -32,15 +33,21 @@ func main() {
 	var p params
 	out := flag.String("out", "", "write the markdown report to this file (default: standard output)")
 	waiters := flag.String("waiters", "8,16,50", "the order scenario's numbers of waiters W, comma-separated")
-	only := flag.String("only", "", "contenders to run, comma-separated: unordered, fair, etcd, etcd-nofsync (default all)")
+	only := flag.String("only", "", "contenders to run, comma-separated: fair, unordered, etcd, etcd-nofsync (default all)")
 	flag.DurationVar(&p.spacing, "spacing", 150*time.Millisecond, "time between two waiters' asking")
 	flag.DurationVar(&p.hold, "hold", 300*time.Millisecond, "how long each waiter keeps the lock in the order scenario")
-	flag.DurationVar(&p.quiet, "quiet", 5*time.Second, "window, all W waiting, in which requests are counted")
+	flag.IntVar(&p.costWaiters, "cost-waiters", 50, "waiters behind a holder that keeps the lock, in the cost scenario")
+	windows := flag.String("cost-windows", "1m+1m,5m+2m", "cost scenario: windows START+LENGTH after the last waiter asked, in which every client's requests are counted")
+	flag.IntVar(&p.costReps, "cost-reps", 1, "repetitions of the cost scenario (at most -reps; each lasts until its last window ends)")
 	flag.IntVar(&p.contenders, "contenders", 50, "contenders in the throughput scenario")
 	flag.DurationVar(&p.window, "window", 10*time.Second, "duration of the throughput scenario")
 	flag.IntVar(&p.reps, "reps", 3, "repetitions of every scenario")
 	flag.DurationVar(&p.etcdTTL, "etcd-ttl", 15*time.Second, "etcd sessions' TTL, whole seconds (azlease's default lease duration; etcd's default is 60 s)")
 	flag.Parse()
+	if err := parseWindows(&p, *windows); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(2)
+	}
 	if err := mainErr(&p, *out, *waiters, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		os.Exit(1)
@@ -78,14 +85,33 @@ func mainErr(p *params, out, waiters, only string) error {
 	return errors.Join(runErr, err)
 }
 
+// parseWindows reads -cost-windows: START+LENGTH pairs, in order, not
+// overlapping.
+func parseWindows(p *params, spec string) error {
+	var end time.Duration
+	for _, f := range strings.Split(spec, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(f), "+")
+		start, err1 := time.ParseDuration(a)
+		length, err2 := time.ParseDuration(b)
+		if !ok || err1 != nil || err2 != nil || start < end || length <= 0 {
+			return fmt.Errorf("-cost-windows: %q is not START+LENGTH after the window before (1m+1m)", f)
+		}
+		p.costWindows = append(p.costWindows, costWindow{start, length})
+		end = start + length
+	}
+	return nil
+}
+
 func (p params) validate() error {
 	switch {
 	case len(p.waiters) == 0:
 		return errors.New("-waiters: none")
-	case p.spacing <= 0 || p.hold < 0 || p.quiet <= 0 || p.window <= 0:
-		return errors.New("-spacing, -quiet and -window must be positive, -hold not negative")
-	case p.contenders < 1 || p.reps < 1:
-		return errors.New("-contenders and -reps must be at least 1")
+	case p.spacing <= 0 || p.hold < 0 || p.window <= 0:
+		return errors.New("-spacing and -window must be positive, -hold not negative")
+	case len(p.costWindows) == 0:
+		return errors.New("-cost-windows: none")
+	case p.contenders < 1 || p.reps < 1 || p.costWaiters < 1 || p.costReps < 1:
+		return errors.New("-contenders, -cost-waiters, -reps and -cost-reps must be at least 1")
 	case p.etcdTTL < time.Second || p.etcdTTL%time.Second != 0:
 		return errors.New("-etcd-ttl: whole seconds, at least 1 s")
 	}
@@ -158,6 +184,16 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					return err
 				})
 		}
+		if rep < p.costReps {
+			each(costKey, fmt.Sprintf("cost, %d waiters", p.costWaiters), rep,
+				func(be backend, ce *cell, name string) error {
+					c, err := runCost(ctx, be, name, p.costWaiters, p)
+					if err == nil {
+						ce.costs = append(ce.costs, c)
+					}
+					return err
+				})
+		}
 		each(throughputKey, fmt.Sprintf("throughput, %d contenders", p.contenders), rep,
 			func(be backend, ce *cell, name string) error {
 				t, err := runThroughput(ctx, be, name, p.contenders, p.window)
@@ -169,9 +205,10 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
 			each(func(c string) string { return deadKey(c, how) }, "dead waiter, "+how, rep,
 				func(be backend, ce *cell, name string) error {
-					g, err := runDead(ctx, be, name, how, p)
+					g, called, err := runDead(ctx, be, name, how, p)
 					if err == nil {
 						ce.gaps = append(ce.gaps, g)
+						ce.deadCalled = append(ce.deadCalled, called)
 					}
 					return err
 				})
@@ -186,7 +223,7 @@ func (r *results) keys(c string) []string {
 	for _, w := range r.p.waiters {
 		ks = append(ks, orderKey(c, w))
 	}
-	ks = append(ks, throughputKey(c))
+	ks = append(ks, costKey(c), throughputKey(c))
 	for _, how := range []string{deadNone, deadCanceled, deadKilled} {
 		ks = append(ks, deadKey(c, how))
 	}

@@ -21,9 +21,12 @@ import (
 // cell is what one contender gave in one scenario, over the repetitions.
 type cell struct {
 	orders []orderRun
+	costs  []costRun
 	tps    []throughputRun
-	gaps   []time.Duration // dead-waiter scenario
-	err    error           // the first error; no further repetition ran
+	gaps   []time.Duration // dead-waiter scenario: from the holder's Unlock returning
+	// deadCalled is the dead-waiter scenario's gaps from the Unlock call.
+	deadCalled []time.Duration
+	err        error // the first error; no further repetition ran
 }
 
 // results is a whole run.
@@ -39,6 +42,7 @@ type results struct {
 
 func orderKey(c string, w int) string    { return fmt.Sprintf("%s/order/%d", c, w) }
 func throughputKey(c string) string      { return c + "/throughput" }
+func costKey(c string) string            { return c + "/cost" }
 func deadKey(c, how string) string       { return c + "/dead/" + how }
 func (r *results) cell(key string) *cell { return r.cells[key] }
 
@@ -90,10 +94,12 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "interleaved (each scenario's repetition runs every contender before the next one starts), %d repetition(s).\n", p.reps)
 	fmt.Fprintf(&b, "Each waiter has a client of its own, as a separate process would: its own connections, and for etcd its own\n")
 	fmt.Fprintf(&b, "session.\n\n")
-	fmt.Fprintf(&b, "- **azlease Mutex (unordered, today's)**: `azlease.Mutex` with default options (polls every 1 s ± 20 %%, 15 s lease),\n")
-	fmt.Fprintf(&b, "  on the `azleasetest` emulator served over HTTP on a loopback port. Requests: every HTTP request of every client\n")
-	fmt.Fprintf(&b, "  (the holder's renewals included); failed: no answer, or a 4xx or 5xx one.\n")
-	fmt.Fprintf(&b, "- **azlease fair Mutex**: issue 25's, on the same emulator and clients.\n")
+	fmt.Fprintf(&b, "- **azlease fair Mutex**: `azlease.Mutex` with default options (fair: the first in line looks every 200 ms,\n")
+	fmt.Fprintf(&b, "  those behind every 2 × 1 s to 150 × 1 s; a 15 s lease), on the `azleasetest` emulator served over HTTP on a loopback\n")
+	fmt.Fprintf(&b, "  port. Requests: every HTTP request of every client (the holder's renewals included); failed: no answer, or a 4xx or\n")
+	fmt.Fprintf(&b, "  5xx one.\n")
+	fmt.Fprintf(&b, "- **azlease Mutex, Unordered**: `MutexOptions.Unordered`, the waiting before issue 25 (every waiter polls every 1 s\n")
+	fmt.Fprintf(&b, "  ± 20 %%, the first to try after a release gets the lock), on the same emulator and clients.\n")
 	fmt.Fprintf(&b, "- **etcd concurrency.Mutex**: on an embedded single-node etcd (`embed`, loopback ports, data in a temporary\n")
 	fmt.Fprintf(&b, "  directory, fsync on, as etcd runs by default), sessions with a %v TTL (azlease's default lease duration; etcd's\n", p.etcdTTL)
 	fmt.Fprintf(&b, "  default is 60 s). Requests: the clients' unary RPCs and the messages they send on streams (watches created, lease\n")
@@ -103,34 +109,37 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "  memory, so this row compares the algorithms; the row above shows what etcd costs as it runs.\n\n")
 	b.WriteString(machine(r))
 
-	fmt.Fprintf(&b, "\n### Order: one holder, W waiters asking %v apart, each holder keeping the lock %v\n\n", p.spacing, p.hold)
-	fmt.Fprintf(&b, "The holder keeps the lock until the last waiter has asked and a %v window has passed, in which the requests\n", p.quiet)
-	fmt.Fprintf(&b, "of every client are counted (all W waiting). Overtakes: pairs of waiters served out of the order they asked\n")
-	fmt.Fprintf(&b, "(median over repetitions, range in parentheses). Hand-off gap: from one holder's Unlock returning to the next\n")
-	fmt.Fprintf(&b, "one's Lock returning, percentiles over every hand-off of every repetition (W per repetition); negative when the\n")
-	fmt.Fprintf(&b, "next Lock returns before the Unlock's answer arrives.\n\n")
-	fmt.Fprintf(&b, "| contender | W | overtakes | hand-off gap p50 | p90 | p99 | max | requests/s while all W wait | per waiter-second | failed in that window | reps |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "\n### Order: one holder, W waiters asking %v apart, every holder keeping the lock %v\n\n", p.spacing, p.hold)
+	fmt.Fprintf(&b, "The first waiter asks as the holder takes the lock; the holder keeps it %v from then, as every waiter does once\n", p.hold)
+	fmt.Fprintf(&b, "served. Overtakes: pairs of waiters served out of the order they asked (median over repetitions, range in\n")
+	fmt.Fprintf(&b, "parentheses). Hand-off gap, as issue 25 defines it: from one holder's Unlock returning to the next one's Lock\n")
+	fmt.Fprintf(&b, "returning, percentiles over every hand-off of every repetition (W per repetition); negative when the next Lock returns\n")
+	fmt.Fprintf(&b, "first (a fair Unlock returns once the next holder's term shows in the lock blob). From Unlock called: the same from the\n")
+	fmt.Fprintf(&b, "Unlock call, the latency the next waiter sees. Requests: every client's from the first asking to the last Unlock,\n")
+	fmt.Fprintf(&b, "per acquisition.\n\n")
+	fmt.Fprintf(&b, "| contender | W | overtakes | gap (Unlock returned) p50 | p90 | p99 | max | gap (Unlock called) p50 | p99 | max | requests per acquisition | failed | reps |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range p.waiters {
 		for _, c := range r.contenders {
 			fmt.Fprintf(&b, "| %s | %d | ", c.name, w)
 			ce := r.cell(orderKey(c.key, w))
-			if bad := r.missing(c, ce, 9); bad != "" {
+			if bad := r.missing(c, ce, 11); bad != "" {
 				b.WriteString(bad)
 				continue
 			}
-			var over, rate, perWaiter, failed []float64
-			var gaps []time.Duration
+			var over, per, failed []float64
+			var gaps, called []time.Duration
 			for _, o := range ce.orders {
 				over = append(over, float64(o.overtakes()))
 				gaps = append(gaps, o.gaps...)
-				rate = append(rate, float64(o.window.sent)/p.quiet.Seconds())
-				perWaiter = append(perWaiter, float64(o.window.sent)/p.quiet.Seconds()/float64(w))
-				failed = append(failed, float64(o.window.failed))
+				called = append(called, o.called...)
+				per = append(per, float64(o.requests.sent)/float64(w))
+				failed = append(failed, float64(o.requests.failed))
 			}
-			fmt.Fprintf(&b, "%s | %s | %s | %s | %s | %s | %s | %s | %d |\n", withRange(over, 0),
+			fmt.Fprintf(&b, "%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", withRange(over, 0),
 				dur(quantile(gaps, 0.5)), dur(quantile(gaps, 0.9)), dur(quantile(gaps, 0.99)), dur(quantile(gaps, 1)),
-				withRange(rate, 1), withRange(perWaiter, 2), withRange(failed, 0), len(ce.orders))
+				dur(quantile(called, 0.5)), dur(quantile(called, 0.99)), dur(quantile(called, 1)),
+				withRange(per, 1), withRange(failed, 0), len(ce.orders))
 		}
 	}
 	fmt.Fprintf(&b, "\nServed in the order (waiters numbered in the order they asked; the first repetition):\n\n")
@@ -141,6 +150,41 @@ func render(r *results) string {
 				continue
 			}
 			fmt.Fprintf(&b, "- %s, W = %d: %s\n", c.name, w, strings.Trim(fmt.Sprint(ce.orders[0].served), "[]"))
+		}
+	}
+
+	fmt.Fprintf(&b, "\n### Cost: %d waiters behind a holder that keeps the lock\n\n", p.costWaiters)
+	fmt.Fprintf(&b, "A holder takes the lock and keeps it; %d waiters, each on a client of its own, ask %v apart; in each window\n", p.costWaiters, p.spacing)
+	fmt.Fprintf(&b, "(its start after the last has asked, and its length), every client's requests are counted, the holder's renewals\n")
+	fmt.Fprintf(&b, "included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's waiters behind the first\n")
+	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the `Mutex` doc's formula once it has stood for\n")
+	fmt.Fprintf(&b, "twice their longest wait (5 min at position 10 and beyond): the first in line 1/(0.95 × 200 ms) (its jitter only\n")
+	fmt.Fprintf(&b, "shortens the wait), right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back\n")
+	fmt.Fprintf(&b, "1/(150 × 1 s) each; plus the holder's renewals.\n\n")
+	fmt.Fprintf(&b, "| contender | waiters | window | requests/s, all clients | per waiter-second | failed | formula | reps |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range r.contenders {
+		ce := r.cell(costKey(c.key))
+		for wi, win := range p.costWindows {
+			fmt.Fprintf(&b, "| %s | %d | %v | ", c.name, p.costWaiters, win)
+			if bad := r.missing(c, ce, 5); bad != "" {
+				b.WriteString(bad)
+				continue
+			}
+			var rate, per, failed []float64
+			for _, cr := range ce.costs {
+				if wi >= len(cr.requests) {
+					continue
+				}
+				x := float64(cr.requests[wi].sent) / win.length.Seconds()
+				rate = append(rate, x)
+				per = append(per, x/float64(cr.waiters))
+				failed = append(failed, float64(cr.requests[wi].failed))
+			}
+			formula := "—"
+			if c.key == "fair" {
+				formula = num(fairCostFormula(p.costWaiters), 2)
+			}
+			fmt.Fprintf(&b, "%s | %s | %s | %s | %d |\n", withRange(rate, 2), withRange(per, 3), withRange(failed, 0), formula, len(rate))
 		}
 	}
 
@@ -171,27 +215,29 @@ func render(r *results) string {
 
 	fmt.Fprintf(&b, "\n### A dead waiter's cost\n\n")
 	fmt.Fprintf(&b, "A holder has the lock; a waiter asks, %v later the next one asks, %v later the first goes away, and %v\n", p.spacing, p.spacing, p.hold)
-	fmt.Fprintf(&b, "later the holder unlocks: the gap from its Unlock returning to the next waiter's Lock returning, beside the same\n")
+	fmt.Fprintf(&b, "later the holder unlocks: the gap to the next waiter's Lock returning, from the holder's Unlock returning (a fair\n")
+	fmt.Fprintf(&b, "Unlock returns once the next holder's term shows, so it is negative there) and from its Unlock call, beside the same\n")
 	fmt.Fprintf(&b, "hand-off with nobody ahead. Cancelled: the waiter's Lock ctx is cancelled (it gives up, and may tidy up). Killed:\n")
 	fmt.Fprintf(&b, "its process dies (no request of its reaches the service from then on, nothing is given back; for etcd, its client\n")
-	fmt.Fprintf(&b, "closes without revoking its session, whose key then stays until the TTL runs out). Cost: the median gap less the\n")
-	fmt.Fprintf(&b, "median with nobody ahead.\n\n")
-	fmt.Fprintf(&b, "| contender | the waiter ahead | gap p50 | max | cost | reps |\n|---|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "closes without revoking its session, whose key then stays until the TTL runs out). Cost: the median gap from the\n")
+	fmt.Fprintf(&b, "Unlock call less the same median with nobody ahead.\n\n")
+	fmt.Fprintf(&b, "| contender | the waiter ahead | gap (Unlock returned) p50 | max | gap (Unlock called) p50 | max | cost | reps |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
 		base := r.cell(deadKey(c.key, deadNone))
 		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
 			label := map[string]string{deadNone: "none (baseline)", deadCanceled: "cancelled", deadKilled: "killed"}[how]
 			fmt.Fprintf(&b, "| %s | %s | ", c.name, label)
 			ce := r.cell(deadKey(c.key, how))
-			if bad := r.missing(c, ce, 4); bad != "" {
+			if bad := r.missing(c, ce, 6); bad != "" {
 				b.WriteString(bad)
 				continue
 			}
 			cost := "—"
-			if how != deadNone && base != nil && base.err == nil && len(base.gaps) > 0 {
-				cost = dur(quantile(ce.gaps, 0.5) - quantile(base.gaps, 0.5))
+			if how != deadNone && base != nil && base.err == nil && len(base.deadCalled) > 0 {
+				cost = dur(quantile(ce.deadCalled, 0.5) - quantile(base.deadCalled, 0.5))
 			}
-			fmt.Fprintf(&b, "%s | %s | %s | %d |\n", dur(quantile(ce.gaps, 0.5)), dur(quantile(ce.gaps, 1)), cost, len(ce.gaps))
+			fmt.Fprintf(&b, "%s | %s | %s | %s | %s | %d |\n", dur(quantile(ce.gaps, 0.5)), dur(quantile(ce.gaps, 1)),
+				dur(quantile(ce.deadCalled, 0.5)), dur(quantile(ce.deadCalled, 1)), cost, len(ce.gaps))
 		}
 	}
 	return b.String()
@@ -208,7 +254,7 @@ func (r *results) missing(c contender, ce *cell, cols int) string {
 		why = "not run"
 	case ce.err != nil:
 		why = "**error**: " + strings.ReplaceAll(ce.err.Error(), "|", "\\|")
-	case len(ce.orders)+len(ce.tps)+len(ce.gaps) == 0:
+	case len(ce.orders)+len(ce.costs)+len(ce.tps)+len(ce.gaps) == 0:
 		why = "no repetition"
 	default:
 		return ""
@@ -271,4 +317,20 @@ func dur(d time.Duration) string {
 		return fmt.Sprintf("%.0f ms", ms)
 	}
 	return fmt.Sprintf("%.2f s", ms/1000)
+}
+
+// fairCostFormula is the fair Mutex's requests per second with w waiters
+// behind a holder, default options, the holder's renewals included (the
+// Mutex doc's formula).
+func fairCostFormula(w int) float64 {
+	const head, poll, renew = 0.2, 1.0, 5.0
+	x := 1 / (0.95 * head) // the first in line; its jitter shortens its wait by 0.1 on average
+	if w >= 2 {
+		x += 1 / (2 * poll)
+	}
+	for p := 2; p <= min(w-1, 10); p++ {
+		x += 1 / (15 * float64(p) * poll)
+	}
+	x += float64(max(w-11, 0)) / (150 * poll)
+	return x + 1/(0.95*renew) // renewals come up to 10 % early
 }

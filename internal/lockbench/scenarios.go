@@ -17,14 +17,16 @@ import (
 
 // params are the scenarios' settings.
 type params struct {
-	waiters    []int         // W of the order scenario
-	spacing    time.Duration // between two waiters' asking
-	hold       time.Duration // how long each waiter holds the lock
-	quiet      time.Duration // window with all W waiting, to count requests
-	contenders int           // throughput scenario
-	window     time.Duration // throughput scenario's duration
-	reps       int
-	etcdTTL    time.Duration // etcd sessions' TTL (whole seconds)
+	waiters     []int         // W of the order scenario
+	spacing     time.Duration // between two waiters' asking
+	hold        time.Duration // how long each waiter holds the lock
+	costWindows []costWindow  // cost scenario: when requests are counted, from the last waiter's asking
+	costWaiters int           // cost scenario: waiters behind the holder
+	costReps    int           // cost scenario: repetitions (the first costReps of reps)
+	contenders  int           // throughput scenario
+	window      time.Duration // throughput scenario's duration
+	reps        int
+	etcdTTL     time.Duration // etcd sessions' TTL (whole seconds)
 }
 
 // exclusion counts holders from the harness's side.
@@ -82,9 +84,15 @@ func newWaiters(ctx context.Context, be backend, name string, n int) ([]*waiter,
 
 // orderRun is one repetition of the order scenario.
 type orderRun struct {
-	served []int           // waiters (numbered in asking order) in the order they got the lock
-	gaps   []time.Duration // hand-off gaps: each Unlock returned → the next Lock returned
-	window counts          // requests during the quiet window, all W waiting
+	served []int // waiters (numbered in asking order) in the order they got the lock
+	// gaps are the hand-off gaps as issue 25 defines them: each Unlock
+	// returned → the next Lock returned (negative when the next Lock
+	// returns first: a fair Unlock waits until the next holder's term
+	// shows); called the same from the Unlock call, the latency a waiter
+	// sees.
+	gaps, called []time.Duration
+	requests     counts // every client's, from the first waiter's asking to the last Unlock
+	elapsed      time.Duration
 }
 
 // overtakes counts pairs served out of asking order.
@@ -100,11 +108,11 @@ func (r orderRun) overtakes() int {
 	return n
 }
 
-// runOrder: one holder takes the lock; w waiters ask spacing apart; once
-// the last has asked, the requests of a quiet window are counted; then the
-// holder unlocks and each waiter, once served, keeps the lock for hold.
+// runOrder (issue 25's measurement): one holder takes the lock; w waiters,
+// each on a client of its own, ask spacing apart, the first at the start;
+// every holder keeps the lock for hold, the first one too, from the start.
 func runOrder(ctx context.Context, be backend, name string, w int, p params) (orderRun, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(w)*(p.spacing+p.hold+10*time.Second)+p.quiet+time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(w)*(p.spacing+p.hold+10*time.Second)+time.Minute)
 	defer cancel()
 	ws, closeAll, err := newWaiters(ctx, be, name, w+1)
 	if err != nil {
@@ -123,10 +131,12 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 		mu       sync.Mutex
 		served   []int
 		got      = make([]time.Time, w)
-		released = make([]time.Time, w)
+		calling  = make([]time.Time, w) // Unlock called
+		released = make([]time.Time, w) // Unlock returned
 		errs     = make([]error, w+1)
 		wg       sync.WaitGroup
 	)
+	c0 := be.requests()
 	start := time.Now()
 	for i := range w {
 		wg.Go(func() {
@@ -145,6 +155,7 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 			mu.Unlock()
 			_ = sleepCtx(ctx, p.hold)
 			x.leave()
+			calling[i] = time.Now()
 			if err := unlock(ctx); err != nil {
 				errs[i] = fmt.Errorf("waiter %d: unlock: %w", i, err)
 			}
@@ -152,29 +163,93 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 		})
 	}
 	var run orderRun
-	var holderReleased time.Time
-	if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(w-1)*p.spacing))); err == nil {
-		c0 := be.requests()
-		if err := sleepCtx(ctx, p.quiet); err == nil {
-			run.window = be.requests().minus(c0)
-		}
-	}
+	_ = sleepCtx(ctx, time.Until(start.Add(p.hold)))
 	x.leave()
+	holderCalled := time.Now()
 	if err := unlockHolder(ctx); err != nil {
 		errs[w] = fmt.Errorf("holder: unlock: %w", err)
 	}
-	holderReleased = time.Now()
+	holderReleased := time.Now()
 	wg.Wait()
+	run.elapsed = time.Since(start)
+	run.requests = be.requests().minus(c0)
 	if err := errors.Join(append(errs, x.err(), ctx.Err())...); err != nil {
 		return orderRun{}, err
 	}
 	run.served = served
-	prev := holderReleased
+	prevCalled, prevReleased := holderCalled, holderReleased
 	for _, i := range served {
-		run.gaps = append(run.gaps, got[i].Sub(prev))
-		prev = released[i]
+		run.gaps = append(run.gaps, got[i].Sub(prevReleased))
+		run.called = append(run.called, got[i].Sub(prevCalled))
+		prevCalled, prevReleased = calling[i], released[i]
 	}
 	return run, nil
+}
+
+// costWindow is a window of the cost scenario: from start after the last
+// waiter asked, for length.
+type costWindow struct{ start, length time.Duration }
+
+func (w costWindow) String() string { return fmt.Sprintf("%v+%v", w.start, w.length) }
+
+// costRun is one repetition of the cost scenario.
+type costRun struct {
+	waiters  int
+	windows  []costWindow
+	requests []counts // every client's in each window, the holder's renewals included
+}
+
+// runCost: a holder takes the lock and keeps it; n waiters, each on a
+// client of its own, ask spacing apart; in each window after the last has
+// asked (the waiters far back look less and less often, the longer the
+// queue stands still), every client's requests are counted.
+func runCost(ctx context.Context, be backend, name string, n int, p params) (costRun, error) {
+	last := p.costWindows[len(p.costWindows)-1]
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(n)*p.spacing+last.start+last.length+2*time.Minute)
+	defer cancel()
+	ws, closeAll, err := newWaiters(ctx, be, name, n+1)
+	if err != nil {
+		return costRun{}, err
+	}
+	defer closeAll()
+	holder, ws := ws[0], ws[1:]
+	unlockHolder, err := holder.Lock(ctx)
+	if err != nil {
+		return costRun{}, fmt.Errorf("holder: %w", err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range ws {
+		if err := sleepCtx(ctx, p.spacing); err != nil {
+			break
+		}
+		wg.Go(func() {
+			if unlock, err := ws[i].Lock(wctx); err == nil {
+				_ = unlock(ctx)
+				errs[i] = fmt.Errorf("waiter %d got the lock its holder keeps", i)
+			}
+		})
+	}
+	asked := time.Now()
+	run := costRun{waiters: n, windows: p.costWindows}
+	for _, w := range p.costWindows {
+		if err := sleepCtx(ctx, time.Until(asked.Add(w.start))); err != nil {
+			break
+		}
+		c0 := be.requests()
+		if err := sleepCtx(ctx, w.length); err != nil {
+			break
+		}
+		run.requests = append(run.requests, be.requests().minus(c0))
+	}
+	stop()
+	wg.Wait()
+	err = unlockHolder(ctx)
+	if err == nil && len(run.requests) < len(run.windows) {
+		err = errors.New("a cost window did not end")
+	}
+	return run, errors.Join(append(errs, err, ctx.Err())...)
 }
 
 // throughputRun is one repetition of the throughput scenario.
@@ -252,20 +327,20 @@ const (
 // waiter asks, spacing later the victim goes away (unless how is deadNone,
 // when there is no victim), and hold later the holder unlocks. The result is
 // the gap from the holder's Unlock returning to the next waiter's Lock
-// returning.
-func runDead(ctx context.Context, be backend, name, how string, p params) (time.Duration, error) {
+// returning, and from the Unlock call.
+func runDead(ctx context.Context, be backend, name, how string, p params) (returned, called time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*p.etcdTTL+2*time.Minute)
 	defer cancel()
 	ws, closeAll, err := newWaiters(ctx, be, name, 3)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer closeAll()
 	holder, victim, next := ws[0], ws[1], ws[2]
 	var x exclusion
 	unlockHolder, err := holder.Lock(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("holder: %w", err)
+		return 0, 0, fmt.Errorf("holder: %w", err)
 	}
 	x.enter()
 
@@ -284,7 +359,7 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (time.
 			}
 		})
 		if err := sleepCtx(ctx, p.spacing); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	var got time.Time
@@ -303,7 +378,7 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (time.
 		}
 	})
 	if err := sleepCtx(ctx, p.spacing); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	switch how {
 	case deadCanceled:
@@ -313,11 +388,12 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (time.
 	}
 	_ = sleepCtx(ctx, p.hold)
 	x.leave()
+	calledAt := time.Now()
 	err = unlockHolder(ctx)
 	released := time.Now()
 	wg.Wait()
 	if err := errors.Join(err, victimErr, nextErr, x.err(), ctx.Err()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return got.Sub(released), nil
+	return got.Sub(released), got.Sub(calledAt), nil
 }

@@ -176,8 +176,8 @@ func MaxQueueLook(poll time.Duration) time.Duration { return 150 * poll }
 // has not said it polls as the first waiter (its queue entry carries no head
 // mark) to take the lock: as long as such a waiter may take to look again
 // (QueueWait right behind the first, at most 2×poll), estimated from how
-// long the holder held the lock and how long it was itself first in line
-// before (the queue's recent pace), and never less than head.
+// long the holder held the lock and how long it was itself first or second
+// in line before (the queue's recent pace), and never less than head.
 func HandOffWait(held, wasHead, head, poll time.Duration) time.Duration {
 	return min(max(2*max(held, wasHead), head), max(2*poll, head))
 }

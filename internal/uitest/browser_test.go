@@ -136,9 +136,10 @@ const gridJS = `Array.from(document.querySelectorAll("#grid .shard")).map(e => (
 }))`
 
 // TestBrowser: the page, in headless Chromium, against 'azlease emulator'
-// with real 'azlease lead' and 'azlease shards' processes. The overview
-// shows the leader, then the new leader at the first read after the leader
-// stopped; the leader's page draws both terms; a shard group's grid shows
+// with real 'azlease lead', 'azlease lock' and 'azlease shards' processes.
+// The overview shows the leader, then the new leader at the first read
+// after the leader stopped; the leader's page draws both terms; a mutex's
+// page shows the lock commands waiting for it, in order; a shard group's grid shows
 // every shard exactly once, labelled with its owner, and changes when a
 // replica joins; while storage, or the ui itself, does not answer the page
 // says so and shows no data, and shows it again when it answers.
@@ -216,6 +217,43 @@ func TestBrowser(t *testing.T) {
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, holders)
 	assert.Equal(t, "web-3", eval[string](t, ctx, `document.querySelector("#facts .holder").textContent`))
 	screenshot(t, ctx, filepath.Join(shots, "ui-leader.png"))
+
+	// A fair lock's queue: two 'azlease lock' waiters behind a holder are
+	// the mutex's queue on its page, first in line first, and never items
+	// of their own on the overview.
+	holder := az("lock", "--identity", "holder", "jobs", "--", "sleep", "600")
+	waitFor(t, 30*time.Second, "the holder holds jobs", func() bool {
+		st, err := azlease.Inspect(context.Background(), cc, "jobs")
+		require.NoError(t, err)
+		return st.Leased
+	})
+	var lockWaiters []*proc
+	for _, id := range []string{"waiter-1", "waiter-2"} {
+		lockWaiters = append(lockWaiters, az("lock", "--identity", id, "jobs", "--", "true"))
+		waitFor(t, 30*time.Second, id+" queued", func() bool {
+			q, err := azlease.InspectQueue(context.Background(), cc, "jobs")
+			require.NoError(t, err)
+			return len(q) == len(lockWaiters)
+		})
+	}
+	run(t, ctx, chromedp.Navigate(base+"/items/mutex/jobs"))
+	type queueRow struct {
+		Waiter string `json:"waiter"`
+		State  string `json:"state"`
+	}
+	var rows []queueRow
+	waitFor(t, 20*time.Second, "the mutex's page shows its queue", func() bool {
+		rows = eval[[]queueRow](t, ctx, `Array.from(document.querySelectorAll("#queue tbody tr")).map(e => ({waiter: e.dataset.waiter, state: e.lastChild.dataset.state}))`)
+		return len(rows) == 2
+	})
+	assert.Equal(t, []queueRow{{"waiter-1", "first in line"}, {"waiter-2", "waiting"}}, rows)
+	run(t, ctx, chromedp.Navigate(base+"/"))
+	waitFor(t, 20*time.Second, "the overview", func() bool { return eval[overviewRow](t, ctx, overviewJS).Rows > 0 })
+	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('tr.item[data-path*="/queue"]').length`), "no item of a queue's blob")
+	holder.stop(20 * time.Second)
+	for _, p := range lockWaiters {
+		p.stop(30 * time.Second)
+	}
 
 	// A shard group of two replicas on 12 shards.
 	names := shards.Numbered(12)

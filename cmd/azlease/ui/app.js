@@ -306,12 +306,14 @@
     ];
   }
 
-  // Queue and candidates: the places for what the library is about to
-  // record next to a lock blob (fair lock queues, leader candidates).
+  // Queue and candidates: a fair lock's waiters (first in line first; one
+  // passed over keeps its place, marked missed), and the place for leader
+  // candidates.
   function renderQueue(q) {
-    const rows = (q || []).map(w => el("tr", {}, el("td", { class: "num" }, String(w.position)), el("td", {}, w.identity), el("td", {}, w.since ? stamp(w.since) + " (" + ago(w.since) + ")" : "—")));
-    return [el("h2", {}, "Queue"), rows.length ? table([{ text: "#", num: true }, { text: "waiter" }, { text: "waiting since" }], rows, { id: "queue" })
-      : el("p", { class: "muted", id: "queue" }, "No waiters recorded.")];
+    const rows = (q || []).map(w => el("tr", { "data-waiter": w.identity }, el("td", { class: "num" }, String(w.position)), el("td", {}, w.identity),
+      el("td", {}, w.since ? stamp(w.since) + " (" + ago(w.since) + ")" : "—"), el("td", { "data-state": w.state || "waiting" }, w.state || "")));
+    return [el("h2", {}, "Queue"), rows.length ? table([{ text: "#", num: true }, { text: "waiter" }, { text: "waiting since" }, { text: "" }], rows, { id: "queue" })
+      : el("p", { class: "muted", id: "queue" }, "No waiters.")];
   }
 
   function renderCandidates(cs) {
