@@ -44,10 +44,12 @@ func pollLoop(ctx context.Context, poll time.Duration, try func() bool) {
 	}
 }
 
-// oldClaim is Claim before issue 19: a TryLock per name, in order.
+// oldClaim is Claim before issue 19: a TryLock per name, in order (an
+// Unordered one: a fair TryLock reads before it acquires, which the old
+// one did not).
 func oldClaim(ctx context.Context, cc *container.Client, names []string) *azlease.Lock {
 	for _, name := range names {
-		m, err := azlease.NewMutex(cc, name, nil)
+		m, err := azlease.NewMutex(cc, name, unordered)
 		if err != nil {
 			panic(err)
 		}
