@@ -415,15 +415,7 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 	prepared := s.prepared != nil
 	for _, c := range ranked {
 		if _, ok := s.firstSeen[candKey(c)]; !ok {
-			// It has been there since it published what it says: its
-			// blob's age on storage's clock (the listing's Date against
-			// its Last-Modified, to the second), placed on the local
-			// clock. A later write (ready again, say) makes it younger.
-			seen := now
-			if age := ls.date.Sub(c.modified); !ls.date.IsZero() && !c.modified.IsZero() && age > 0 {
-				seen = now.Add(-age)
-			}
-			s.firstSeen[candKey(c)] = seen
+			s.firstSeen[candKey(c)] = firstSeen(now, ls.date, c)
 		}
 	}
 	s.mu.Unlock()
@@ -456,6 +448,40 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 		return &handOverCall{reason: reason, to: c.Identity, notBefore: notBefore}, far
 	}
 	return nil, far
+}
+
+// firstSeen is since when the candidate c has been there, on the local
+// clock, as a leader that lists it for the first time at now (storage's
+// Date on that listing: date) reckons it. Storage's clock says it to the
+// second: its blob's age is the listing's Date less its Last-Modified, each
+// truncated to the second, so the truth lies within a second either way (a
+// later write, ready again say, makes it younger). Within that second the
+// candidate's own clock decides: it started (c.Since, its wall clock) just
+// before it published, which is exact to the millisecond when the hosts'
+// clocks agree; when they do not, storage's second bounds the error. So a
+// preferred candidate leads StabilityWindow after it appeared, not up to a
+// second later.
+func firstSeen(now, date time.Time, c candidate) time.Time {
+	if date.IsZero() || c.modified.IsZero() {
+		return now
+	}
+	age := date.Sub(c.modified)
+	if age < 0 {
+		age = 0
+	}
+	seen := now.Add(-age)
+	if c.Since.IsZero() {
+		return seen
+	}
+	own := now.Add(-now.Round(0).Sub(c.Since)) // c.Since on the local (monotonic) clock
+	lo, hi := seen.Add(-time.Second), seen.Add(time.Second)
+	switch {
+	case own.Before(lo):
+		return lo
+	case own.After(hi):
+		return hi
+	}
+	return own
 }
 
 func earlier(a, b time.Time) time.Time {

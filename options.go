@@ -472,7 +472,9 @@ type ElectorOptions struct {
 	// StabilityWindow is how long a candidate of higher priority must have
 	// been ready before the leader yields to it: counted from when it last
 	// published its candidacy (its blob's age on storage's clock, to the
-	// second, when the leader first lists it). Zero means 30 s. Otherwise
+	// second, when the leader first lists it; within that second, by the
+	// candidate's own clock, so hosts whose clocks disagree err by a second
+	// at most). Zero means 30 s. Otherwise
 	// from 1 s to 24 h (MaxWait); negative is an error.
 	StabilityWindow time.Duration
 

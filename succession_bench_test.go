@@ -197,7 +197,7 @@ func TestSuccessionBench(t *testing.T) {
 		tooks, gaps = append(tooks, tk), append(gaps, g)
 	}
 	fmt.Fprintf(&b, "A candidate of higher priority starts while the leader's term is past its Cooldown; it leads after the\n")
-	fmt.Fprintf(&b, "StabilityWindow (30 s, counted from when it published its candidacy, on storage's clock to the second) and a hand-off.\n\n")
+	fmt.Fprintf(&b, "StabilityWindow (30 s, counted from when it published its candidacy: by its own clock, within the second storage's\nclock gives) and a hand-off.\n\n")
 	fmt.Fprintf(&b, "| | median | p90 | max |\n|---|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| from its start to leading | %v | %v | %v |\n", rd(quantile(tooks, 0.5)), rd(quantile(tooks, 0.9)), rd(quantile(tooks, 1)))
 	fmt.Fprintf(&b, "| leaderless | %v | %v | %v |\n", rd(quantile(gaps, 0.5)), rd(quantile(gaps, 0.9)), rd(quantile(gaps, 1)))
