@@ -241,12 +241,8 @@ func (q *queue) join(ctx context.Context, limit time.Time, ticket uint64, announ
 	key := ticketKey(ticket)
 	name := QueueName(q.lock) + key
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	md := map[string]*string{
-		metaWaiterID:     to.Ptr(announced),
-		metaWaiterHolder: to.Ptr(url.QueryEscape(identity)),
-		metaWaiterSince:  to.Ptr(strconv.FormatInt(now.UnixMilli(), 10)),
-	}
 	w := waiter{Waiter: Waiter{Ticket: ticket, Holder: identity, Since: now}, name: name, key: key, id: announced}
+	md := waiterMetadata(w)
 	bbc := l.t.cc.NewBlockBlobClient(name)
 	err := l.loopOn(ctx, "write", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
 		resp, err := bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{
@@ -343,12 +339,8 @@ func parseWaiter(lock string, st Status) (waiter, bool) {
 // HeadPollInterval from now on. It is conditional on the blob as listed;
 // a failure only costs w a longer wait from the next holder.
 func (q *queue) markHead(ctx context.Context, w waiter) error {
-	md := map[string]*string{
-		metaWaiterID:     to.Ptr(w.id),
-		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
-		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
-		metaWaiterHead:   to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)),
-	}
+	md := waiterMetadata(w)
+	md[metaWaiterHead] = to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10))
 	return q.setWaiter(ctx, w, md)
 }
 
@@ -356,24 +348,26 @@ func (q *queue) markHead(ctx context.Context, w waiter) error {
 // w, passed over while it did not look, shows it is there and takes its
 // place again.
 func (q *queue) clearMissed(ctx context.Context, w waiter) error {
-	md := map[string]*string{
-		metaWaiterID:     to.Ptr(w.id),
-		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
-		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
-	}
-	return q.setWaiter(ctx, w, md)
+	return q.setWaiter(ctx, w, waiterMetadata(w))
 }
 
 // markMissed writes the missed mark on w's blob, conditional on the blob as
 // listed (a waiter that has written its head mark since keeps its place).
 func (q *queue) markMissed(ctx context.Context, w waiter) error {
-	md := map[string]*string{
+	md := waiterMetadata(w)
+	md[metaWaiterMissed] = to.Ptr("1")
+	return q.setWaiter(ctx, w, md)
+}
+
+// waiterMetadata is what every write of w's blob keeps: the ID it
+// announced, its holder's name and since when it waits, without a head or
+// missed mark.
+func waiterMetadata(w waiter) map[string]*string {
+	return map[string]*string{
 		metaWaiterID:     to.Ptr(w.id),
 		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
 		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
-		metaWaiterMissed: to.Ptr("1"),
 	}
-	return q.setWaiter(ctx, w, md)
 }
 
 func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) error {
