@@ -193,7 +193,11 @@ func TestSimStaleHandOffMarker(t *testing.T) {
 		P := longestPoll(shards.DefaultPollInterval)
 		d, ok, why := w.waitBalanced(w.liveIDs(), time.Minute, 100*time.Millisecond)
 		require.True(t, ok, "a hand-off marker that landed after the move failed: %s", why)
-		require.LessOrEqual(t, d, 2*P+time.Second, "balanced again after the marker landed")
+		// The owner clears the marker at its next poll. Until then the
+		// receiver counts the shard as its own, and may hand one of its
+		// own shards to the owner, which then hands one back: two polls
+		// more. Before the fix it stayed unbalanced for the whole term.
+		require.LessOrEqual(t, d, 4*P+time.Second, "balanced again after the marker landed")
 		t.Logf("balanced %v after the marker landed", d)
 		w.stopNow(b)
 		w.stopNow(a)
