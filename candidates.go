@@ -876,7 +876,6 @@ func RequestYield(ctx context.Context, cc *container.Client, name string, opts *
 // never answered by mistake), in one AttemptTimeout.
 func answerYield(ctx context.Context, l *Lease, election string, y YieldRequest, answer string) error {
 	name := CandidatesName(election) + yieldKey
-	bc := l.t.cc.NewBlobClient(name)
 	md := map[string]*string{
 		metaYieldEpoch:  to.Ptr(strconv.FormatUint(y.Epoch, 10)),
 		metaYieldTo:     to.Ptr(url.QueryEscape(y.To)),
@@ -884,21 +883,5 @@ func answerYield(ctx context.Context, l *Lease, election string, y YieldRequest,
 		metaYieldAt:     to.Ptr(strconv.FormatInt(y.At.UnixMilli(), 10)),
 		metaYieldAnswer: to.Ptr(url.QueryEscape(answer)),
 	}
-	var cond *blob.AccessConditions
-	if y.etag != "" {
-		cond = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(y.etag)}}
-	}
-	return l.loopOn(ctx, "write", name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
-		_, err := bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: cond})
-		switch c := classify(ctx, err); c {
-		case classOK:
-			return true, nil
-		case classTransient:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
-		default:
-			return true, l.errorf("write", kindOf(c), err)
-		}
-	})
+	return l.setMetadataIf(ctx, name, md, y.etag)
 }

@@ -371,25 +371,7 @@ func waiterMetadata(w waiter) map[string]*string {
 }
 
 func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) error {
-	l := q.ops
-	bc := l.t.cc.NewBlobClient(w.name)
-	var cond *blob.AccessConditions
-	if w.etag != "" {
-		cond = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(w.etag)}}
-	}
-	return l.loopOn(ctx, "write", w.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
-		_, err := bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: cond})
-		switch c := classify(ctx, err); c {
-		case classOK:
-			return true, nil
-		case classTransient:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
-		default:
-			return true, l.errorf("write", kindOf(c), err)
-		}
-	})
+	return q.ops.setMetadataIf(ctx, w.name, md, w.etag)
 }
 
 // miss marks w missed, conditional on its entry as listed, and reports

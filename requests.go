@@ -8,7 +8,10 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 
 	"github.com/azlease/azlease/internal/timing"
 )
@@ -103,4 +106,30 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// setMetadataIf writes md onto the blob name, which no lease guards (a fair
+// lock's queue entry, an election's yield request), conditional on etag
+// when it is not empty, within one AttemptTimeout: transient failures are
+// retried; any other ends it at once, with the error storage gave (a blob
+// written since answers ConditionNotMet, which callers test for).
+func (l *Lease) setMetadataIf(ctx context.Context, name string, md map[string]*string, etag azcore.ETag) error {
+	bc := l.t.cc.NewBlobClient(name)
+	var cond *blob.AccessConditions
+	if etag != "" {
+		cond = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(etag)}}
+	}
+	return l.loopOn(ctx, "write", name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: cond})
+		switch c := classify(ctx, err); c {
+		case classOK:
+			return true, nil
+		case classTransient:
+			return false, l.errorf("write", ErrTransient, err)
+		case classCanceled:
+			return true, err
+		default:
+			return true, l.errorf("write", kindOf(c), err)
+		}
+	})
 }
