@@ -252,20 +252,11 @@ func (tm *telemetry) observeSuccession(priority int64, candidates func() int64) 
 		return func() {}
 	}
 	set := tm.attrs()
-	reg, err := tm.in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	return tm.register(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(tm.in.priority, priority, set)
 		o.ObserveInt64(tm.in.candidates, candidates(), set)
 		return nil
 	}, tm.in.priority, tm.in.candidates)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() {
-		if err := reg.Unregister(); err != nil {
-			otel.Handle(err)
-		}
-	}
 }
 
 // observe registers a callback reporting an Elector's leadership and
@@ -276,7 +267,7 @@ func (tm *telemetry) observe(leading func() bool, failures func() int64) (unregi
 		return func() {}
 	}
 	set := tm.attrs()
-	reg, err := tm.in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	return tm.register(func(_ context.Context, o metric.Observer) error {
 		v := int64(0)
 		if leading() {
 			v = 1
@@ -285,6 +276,12 @@ func (tm *telemetry) observe(leading func() bool, failures func() int64) (unregi
 		o.ObserveInt64(tm.in.failures, failures(), set)
 		return nil
 	}, tm.in.leader, tm.in.failures)
+}
+
+// register registers cb for instruments, and returns what unregisters it;
+// a failure goes to OpenTelemetry's error handler, never to the caller.
+func (tm *telemetry) register(cb metric.Callback, instruments ...metric.Observable) (unregister func()) {
+	reg, err := tm.in.meter.RegisterCallback(cb, instruments...)
 	if err != nil {
 		otel.Handle(err)
 		return func() {}
