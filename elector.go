@@ -828,7 +828,7 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping b
 		release = e.lease.releaseStopping
 	}
 	if drained && len(succs) > 0 {
-		return e.handLeaseOn(succs, reason, stopping)
+		return e.handLeaseOn(k.term.Token().LeaseID, succs, reason, stopping)
 	}
 	if drained {
 		if err := release(); err != nil && !errors.Is(err, ErrLeaseLost) {

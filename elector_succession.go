@@ -895,7 +895,7 @@ func (s *succession) answer(y YieldRequest, text string) {
 // gets two AttemptTimeouts besides the waits (the marker and the change, or
 // the release), so that a stop fits the grace period a process manager
 // allows; past the bound, the lease expires on its own.
-func (e *Elector) handLeaseOn(succs []successor, reason string, stopping bool) handOnOutcome {
+func (e *Elector) handLeaseOn(id string, succs []successor, reason string, stopping bool) handOnOutcome {
 	at := e.cfg.lease.attemptTimeout
 	bound := 3 * at
 	for _, s := range succs {
@@ -909,7 +909,7 @@ func (e *Elector) handLeaseOn(succs []successor, reason string, stopping bool) h
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	out, err := e.lease.handOn(ctx, succs)
+	out, err := e.lease.handOn(ctx, id, succs)
 	switch {
 	case err == nil && out.taker != "":
 		e.log.Info("azlease: handed leadership over", slog.String("successor", out.taker), slog.String("reason", reason), slog.Int("passed_over", len(out.passed)))

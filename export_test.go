@@ -1,5 +1,7 @@
 package azlease
 
+import "context"
+
 // SetBeforeRenew installs a hook that runs before each renewal of e's
 // leases, so tests can make the renewer oversleep as if its process had been
 // paused. Test-only: this file is compiled only into the package's tests.
@@ -27,3 +29,11 @@ func SetFairHook(f func(event, lock string, ticket uint64)) (restore func()) {
 // GoroutineID is the calling goroutine's id: fairHook's events about a
 // waiter's own ticket run on the goroutine that called Lock.
 func GoroutineID() uint64 { return goroutineID() }
+
+// HandOnAs runs the hand-on of a succession or a fair Unlock on l for the
+// term whose lease ID is id, with no successor (so it would release the
+// lease), and returns its error.
+func HandOnAs(ctx context.Context, l *Lease, id string) error {
+	_, err := l.handOn(ctx, id, nil)
+	return err
+}

@@ -571,7 +571,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		}
 		return successor{}, false
 	}
-	out, err := lk.lease.handOnEach(ctx, next)
+	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, next)
 	if err != nil {
 		if errors.Is(err, errHandOffLost) {
 			return true, err

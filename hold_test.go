@@ -153,3 +153,29 @@ func TestStaleLockNeverTouchesNewerTerm(t *testing.T) {
 		})
 	}
 }
+
+// TestHandOnActsOnlyOnItsTerm: the hand-on that an Elector's planned stop
+// and a fair Unlock share names the term it hands on; asked for another
+// term's lease ID (an older one, after the same Lease was held again), it
+// sends nothing, and the Lease's own term keeps its lease. With the check
+// removed, the hand-on (here with no successor) releases the newer term.
+func TestHandOnActsOnlyOnItsTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		a := newLease(t, e.client("a"), "x", nil)
+		l1, err := a.Hold(ctx)
+		require.NoError(t, err)
+		l1.Abandon()
+		time.Sleep(16 * time.Second) // the abandoned lease expires
+		l2, err := a.Hold(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, azlease.HandOnAs(ctx, a, l1.Token().LeaseID), azlease.ErrNotHeld)
+		require.True(t, l2.Valid())
+		st, err := azlease.Inspect(ctx, e.client("b"), "x")
+		require.NoError(t, err)
+		require.True(t, st.Leased, "the newer term keeps its lease")
+		require.Equal(t, l2.Epoch(), st.Epoch)
+		require.NoError(t, l2.Unlock(ctx))
+	})
+}

@@ -86,10 +86,12 @@ const minHandOffMargin = 50 * time.Millisecond
 // returns who took it, or that nobody did (the lease was then released).
 // An error means the hand-off could not go on (the lease was lost before it
 // began, or storage failed): the lease may still be under the ID it was last
-// handed to, and expires on its own.
-func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, error) {
+// handed to, and expires on its own. id is the lease ID of the term handed
+// on: a Lease that holds another term (or none) sends nothing and returns
+// ErrNotHeld.
+func (l *Lease) handOn(ctx context.Context, id string, succs []successor) (handOnOutcome, error) {
 	i := 0
-	return l.handOnEach(ctx, func() (successor, bool) {
+	return l.handOnEach(ctx, id, func() (successor, bool) {
 		if i == len(succs) {
 			return successor{}, false
 		}
@@ -102,13 +104,13 @@ func (l *Lease) handOn(ctx context.Context, succs []successor) (handOnOutcome, e
 // the first, and the next each time one did not take the lease in time
 // (after its passed), until it reports none left. A fair lock picks each
 // from the queue as it is then (a waiter passed over may be back).
-func (l *Lease) handOnEach(ctx context.Context, next func() (successor, bool)) (handOnOutcome, error) {
+func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successor, bool)) (handOnOutcome, error) {
 	var out handOnOutcome
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	own, state, validUntil, md, etag, epoch := l.id, l.state, l.validUntil, l.md, l.etag, l.token.Epoch
-	if state != held || !time.Now().Before(validUntil) || !l.termStarted() {
+	if state != held || own != id || !time.Now().Before(validUntil) || !l.termStarted() {
 		l.mu.Unlock()
 		return out, ErrNotHeld
 	}
