@@ -470,7 +470,7 @@ func describeCalls(calls []onceCall) string {
 }
 
 // onceSeeds is how many seeds the DoOnce simulation runs: -seeds, else a
-// fifth of simSeeds (make test: 60, about 15 s with -race on two cores; 20
+// fifth of simSeeds (make test: 48, about 12 s with -race on two cores; 20
 // without AZLEASE_SEEDS), at least 10.
 func onceSeeds() int {
 	if *seedsFlag > 0 {

@@ -732,7 +732,7 @@ func fairWaiterLoop(t *testing.T, c *cluster, sc fairScenario, rec *fairRecorder
 }
 
 // fairSeeds is how many seeds the fair lock simulation runs: -seeds, else
-// a fortieth of simSeeds, at least 6 (make test: 7, about 30 s with -race;
+// a fortieth of simSeeds, at least 6 (make test: 6, about 25 s with -race;
 // a seed plays five minutes of up to nine clients polling every 100 to
 // 500 ms).
 func fairSeeds() int {
