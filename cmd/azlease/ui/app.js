@@ -254,7 +254,10 @@
     ];
   }
 
-  function renderGroup(g) {
+  function renderGroup(group) {
+    // The API omits a list that is empty (a group whose replicas have not
+    // taken a shard yet has no shards and no moves).
+    const g = Object.assign({}, group, { members: group.members || [], shards: group.shards || [], moves: group.moves || [] });
     const colour = {};
     for (const m of g.members) colour[m.name] = m.colour % PALETTE;
     const members = g.members.map(m => el("tr", { "data-member": m.name },
@@ -349,7 +352,6 @@
       showProblem("azlease ui is not answering.", "The command serving this page stopped, or cannot be reached: " + e + ". Trying again every " + refreshMs / 1000 + " s; nothing below is shown until it answers.");
       setMain();
       document.getElementById("read").textContent = "no answer " + stamp(new Date().toISOString());
-      setTimeout(tick, refreshMs);
       return;
     }
     reads++;
@@ -373,13 +375,29 @@
       setMain(el("p", {}, link("/", "← every item")), el("h1", {}, "Not here now"),
         el("p", {}, "The read of " + stamp(d.read_at) + " has no such item: it may have been deleted, be of another kind, or lie outside the prefix."));
     } else {
-      document.body.dataset.state = "ok";
-      clearProblem();
-      if (isItem) renderItem(d, d.item); else renderOverview(d);
-      shownAt = Date.now();
-      shownReadAt = d.read_at;
+      try {
+        if (isItem) renderItem(d, d.item); else renderOverview(d);
+        document.body.dataset.state = "ok";
+        clearProblem();
+        shownAt = Date.now();
+        shownReadAt = d.read_at;
+      } catch (e) {
+        // A fault of this page's own must not stop it reading: say so,
+        // show nothing, and try again at the next read.
+        document.body.dataset.state = "page-error";
+        showProblem("This page could not show the read of " + stamp(d.read_at) + ".", String(e) + " — Trying again every " + refreshMs / 1000 + " s; please report this.");
+        setMain();
+      }
     }
-    setTimeout(tick, refreshMs);
+  }
+
+  // Every read is followed by the next, whatever happened to this one.
+  async function loop() {
+    try {
+      await tick();
+    } finally {
+      setTimeout(loop, refreshMs);
+    }
   }
 
   // Data on screen that no answer has replaced for too long (a read that
@@ -394,5 +412,5 @@
     setMain();
   }, 1000);
 
-  tick();
+  loop();
 })();
