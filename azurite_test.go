@@ -260,7 +260,11 @@ func TestAzuriteElectorHandoffAndIdentity(t *testing.T) {
 	require.NoError(t, a.Stop(ctx))
 	waitLeading(t, b, 10*time.Second)
 	handoff := time.Since(stopped)
-	assert.Less(t, handoff, 2*time.Second, "within PollInterval × (1 + Jitter) plus a few round trips")
+	// About PollInterval × (1 + Jitter) (the designated successor's
+	// acknowledgement) plus a few round trips; the bound only tells a
+	// hand-off from a failover (the 15 s lease's expiry), with room for a
+	// loaded machine (2.5 s seen under make test's load).
+	assert.Less(t, handoff, 5*time.Second, "a hand-off, not the lease's expiry")
 	assert.Equal(t, info.Epoch+1, b.Term().Epoch())
 	t.Logf("graceful handoff on %s: %v", w.b.Name, handoff)
 	require.NoError(t, b.Stop(ctx))

@@ -188,9 +188,12 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 		unregisterSuccession = e.lease.tm.observeSuccession(int64(e.cfg.succession.priority), e.succ.successionCandidates)
 	}
 	go func() {
-		defer unregister()
-		defer unregisterSuccession()
-		e.run(runCtx, task)
+		// Unregistered before run closes Done: once Stop returns, the
+		// Elector is no longer reported.
+		e.run(runCtx, task, func() {
+			unregisterSuccession()
+			unregister()
+		})
 	}()
 	return nil
 }
@@ -488,9 +491,11 @@ func (e *Elector) HealthHandler() http.Handler {
 }
 
 // run is the Elector's loop: follow until the lease is acquired, lead until
-// the term ends, and again, until stopped.
-func (e *Elector) run(ctx context.Context, task Task) {
+// the term ends, and again, until stopped. unregister takes its metrics
+// away, before Done is closed.
+func (e *Elector) run(ctx context.Context, task Task, unregister func()) {
 	defer close(e.done)
+	defer unregister()
 	defer close(e.changes)
 	if e.succ != nil {
 		defer e.succ.remove(ctx) // part of stopping: the candidacy goes with the Elector
