@@ -132,8 +132,9 @@
 // and all the others together make under one request a second (right
 // behind the first one per 2 × PollInterval, then one per 15 × position ×
 // PollInterval, and one per 150 × PollInterval from the eleventh on; the
-// [Mutex] doc has the formula): 6.15 requests a second for 50 waiters with
-// the defaults. Joining the queue costs three requests, leaving it one; a
+// [Mutex] doc has the formula; and the first lists the queue every 30 s):
+// 6.2 requests a second for 50 waiters with the defaults, within a minute
+// of the queue's last move. Joining the queue costs three requests, leaving it one; a
 // contended Unlock lists the queue, writes a hand-off marker and changes
 // the lease, then reads until the next holder's term shows. With
 // MutexOptions.Unordered each waiter reads once per PollInterval instead.

@@ -321,8 +321,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 
 // relistEvery is how long the first waiter polls the lock before it lists
 // the queue again, to notice a change the lock does not show (a holder
-// removed it).
-const relistEvery = 10 * time.Second
+// removed it). It lists at once when it sees another holder take the lock
+// (a slot's epoch changes): it may have been passed over.
+const relistEvery = 30 * time.Second
 
 // nextPollsPerListing is how many times the waiter right behind the first
 // looks between two listings of the queue, the listing included: the
@@ -335,9 +336,14 @@ const nextPollsPerListing = 3
 func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	until := time.Now().Add(relistEvery)
+	var epochs []uint64
 	for time.Now().Before(until) {
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err == nil {
+			cur := make([]uint64, len(sts))
+			for i, st := range sts {
+				cur[i] = st.Epoch
+			}
 			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget)
 			switch {
 			case lk != nil:
@@ -356,7 +362,13 @@ func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, erro
 					return nil, context.Cause(ctx)
 				}
 				return nil, nil
+			case epochs != nil && !equalEpochs(epochs, cur):
+				// Another holder took the lock (or a slot) since the
+				// last look: list the queue again (was this waiter
+				// passed over while it could not look?).
+				return nil, nil
 			}
+			epochs = cur
 		} else if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
 			return nil, err
 		} else {

@@ -43,14 +43,16 @@ import (
 //
 // Cost, in requests per second while W waiters wait behind a holder and
 // the queue does not move: 1/HeadPollInterval for the first (5 with the
-// defaults; 5.3 with its jitter, which only shortens the wait) plus
-// 1/(2 × PollInterval) + (H(min(W−1, 10)) − 1)/(15 × PollInterval) +
-// max(W − 11, 0)/(150 × PollInterval) for the rest (H the harmonic number;
-// under 1 for 50 waiters with the default PollInterval of 1 s). The waiters
-// behind the first reach those rates once the queue has stood still for
-// twice their longest wait (300 × PollInterval at the back); until then
-// each looks every half the time since it last saw the queue move (about
-// 7 requests a second for 50 waiters a minute after the last asked). While
+// defaults; 5.3 with its jitter, which only shortens the wait; and a
+// listing of the queue every 30 s) plus 1/(2 × PollInterval) +
+// (H(min(W−1, 10)) − 1)/(15 × PollInterval) + max(W − 11, 0)/(150 ×
+// PollInterval) for the rest (H the harmonic number; under 1 for 50
+// waiters with the default PollInterval of 1 s: 6.2 in all). The waiters
+// behind the first reach those rates within 60 × PollInterval of the
+// queue's last move: until then each looks every half the time since it
+// last saw the queue move, and once it has stood for 30 × PollInterval,
+// every (position − 1)/2 times that (the further back, the sooner it slows
+// down). While
 // the queue moves they look more often, every position × HeadPollInterval
 // at the most. Joining costs three requests (the ticket's read and conditional
 // write, the entry's creation), being served one more (the entry's

@@ -157,10 +157,11 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "A holder takes the lock and keeps it; %d waiters, each on a client of its own, ask %v apart; in each window\n", p.costWaiters, p.spacing)
 	fmt.Fprintf(&b, "(its start after the last has asked, and its length), every client's requests are counted, the holder's renewals\n")
 	fmt.Fprintf(&b, "included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's waiters behind the first\n")
-	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the `Mutex` doc's formula once it has stood for\n")
-	fmt.Fprintf(&b, "twice their longest wait (5 min at position 10 and beyond): the first in line 1/(0.95 × 200 ms) (its jitter only\n")
-	fmt.Fprintf(&b, "shortens the wait), right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back\n")
-	fmt.Fprintf(&b, "1/(150 × 1 s) each; plus the holder's renewals.\n\n")
+	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the `Mutex` doc's formula within a minute of\n")
+	fmt.Fprintf(&b, "its last move: the first in line 1/(0.95 × 200 ms) (its jitter only shortens the wait) and a listing every 30 s,\n")
+	fmt.Fprintf(&b, "right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back 1/(150 × 1 s) each;\n")
+	fmt.Fprintf(&b, "plus the holder's renewals. Issue 25's target is the waiters' requests: at most the first's poll rate + 1, %.2f a\n", 1/(0.95*0.2)+1)
+	fmt.Fprintf(&b, "second; the formula less the renewals is %.2f.\n\n", fairCostFormula(p.costWaiters)-1/(0.95*5.0))
 	fmt.Fprintf(&b, "| contender | waiters | window | requests/s, all clients | per waiter-second | failed | formula | reps |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
 		ce := r.cell(costKey(c.key))
@@ -323,8 +324,8 @@ func dur(d time.Duration) string {
 // behind a holder, default options, the holder's renewals included (the
 // Mutex doc's formula).
 func fairCostFormula(w int) float64 {
-	const head, poll, renew = 0.2, 1.0, 5.0
-	x := 1 / (0.95 * head) // the first in line; its jitter shortens its wait by 0.1 on average
+	const head, poll, renew, relist = 0.2, 1.0, 5.0, 30.0
+	x := 1/(0.95*head) + 1/relist // the first in line (its jitter shortens its wait by 0.1 on average), and its listings
 	if w >= 2 {
 		x += 1 / (2 * poll)
 	}

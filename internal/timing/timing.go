@@ -141,12 +141,17 @@ func ToleratedRateRatio(duration, margin time.Duration) float64 {
 // looks again, at position p behind the first waiter (p >= 1; the first
 // waiter itself polls every head), when the queue last moved age ago (as
 // far as this waiter saw). Right after a move it looks often, since the
-// queue may move again soon (short holds); the longer nothing moves, the
-// less often, up to QueueCap(p, poll). Those caps make a queue that does
-// not move cost about 1/(2×poll) + (H(min(W−1,10)) − 1)/(15×poll) +
-// max(W−11, 0)/(150×poll) requests per second behind its first waiter, for
-// W waiters (H the harmonic number): 0.89 a second for 50 waiters with a
-// poll of 1 s.
+// queue may move again soon (short holds): every p × head (head right
+// behind the first). The longer nothing moves, the less often: every
+// age/2; and once the queue has been quiet for QueueQuiet(poll), every
+// age × (p−1)/2 (twice in the time the queue would take, at the pace it
+// now shows, to bring it right behind the first), so that the further
+// back, the sooner it slows down. Up to QueueCap(p, poll), which every
+// position reaches within 60 × poll of quiet. Those caps make a queue that
+// does not move cost about 1/(2×poll) + (H(min(W−1,10)) − 1)/(15×poll) +
+// max(W−11, 0)/(150×poll) requests per second behind its first waiter,
+// for W waiters (H the harmonic number): 0.89 a second for 50 waiters with
+// a poll of 1 s.
 func QueueWait(p int, age, head, poll time.Duration) time.Duration {
 	if p < 1 {
 		return head
@@ -155,8 +160,22 @@ func QueueWait(p int, age, head, poll time.Duration) time.Duration {
 	if p == 1 {
 		lo = head
 	}
-	return min(max(age/2, lo), max(QueueCap(p, poll), lo))
+	hi := max(QueueCap(p, poll), lo)
+	if age >= 2*hi {
+		return hi // (and no overflow below)
+	}
+	ramp := age / 2
+	if age > QueueQuiet(poll) {
+		ramp = age * time.Duration(max(p-1, 1)) / 2
+	}
+	return min(max(ramp, lo), hi)
 }
+
+// QueueQuiet is how long a fair lock's queue stands still before the
+// waiters far back slow down faster (QueueWait): 30 × poll. Until then
+// they look every half the time since it last moved, so that holds shorter
+// than that followed by short ones seldom reach a waiter before it looks.
+func QueueQuiet(poll time.Duration) time.Duration { return 30 * poll }
 
 // QueueCap is the longest a waiter at position p behind the first waits
 // between two looks: 2×poll right behind it, 15×p×poll further back, and

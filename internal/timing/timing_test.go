@@ -128,3 +128,48 @@ func TestMaxJittered(t *testing.T) {
 		t.Fatalf("MaxJittered(5s, 0.2) = %v, want 6s", got)
 	}
 }
+
+// TestQueueWait: right after a move a waiter looks every position × head
+// (head right behind the first); in a queue that stands still, every half
+// the time since it moved, and once it has been quiet for 30 × poll, every
+// age × (position − 1)/2, so that the further back, the sooner it slows
+// down; never less often than QueueCap, which every position reaches
+// within 60 × poll; and the total rate behind the first of 50 waiters is
+// under one request a second a minute after the queue last moved.
+func TestQueueWait(t *testing.T) {
+	head, poll := 200*time.Millisecond, time.Second
+	assert.Equal(t, 30*time.Second, QueueQuiet(poll))
+	for _, c := range []struct {
+		p    int
+		age  time.Duration
+		want time.Duration
+	}{
+		{1, 0, head},
+		{1, 300 * time.Millisecond, head},
+		{1, time.Second, 500 * time.Millisecond},
+		{1, 3 * time.Second, 1500 * time.Millisecond},
+		{1, time.Hour, 2 * time.Second},
+		{2, 0, 2 * head},
+		{2, 10 * time.Second, 5 * time.Second},
+		{2, 40 * time.Second, 20 * time.Second},
+		{2, time.Minute, 30 * time.Second},
+		{3, 0, 3 * head},
+		{3, 10 * time.Second, 5 * time.Second},
+		{3, 40 * time.Second, 40 * time.Second},
+		{49, 0, 49 * head},
+		{49, time.Second, 49 * head},
+		{49, 20 * time.Second, 10 * time.Second},
+		{49, 31 * time.Second, 150 * time.Second},
+		{100000, 1000 * time.Hour, 100000 * head}, // the floor above the cap; no overflow
+	} {
+		assert.Equal(t, c.want, QueueWait(c.p, c.age, head, poll), "p=%d age=%v", c.p, c.age)
+	}
+	for p := 1; p <= 60; p++ {
+		assert.Equal(t, max(QueueCap(p, poll), time.Duration(p)*head), QueueWait(p, 60*poll, head, poll), "p=%d at 60 × poll", p)
+	}
+	rate := 0.0
+	for p := 1; p < 50; p++ {
+		rate += 1 / QueueWait(p, time.Minute, head, poll).Seconds()
+	}
+	assert.Less(t, rate, 1.0, "requests/s behind the first of 50, a minute after the queue moved")
+}
