@@ -293,7 +293,7 @@ func TestAzuriteElectorCrashFailover(t *testing.T) {
 	<-aTerm.Done()
 	assert.ErrorIs(t, aTerm.Err(), azlease.ErrDeadlinePassed)
 	assert.False(t, a.IsLeader())
-	assert.Less(t, failover, 15*time.Second+1200*time.Millisecond+time.Second, "within LeaseDuration + PollInterval × (1 + Jitter) + slack")
+	assert.Less(t, failover, 15*time.Second+1200*time.Millisecond+3*time.Second, "within LeaseDuration + PollInterval × (1 + Jitter) + slack (round trips on a loaded machine)")
 	assert.True(t, time.Now().After(aTerm.ValidUntil()), "the old leader had stopped trusting its lease")
 	t.Logf("crash failover on %s: %v", w.b.Name, failover)
 	require.NoError(t, b.Stop(ctx))
