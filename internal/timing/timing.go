@@ -161,14 +161,14 @@ func QueueWait(p int, age, head, poll time.Duration) time.Duration {
 		lo = head
 	}
 	hi := max(QueueCap(p, poll), lo)
-	if age >= 2*hi {
+	k := time.Duration(1) // the ramp's factor × 2
+	if age > QueueQuiet(poll) {
+		k = time.Duration(max(p-1, 1))
+	}
+	if age >= 2*hi/k {
 		return hi // (and no overflow below)
 	}
-	ramp := age / 2
-	if age > QueueQuiet(poll) {
-		ramp = age * time.Duration(max(p-1, 1)) / 2
-	}
-	return min(max(ramp, lo), hi)
+	return min(max(age*k/2, lo), hi)
 }
 
 // QueueQuiet is how long a fair lock's queue stands still before the

@@ -160,7 +160,8 @@ func TestQueueWait(t *testing.T) {
 		{49, time.Second, 49 * head},
 		{49, 20 * time.Second, 10 * time.Second},
 		{49, 31 * time.Second, 150 * time.Second},
-		{100000, 1000 * time.Hour, 100000 * head}, // the floor above the cap; no overflow
+		{100000, 1000 * time.Hour, 100000 * head},     // the floor above the cap; no overflow
+		{10000000, 1000 * time.Hour, 10000000 * head}, // nor here
 	} {
 		assert.Equal(t, c.want, QueueWait(c.p, c.age, head, poll), "p=%d age=%v", c.p, c.age)
 	}
