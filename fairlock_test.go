@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -801,5 +802,76 @@ func TestFairLockManyJoinAtOnce(t *testing.T) {
 		cancel()
 		wg.Wait()
 		require.NoError(t, holder.Unlock(ctx))
+	})
+}
+
+// TestFairLockPassedOverHeadListsWhenAnotherTakes: the first waiter, cut
+// off while its turn came, is passed over and the next takes the lock. Back,
+// the first sees another holder's epoch in the lock and lists the queue at
+// once: it clears its missed mark within a few head polls (not after its
+// periodic listing, 30 s), so that it is first again at the next Unlock.
+func TestFairLockPassedOverHeadListsWhenAnotherTakes(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	restore := azlease.SetFairHook(func(event, lock string, ticket uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, fmt.Sprintf("%s %d", event, ticket))
+	})
+	defer restore()
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var blockA atomic.Bool
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "a" && blockA.Load() {
+				return azleasetest.Fault{Action: azleasetest.Fail}
+			}
+			return azleasetest.Fault{}
+		})
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		served := make(chan string, 3)
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, name := range []string{"a", "b", "c"} {
+			m := newMutex(t, e, name, "m", nil)
+			wg.Go(func() {
+				lk, err := m.Lock(ctx)
+				require.NoError(t, err)
+				served <- name
+				if name == "b" {
+					<-release
+				}
+				require.NoError(t, lk.Unlock(ctx))
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(5 * time.Second) // a first, with its head mark; b and c behind
+		blockA.Store(true)
+		require.NoError(t, holder.Unlock(ctx)) // a passed over; b takes the lock
+		require.Equal(t, "b", <-served)
+		time.Sleep(time.Second)
+		mu.Lock()
+		n := len(events)
+		mu.Unlock()
+		blockA.Store(false)
+		back := time.Now()
+		for time.Since(back) < time.Minute {
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			found := slices.ContainsFunc(events[n:], func(ev string) bool { return strings.HasPrefix(ev, "back ") })
+			mu.Unlock()
+			if found {
+				break
+			}
+		}
+		took := time.Since(back)
+		t.Logf("a cleared its missed mark %v after it could reach storage again", took)
+		assert.Less(t, took, 2*time.Second, "a few head polls, not its periodic listing")
+		close(release)
+		assert.Equal(t, "a", <-served, "a is first again at b's Unlock")
+		assert.Equal(t, "c", <-served)
+		wg.Wait()
 	})
 }
