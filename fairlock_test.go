@@ -673,21 +673,7 @@ func TestFairLockBackWaiterServedNext(t *testing.T) {
 			}
 			return azleasetest.Fault{}
 		})
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		served := make(chan string, 3)
-		var wg sync.WaitGroup
-		for _, name := range []string{"a", "b", "c"} {
-			m := newMutex(t, e, name, "m", nil)
-			wg.Go(func() {
-				lk, err := m.Lock(ctx)
-				require.NoError(t, err)
-				served <- name
-				require.NoError(t, lk.Unlock(ctx))
-			})
-			time.Sleep(100 * time.Millisecond)
-		}
-		time.Sleep(5 * time.Second) // a first, with its head mark; b and c behind
+		holder, served, wait := queueABC(t, e, nil)
 		blockA.Store(true)
 		blockBC.Store(true)
 		start := time.Now()
@@ -711,7 +697,7 @@ func TestFairLockBackWaiterServedNext(t *testing.T) {
 		}
 		assert.Less(t, took, 3*time.Second, "a right after b's wait, not after c's as well")
 		blockBC.Store(false)
-		wg.Wait()
+		wait()
 	})
 }
 
@@ -829,25 +815,12 @@ func TestFairLockPassedOverHeadListsWhenAnotherTakes(t *testing.T) {
 			}
 			return azleasetest.Fault{}
 		})
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		served := make(chan string, 3)
 		release := make(chan struct{})
-		var wg sync.WaitGroup
-		for _, name := range []string{"a", "b", "c"} {
-			m := newMutex(t, e, name, "m", nil)
-			wg.Go(func() {
-				lk, err := m.Lock(ctx)
-				require.NoError(t, err)
-				served <- name
-				if name == "b" {
-					<-release
-				}
-				require.NoError(t, lk.Unlock(ctx))
-			})
-			time.Sleep(100 * time.Millisecond)
-		}
-		time.Sleep(5 * time.Second) // a first, with its head mark; b and c behind
+		holder, served, wait := queueABC(t, e, func(name string) {
+			if name == "b" {
+				<-release
+			}
+		})
 		blockA.Store(true)
 		require.NoError(t, holder.Unlock(ctx)) // a passed over; b takes the lock
 		require.Equal(t, "b", <-served)
@@ -872,6 +845,33 @@ func TestFairLockPassedOverHeadListsWhenAnotherTakes(t *testing.T) {
 		close(release)
 		assert.Equal(t, "a", <-served, "a is first again at b's Unlock")
 		assert.Equal(t, "c", <-served)
-		wg.Wait()
+		wait()
 	})
+}
+
+// queueABC: a holder takes lock m, then waiters a, b and c ask, 100 ms
+// apart, and settle (a first, with its head mark; b and c behind). Each
+// waiter, once served, sends its name on served, calls hold (when not nil)
+// and unlocks; wait waits for the three.
+func queueABC(t *testing.T, e *emu, hold func(name string)) (holder *azlease.Lock, served <-chan string, wait func()) {
+	ctx := context.Background()
+	holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+	require.NoError(t, err)
+	ch := make(chan string, 3)
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b", "c"} {
+		m := newMutex(t, e, name, "m", nil)
+		wg.Go(func() {
+			lk, err := m.Lock(ctx)
+			require.NoError(t, err)
+			ch <- name
+			if hold != nil {
+				hold(name)
+			}
+			require.NoError(t, lk.Unlock(ctx))
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second)
+	return holder, ch, wg.Wait
 }
