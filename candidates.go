@@ -654,12 +654,10 @@ func (c *candidacy) write(ctx context.Context, want candidate) error {
 		switch cl := classify(ctx, err); cl {
 		case classOK:
 			return true, nil
-		case classTransient, classConflict:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
+		case classConflict:
+			return l.attemptEnd("write", classTransient, err)
 		default:
-			return true, l.errorf("write", kindOf(cl), err)
+			return l.attemptEnd("write", cl, err)
 		}
 	})
 }
@@ -682,12 +680,10 @@ func (c *candidacy) remove(ctx context.Context) {
 		switch cl := classify(cctx, err); cl {
 		case classOK, classNotFound:
 			return true, nil
-		case classTransient, classConflict:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
+		case classConflict:
+			return l.attemptEnd("write", classTransient, err)
 		default:
-			return true, l.errorf("write", kindOf(cl), err)
+			return l.attemptEnd("write", cl, err)
 		}
 	})
 }
@@ -860,12 +856,10 @@ func RequestYield(ctx context.Context, cc *container.Client, name string, opts *
 		case classOK:
 			y.etag = *resp.ETag
 			return true, nil
-		case classTransient, classConflict:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
+		case classConflict:
+			return l.attemptEnd("write", classTransient, err)
 		default:
-			return true, l.errorf("write", kindOf(c), err)
+			return l.attemptEnd("write", c, err)
 		}
 	})
 	return y, err

@@ -411,12 +411,8 @@ func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, err 
 		case classOK:
 		case classNotFound:
 			return true, nil
-		case classTransient:
-			return false, l.errorf("read", ErrTransient, err)
-		case classCanceled:
-			return true, err
 		default:
-			return true, l.errorf("read", kindOf(c), err)
+			return l.attemptEnd("read", c, err)
 		}
 		st := Status{Name: w.name, raw: props.Metadata}
 		if props.ETag != nil {
@@ -444,12 +440,8 @@ func (q *queue) remove(ctx context.Context, w waiter, ifUnchanged bool) error {
 		switch c := classify(ctx, err); c {
 		case classOK, classNotFound:
 			return true, nil
-		case classTransient:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
 		default:
-			return true, l.errorf("write", kindOf(c), err)
+			return l.attemptEnd("write", c, err)
 		}
 	})
 }

@@ -121,15 +121,24 @@ func (l *Lease) setMetadataIf(ctx context.Context, name string, md map[string]*s
 	}
 	return l.loopOn(ctx, "write", name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
 		_, err := bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: cond})
-		switch c := classify(ctx, err); c {
-		case classOK:
-			return true, nil
-		case classTransient:
-			return false, l.errorf("write", ErrTransient, err)
-		case classCanceled:
-			return true, err
-		default:
-			return true, l.errorf("write", kindOf(c), err)
+		if c := classify(ctx, err); c != classOK {
+			return l.attemptEnd("write", c, err)
 		}
+		return true, nil
 	})
+}
+
+// attemptEnd ends an attempt of a loop (loop, loopOn) on an answer of class
+// c that its caller does not treat specially: retried when transient;
+// stopped with err when the caller's ctx ended; stopped with the error of
+// c's kind ([kindOf]) otherwise.
+func (l *Lease) attemptEnd(op string, c class, err error) (bool, error) {
+	switch c {
+	case classTransient:
+		return false, l.errorf(op, ErrTransient, err)
+	case classCanceled:
+		return true, err
+	default:
+		return true, l.errorf(op, kindOf(c), err)
+	}
 }
