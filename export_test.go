@@ -1,6 +1,9 @@
 package azlease
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetBeforeRenew installs a hook that runs before each renewal of e's
 // leases, so tests can make the renewer oversleep as if its process had been
@@ -37,3 +40,25 @@ func HandOnAs(ctx context.Context, l *Lease, id string) error {
 	_, err := l.handOn(ctx, id, nil)
 	return err
 }
+
+// HandOnEachAs runs the hand-on of the term with lease ID id on l, the
+// successors given one at a time by next (its key, the lease ID it
+// announced, and how long it may take), and returns the key of the one
+// that took the lease ("" if none) and its error.
+func HandOnEachAs(ctx context.Context, l *Lease, id string, next func() (key, announced string, wait time.Duration, ok bool)) (string, error) {
+	out, err := l.handOnEach(ctx, id, func() (successor, bool) {
+		key, announced, wait, ok := next()
+		return successor{key: key, id: announced, wait: wait}, ok
+	})
+	return out.taker, err
+}
+
+// TakeOverAs takes over, on l, a lease handed to the ID l announced
+// (NextLeaseID), st being the look that found the hand-off.
+func TakeOverAs(ctx context.Context, l *Lease, st Status) (Token, error) {
+	return l.takeOver(ctx, l.cfg.duration, &st)
+}
+
+// HandOffID is the lease ID a hand-off of the term with epoch epoch to the
+// successor that announced the lease ID announced uses.
+func HandOffID(announced string, epoch uint64) string { return handOffID(announced, epoch) }

@@ -578,7 +578,7 @@ func TestFairLockSuccessorThatShowsUpKeepsItsTurn(t *testing.T) {
 		_, err = entry.SetMetadata(ctx, md, nil)
 		require.NoError(t, err)
 		time.Sleep(300 * time.Millisecond) // past the holder's first wait, within a head poll more
-		lc, err := lease.NewBlobClient(cc.NewBlobClient("m"), &lease.BlobClientOptions{LeaseID: to.Ptr(announced)})
+		lc, err := lease.NewBlobClient(cc.NewBlobClient("m"), &lease.BlobClientOptions{LeaseID: to.Ptr(azlease.HandOffID(announced, holder.Epoch()))})
 		require.NoError(t, err)
 		_, err = lc.ChangeLease(raw(ctx), own, nil)
 		require.NoError(t, err, "s takes the lock handed to it")

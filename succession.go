@@ -21,8 +21,19 @@ package azlease
 //     moving on: whoever changes the lease's ID first wins; the other's
 //     Change is refused.
 //
+// The lease is handed to an ID derived from the one the successor announced
+// and the epoch of the term handed on (handOffID), never to the announced ID
+// itself: a waiter's announcement stays in its queue entry, and may be handed
+// the lease by several holders in turn (it missed a hand-off, the lease was
+// broken, a later holder handed it the lease again). Had they all used one
+// ID, a former holder's hand-on chain, still running after its term was
+// broken, would find the lease under the ID it had handed it to, and act on
+// a newer term: write its old record over the newer one (a fencing epoch
+// going back) and pass the newer holder's lease on. Each term's hand-offs
+// use IDs of their own, so no two terms ever share a lease ID.
+//
 // The successor (takeHandOff), seeing the marker name it, changes the lease
-// from the ID it announced to a fresh one only it knows (from then on the
+// from that ID to a fresh one only it knows (from then on the
 // holder cannot move it on), renews it (Change Lease does not renew: the
 // lease's time is still the former holder's), and writes its epoch; its
 // term's validity starts at that renewal's send. Every request of either
@@ -32,9 +43,12 @@ package azlease
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -125,6 +139,8 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		return out, l.errorf("handoff", ErrPermanent, err)
 	}
 	rec.released = true
+	m := &marker{rec: rec, md: md, etag: etag}
+	handed := rec.epoch // the epoch the successor reads beside the marker: handOffID's
 	cur := own
 	var prev successor // the last successor the lease was changed to
 	for {
@@ -133,12 +149,11 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			break
 		}
 		// 1. The marker, under the lease as it is now.
-		rec.successor = s.key
+		m.rec.successor = s.key
 		start := time.Now()
-		newTag, werr := l.writeMarker(ctx, cur, rec.format(md), etag)
+		werr := l.writeMarker(ctx, cur, m)
 		switch {
 		case werr == nil:
-			etag = newTag
 		case cur != own && errors.Is(werr, ErrLeaseLost):
 			// The previous successor changed the lease to its own ID after
 			// all: it took it.
@@ -151,11 +166,12 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			return out, werr
 		}
 		// 2. The lease, to the ID the successor announced.
-		cerr := l.changeID(ctx, cur, s.id, time.Now().Add(l.cfg.attemptTimeout))
+		to := handOffID(s.id, handed)
+		cerr := l.changeID(ctx, cur, to, time.Now().Add(l.cfg.attemptTimeout))
 		rtt := time.Since(start)
 		switch {
 		case cerr == nil:
-			cur, prev = s.id, s
+			cur, prev = to, s
 		case bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
 			out.released = true // it expired meanwhile: free for the queue's head
 			return out, nil
@@ -191,8 +207,8 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 	// Nobody took it: release it under the ID it has now, marked clean and
 	// with no successor named. If the last successor took it meanwhile,
 	// Azure refuses both requests.
-	rec.successor = ""
-	if _, werr := l.writeMarker(ctx, cur, rec.format(md), etag); cur != own && errors.Is(werr, ErrLeaseLost) {
+	m.rec.successor = ""
+	if werr := l.writeMarker(ctx, cur, m); cur != own && errors.Is(werr, ErrLeaseLost) {
 		out.taker = prev.key
 		return out, nil
 	}
@@ -213,39 +229,88 @@ func (l *Lease) abandonHandOff(ctx context.Context, id string) {
 	}
 }
 
-// writeMarker writes md into the lock blob's metadata under the lease ID
-// id, conditional on etag when known, retrying transient failures for at
-// most AttemptTimeout. A stale etag (someone wrote since) is read again
-// once: under the lease, only a successor's epoch write can have changed it,
-// and then the write is refused for the lease ID anyway.
-func (l *Lease) writeMarker(ctx context.Context, id string, md map[string]*string, etag azcore.ETag) (azcore.ETag, error) {
-	var out azcore.ETag
-	err := l.loop(ctx, "write", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
-		var ifMatch *azcore.ETag
-		if etag != "" {
-			ifMatch = &etag
-		}
-		resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, ifMatch)})
-		if err == nil {
-			out = *resp.ETag
-			return true, nil
-		}
-		if bloberror.HasCode(err, bloberror.ConditionNotMet) {
-			etag = "" // read under the lease's own check instead
-			return false, l.errorf("write", ErrTransient, err)
-		}
-		switch c := classify(ctx, err); c {
-		case classTransient, classConflict:
-			return false, l.errorf("write", ErrTransient, err)
-		case classLost, classBroken, classNotFound:
-			return true, l.errorf("write", ErrLeaseLost, err)
-		case classCanceled:
-			return true, err
-		default:
-			return true, l.errorf("write", ErrPermanent, err)
+// marker is what a hand-off writes into the lock blob: its term's record,
+// with the clean-release mark and the successor it names, over the
+// metadata the hand-off last read or wrote (md), whose ETag is etag.
+type marker struct {
+	rec  record
+	md   map[string]*string
+	etag azcore.ETag
+}
+
+// writeMarker writes m into the lock blob under the lease ID id,
+// conditional on m.etag, retrying transient failures for at most
+// AttemptTimeout, and keeps m's metadata and ETag as written. A stale etag
+// means a write since, which only a read tells apart: this write's own
+// earlier attempt whose answer was lost, or a write of this term (another
+// of the holder's, whose answer was lost) show the term's own epoch, and
+// the marker is written again over what was read; any other record is a
+// newer term's (the successor took the lease), and ends the hand-off with
+// ErrLeaseLost. A record the hand-off did not expect is never written over.
+func (l *Lease) writeMarker(ctx context.Context, id string, m *marker) error {
+	return l.loop(ctx, "write", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		for reread := 0; ; reread++ {
+			md := m.rec.format(m.md)
+			var ifMatch *azcore.ETag
+			if m.etag != "" {
+				ifMatch = &m.etag
+			}
+			resp, err := l.bc.SetMetadata(actx, md, &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, ifMatch)})
+			if err == nil {
+				m.md, m.etag = md, *resp.ETag
+				return true, nil
+			}
+			if bloberror.HasCode(err, bloberror.ConditionNotMet) && reread < 2 {
+				props, rerr := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
+				if rerr != nil {
+					return l.markerOutcome(ctx, rerr)
+				}
+				got, perr := parseRecord(props.Metadata)
+				switch {
+				case perr != nil:
+					return true, l.errorf("write", ErrPermanent, perr)
+				case got.epoch != m.rec.epoch || props.ETag == nil:
+					return true, l.errorf("write", ErrLeaseLost, fmt.Errorf("%w: the lock blob has a newer term's record (epoch %d, the hand-off's %d)", err, got.epoch, m.rec.epoch))
+				}
+				mine := got.successor == m.rec.successor && got.released
+				got.released, got.successor = true, m.rec.successor
+				m.rec, m.md, m.etag = got, props.Metadata, *props.ETag
+				if mine {
+					return true, nil // this write's own earlier attempt
+				}
+				continue
+			}
+			return l.markerOutcome(ctx, err)
 		}
 	})
-	return out, err
+}
+
+// markerOutcome classifies a failed request of writeMarker for l.loop.
+func (l *Lease) markerOutcome(ctx context.Context, err error) (bool, error) {
+	switch c := classify(ctx, err); c {
+	case classTransient, classConflict:
+		return false, l.errorf("write", ErrTransient, err)
+	case classLost, classBroken, classNotFound:
+		return true, l.errorf("write", ErrLeaseLost, err)
+	case classCanceled:
+		return true, err
+	default:
+		return true, l.errorf("write", ErrPermanent, err)
+	}
+}
+
+// handOffID is the lease ID a hand-off of the term with epoch epoch to the
+// successor that announced the lease ID announced uses: a version-4-shaped
+// UUID (Azure takes any GUID) derived from both, so the successor, which
+// reads the epoch beside the marker, knows it, and a hand-off of another
+// term to the same successor uses another (see the top of this file).
+func handOffID(announced string, epoch uint64) string {
+	sum := sha256.Sum256([]byte("azlease hand-off\x00" + announced + "\x00" + strconv.FormatUint(epoch, 10)))
+	b := sum[:16]
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // changeID changes the lease from the ID from to the ID to, retrying
@@ -317,8 +382,8 @@ var errPassedOver = fmt.Errorf("%w: the hand-off was passed on before this holde
 // the lock is free.
 var errHandOffGone = errors.New("azlease: the lease handed to this holder is no longer present")
 
-// takeHandOff is a grantFunc (see Lease.begin): it takes the lease handed
-// to announced, the ID this Lease announced (its NextLeaseID), by changing
+// takeHandOff takes the lease handed to announced, the ID derived from the
+// one this Lease announced (its NextLeaseID; see takeOver), by changing
 // it to a fresh ID and renewing it (find). It fails with errPassedOver when
 // the lease is held under another ID, and with errHandOffGone when there is
 // no lease.
@@ -334,10 +399,14 @@ func (l *Lease) takeHandOff(ctx context.Context, announced string, budget time.D
 		case !present:
 			return "", time.Time{}, maybe[1:], errHandOffGone
 		case len(more) == 0 || ctx.Err() != nil || round == 2 || !time.Now().Before(limit):
-			// Held under another ID: the holder moved on, or someone else
-			// holds it. The announced ID is given back too, in case the
-			// lease comes back to it.
-			return "", time.Time{}, maybe, errPassedOver
+			// Held under another ID: the holder moved on, has not changed
+			// the lease to the hand-off's ID yet, or someone else holds
+			// it. The hand-off's ID is not given back (released): only
+			// the holder that handed the lease on uses it, and may still
+			// change the lease to it, for this Lease to take at its next
+			// look; releasing it then would free the lock under the
+			// hand-off.
+			return "", time.Time{}, maybe[1:], errPassedOver
 		}
 		// A change whose outcome is unknown: the lease may be under its
 		// fresh ID; look again, that ID included.
@@ -346,7 +415,13 @@ func (l *Lease) takeHandOff(ctx context.Context, announced string, budget time.D
 
 // takeOver starts a term on a lease handed to this Lease (see the top of
 // this file): seen is the lock blob as the poll that found the marker read
-// it. The ID taken over is the one NextLeaseID announced.
+// it. The ID taken over is derived from the one NextLeaseID announced and
+// the epoch of the term that handed it on (seen's: handOffID).
 func (l *Lease) takeOver(ctx context.Context, budget time.Duration, seen *Status) (Token, error) {
-	return l.begin(ctx, budget, seen, l.takeHandOff)
+	if seen == nil {
+		return Token{}, fmt.Errorf("azlease: internal error: a take-over without the look that found the hand-off")
+	}
+	return l.begin(ctx, budget, seen, func(ctx context.Context, announced string, budget time.Duration) (string, time.Time, []string, error) {
+		return l.takeHandOff(ctx, handOffID(announced, seen.Epoch), budget)
+	})
 }
