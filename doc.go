@@ -164,9 +164,10 @@
 //     acknowledge at its next poll; the acknowledged standby then looks at
 //     the lock blob every SuccessorPollInterval (200 ms). Then the leader
 //     ends its term, waits for its work (DrainTimeout), and changes the
-//     lease to the ID the standby announced: the lease is never free, and
-//     the standby takes it over under a fresh ID of its own within its short
-//     poll. If no standby acknowledges in time, or the one chosen does not
+//     lease to an ID derived from the one the standby announced and the
+//     leader's epoch (so two terms never hand the lease under one ID): the
+//     lease is never free, and the standby takes it over under a fresh ID of
+//     its own within its short poll. If no standby acknowledges in time, or the one chosen does not
 //     take the lease over, the lease is released as before.
 //   - A leader yields, the same way, to a ready candidate of strictly higher
 //     priority once that candidate has been there for StabilityWindow (30 s)
@@ -180,8 +181,8 @@
 //     on request.
 //
 // Succession keeps every guarantee above: a term's lease ID is still
-// proposed by one answered request (the successor's Change Lease from the ID
-// it announced to a fresh one), a request applied late acts on nothing, and
+// proposed by one answered request (the successor's Change Lease from the
+// hand-off's ID to a fresh one), a request applied late acts on nothing, and
 // the successor's epoch is larger. What it costs: each Elector writes its
 // candidacy when it starts and when it changes (and deletes it when it
 // stops); the leader lists the candidates with one List Blobs request per

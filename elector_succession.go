@@ -9,8 +9,8 @@ package azlease
 //     write to its candidacy) and polls every SuccessorPollInterval while
 //     the designation stands (at most the time the designation gives); when
 //     the record's hand-off marker names it, it takes the lease over
-//     (takeOver: Change Lease from the ID it announced to a fresh one, Renew,
-//     epoch write).
+//     (takeOver: Change Lease from the hand-off's ID, derived from the one it
+//     announced, to a fresh one, Renew, epoch write).
 //   - As the leader, it lists the candidates (one List Blobs) every
 //     PollInterval: it yields to a candidate of higher priority after the
 //     StabilityWindow (and its own Cooldown), and acts on a yield request
