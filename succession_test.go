@@ -66,16 +66,7 @@ func TestHandOnChainNeverActsOnANewerTerm(t *testing.T) {
 				tok2, err = l2.Acquire(ctx)
 				require.NoError(t, err)
 				require.Greater(t, tok2.Epoch, tok1.Epoch)
-				once := false
-				wg.Go(func() {
-					taker, err2 = azlease.HandOnEachAs(ctx, l2, tok2.LeaseID, func() (string, string, time.Duration, bool) {
-						if once {
-							return "", "", 0, false
-						}
-						once = true
-						return "a", idA, 10 * time.Second, true
-					})
-				})
+				wg.Go(func() { taker, err2 = handOnTo(ctx, l2, tok2, "a", idA, 10*time.Second) })
 				for range 100 {
 					st, err := azlease.Inspect(ctx, e.client("look"), "m")
 					require.NoError(t, err)
@@ -128,30 +119,9 @@ func TestHandOnMarkerAnswerLost(t *testing.T) {
 		idA := waiterA.NextLeaseID()
 		tok1, err := l1.Acquire(ctx)
 		require.NoError(t, err)
-		var wg sync.WaitGroup
-		var tokA azlease.Token
-		wg.Go(func() {
-			for range 100 {
-				// (A look may find the marker before the lease is
-				// changed to a's ID: then a looks again.)
-				st, err := azlease.Inspect(ctx, e.client("a"), "m")
-				if err == nil && st.Next == "a" {
-					if tokA, err = azlease.TakeOverAs(ctx, waiterA, st); err == nil {
-						return
-					}
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-		given := false
-		taker, err := azlease.HandOnEachAs(ctx, l1, tok1.LeaseID, func() (string, string, time.Duration, bool) {
-			if given {
-				return "", "", 0, false
-			}
-			given = true
-			return "a", idA, 200 * time.Millisecond, true
-		})
-		wg.Wait()
+		took := takeWhenHanded(ctx, e, waiterA, "a")
+		taker, err := handOnTo(ctx, l1, tok1, "a", idA, 200*time.Millisecond)
+		tokA := <-took
 		require.GreaterOrEqual(t, writes.Load(), int32(3), "the marker's answer was lost, and it was written again")
 		require.NoError(t, err)
 		assert.Equal(t, "a", taker)
@@ -197,14 +167,7 @@ func TestHandOnNeverWritesOverAnotherRecord(t *testing.T) {
 				}
 			}
 		})
-		given := false
-		_, err = azlease.HandOnEachAs(ctx, l1, tok1.LeaseID, func() (string, string, time.Duration, bool) {
-			if given {
-				return "", "", 0, false
-			}
-			given = true
-			return "a", idA, 100 * time.Millisecond, true
-		})
+		_, err = handOnTo(ctx, l1, tok1, "a", idA, 100*time.Millisecond)
 		require.ErrorIs(t, err, azlease.ErrLeaseLost)
 		st, err := azlease.Inspect(ctx, e.client("look"), "m")
 		require.NoError(t, err)
@@ -230,28 +193,9 @@ func TestHandOnKeepsItsTermsOwnWrites(t *testing.T) {
 			v := "written"
 			md["state"] = &v
 		})
-		var wg sync.WaitGroup
-		var tokA azlease.Token
-		wg.Go(func() {
-			for range 100 {
-				st, err := azlease.Inspect(ctx, e.client("a"), "m")
-				if err == nil && st.Next == "a" {
-					if tokA, err = azlease.TakeOverAs(ctx, waiterA, st); err == nil {
-						return
-					}
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-		given := false
-		taker, err := azlease.HandOnEachAs(ctx, l1, tok1.LeaseID, func() (string, string, time.Duration, bool) {
-			if given {
-				return "", "", 0, false
-			}
-			given = true
-			return "a", idA, 200 * time.Millisecond, true
-		})
-		wg.Wait()
+		took := takeWhenHanded(ctx, e, waiterA, "a")
+		taker, err := handOnTo(ctx, l1, tok1, "a", idA, 200*time.Millisecond)
+		tokA := <-took
 		require.NoError(t, err)
 		assert.Equal(t, "a", taker)
 		assert.Equal(t, tok1.Epoch+1, tokA.Epoch)
@@ -260,4 +204,40 @@ func TestHandOnKeepsItsTermsOwnWrites(t *testing.T) {
 		assert.Equal(t, map[string]string{"state": "written"}, st.Metadata)
 		require.NoError(t, waiterA.Release(ctx))
 	})
+}
+
+// handOnTo hands the term tok of l on to one successor, key, which
+// announced the lease ID announced and may take wait to take it.
+func handOnTo(ctx context.Context, l *azlease.Lease, tok azlease.Token, key, announced string, wait time.Duration) (taker string, err error) {
+	given := false
+	return azlease.HandOnEachAs(ctx, l, tok.LeaseID, func() (string, string, time.Duration, bool) {
+		if given {
+			return "", "", 0, false
+		}
+		given = true
+		return key, announced, wait, true
+	})
+}
+
+// takeWhenHanded plays the successor key on w: it looks at the lock blob
+// every 20 ms (for 2 s at most) and takes the lease over once the marker
+// names it. The token it took (zero if none) comes on the channel. A look
+// may find the marker before the lease is changed to the hand-off's ID:
+// then it looks again.
+func takeWhenHanded(ctx context.Context, e *emu, w *azlease.Lease, key string) <-chan azlease.Token {
+	took := make(chan azlease.Token, 1)
+	go func() {
+		for range 100 {
+			st, err := azlease.Inspect(ctx, e.client(key), "m")
+			if err == nil && st.Next == key {
+				if tok, err := azlease.TakeOverAs(ctx, w, st); err == nil {
+					took <- tok
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		took <- azlease.Token{}
+	}()
+	return took
 }
