@@ -186,10 +186,11 @@ func designationOf(st *Status) (designation, bool) {
 func (s *succession) onLeased(ctx context.Context, st *Status) (Token, bool) {
 	s.freeSince = time.Time{}
 	if st.Next == s.identity && st.Epoch > 0 {
-		// The lease is handed to the ID this candidacy announced: take it
-		// under a fresh one (succession.go). The announced ID is proposed
-		// again at every attempt (never for a term: takeOver changes it),
-		// as a fair lock's waiter does.
+		// The lease is handed to an ID derived from the one this
+		// candidacy announced and the leader's epoch: take it under a
+		// fresh one (succession.go). The announced ID is proposed again
+		// at every attempt (never for a term: takeOver changes it), as a
+		// fair lock's waiter does.
 		s.e.lease.announce(s.announced)
 		tok, err := s.e.lease.takeOver(context.WithValue(ctx, cleanUpAfterCancelKey{}, true), s.e.lease.cfg.duration, st)
 		if err == nil {
@@ -200,7 +201,7 @@ func (s *succession) onLeased(ctx context.Context, st *Status) (Token, bool) {
 		if !errors.Is(err, ErrLeaseHeld) && !errors.Is(err, errHandOffGone) && ctx.Err() == nil {
 			s.e.log.Debug("azlease: taking the hand-off over failed", slog.Any("error", err))
 		}
-		// Not changed to the announced ID yet, or passed on to someone
+		// Not changed to the hand-off's ID yet, or passed on to someone
 		// else, or gone (then the lock is free): look again soon.
 		s.fastUntil = later(s.fastUntil, time.Now().Add(s.e.cfg.poll))
 		return Token{}, false
