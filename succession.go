@@ -263,7 +263,7 @@ func (l *Lease) writeMarker(ctx context.Context, id string, m *marker) error {
 			if bloberror.HasCode(err, bloberror.ConditionNotMet) && reread < 2 {
 				props, rerr := l.bc.GetProperties(actx, &blob.GetPropertiesOptions{AccessConditions: leaseAccess(id, nil)})
 				if rerr != nil {
-					return l.markerOutcome(ctx, rerr)
+					return l.handOffEnd(ctx, "write", rerr)
 				}
 				got, perr := parseRecord(props.Metadata)
 				switch {
@@ -280,22 +280,26 @@ func (l *Lease) writeMarker(ctx context.Context, id string, m *marker) error {
 				}
 				continue
 			}
-			return l.markerOutcome(ctx, err)
+			return l.handOffEnd(ctx, "write", err)
 		}
 	})
 }
 
-// markerOutcome classifies a failed request of writeMarker for l.loop.
-func (l *Lease) markerOutcome(ctx context.Context, err error) (bool, error) {
+// handOffEnd ends an attempt of one of a hand-off's requests (the
+// marker's write, Change Lease) on its answer err: a conflict is retried as
+// a transient failure is, and a lease gone in any way (another ID, broken,
+// the blob deleted) ends the hand-off with ErrLeaseLost; the rest as
+// attemptEnd.
+func (l *Lease) handOffEnd(ctx context.Context, op string, err error) (bool, error) {
 	switch c := classify(ctx, err); c {
-	case classTransient, classConflict:
-		return false, l.errorf("write", ErrTransient, err)
+	case classOK:
+		return true, nil
+	case classConflict:
+		return false, l.errorf(op, ErrTransient, err)
 	case classLost, classBroken, classNotFound:
-		return true, l.errorf("write", ErrLeaseLost, err)
-	case classCanceled:
-		return true, err
+		return true, l.errorf(op, ErrLeaseLost, err)
 	default:
-		return true, l.errorf("write", ErrPermanent, err)
+		return l.attemptEnd(op, c, err)
 	}
 }
 
@@ -321,18 +325,7 @@ func handOffID(announced string, epoch uint64) string {
 func (l *Lease) changeID(ctx context.Context, from, to string, limit time.Time) error {
 	return l.loop(ctx, "handoff", limit, func(actx context.Context, _ time.Time) (bool, error) {
 		_, err := l.leaseClient(from).ChangeLease(actx, to, nil)
-		switch c := classify(ctx, err); c {
-		case classOK:
-			return true, nil
-		case classLost, classBroken, classNotFound:
-			return true, l.errorf("handoff", ErrLeaseLost, err)
-		case classTransient, classConflict:
-			return false, l.errorf("handoff", ErrTransient, err)
-		case classCanceled:
-			return true, err
-		default:
-			return true, l.errorf("handoff", ErrPermanent, err)
-		}
+		return l.handOffEnd(ctx, "handoff", err)
 	})
 }
 
