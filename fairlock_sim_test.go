@@ -340,17 +340,20 @@ func (r *fairRecorder) check(t0 time.Time) fairOrder {
 
 // fairRequests is what the server saw, to tell whether a waiter passed
 // over had looked since its turn came: each client's requests, the lease
-// ID each waiter's entry announced, and each Change Lease to an ID.
+// ID each waiter's entry announced, each Change Lease to an ID, and the
+// epochs of the hand-off markers (a hand-off's lease ID is derived from the
+// announced ID and the epoch of the term handed on: azlease.HandOffID).
 type fairRequests struct {
 	mu        sync.Mutex
 	lock      string
 	byClient  map[string][]fairReq
 	announced map[uint64]string
 	handed    map[string][]time.Time
+	markers   map[uint64]bool
 }
 
 func newFairRequests(lock string) *fairRequests {
-	return &fairRequests{lock: lock, byClient: map[string][]fairReq{}, announced: map[uint64]string{}, handed: map[string][]time.Time{}}
+	return &fairRequests{lock: lock, byClient: map[string][]fairReq{}, announced: map[uint64]string{}, handed: map[string][]time.Time{}, markers: map[uint64]bool{}}
 }
 
 func (q *fairRequests) see(r azleasetest.Request) {
@@ -362,6 +365,10 @@ func (q *fairRequests) see(r azleasetest.Request) {
 	case r.Op == azleasetest.OpChangeLease && r.Blob == q.lock:
 		id := strings.ToLower(r.Header.Get("X-Ms-Proposed-Lease-Id"))
 		q.handed[id] = append(q.handed[id], now)
+	case r.Op == azleasetest.OpSetMetadata && r.Blob == q.lock && r.Header.Get("X-Ms-Meta-Azleasenext") != "":
+		if e, err := strconv.ParseUint(r.Header.Get("X-Ms-Meta-Azleaseepoch"), 10, 64); err == nil {
+			q.markers[e] = true
+		}
 	case r.Op == azleasetest.OpPutBlob && strings.HasPrefix(r.Blob, azlease.QueueName(q.lock)):
 		if t, err := strconv.ParseUint(strings.TrimPrefix(r.Blob, azlease.QueueName(q.lock)), 10, 64); err == nil {
 			q.announced[t] = strings.ToLower(r.Header.Get("X-Ms-Meta-Azleasewaiterid"))
@@ -394,9 +401,11 @@ func (q *fairRequests) turn(ticket uint64, m time.Time) time.Time {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var last time.Time
-	for _, at := range q.handed[q.announced[ticket]] {
-		if !at.After(m) {
-			last = at
+	for e := range q.markers {
+		for _, at := range q.handed[azlease.HandOffID(q.announced[ticket], e)] {
+			if !at.After(m) && at.After(last) {
+				last = at
+			}
 		}
 	}
 	return last
