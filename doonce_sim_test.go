@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -488,23 +487,18 @@ func onceSeeds() int {
 func TestDoOnceSimulation(t *testing.T) {
 	n := onceSeeds()
 	var total onceStats
-	for seed := range uint64(n) {
-		sc := newOnceScenario(seed)
-		var st onceStats
-		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				st = runOnceScenario(t, sc)
-			})
+	simulation[onceScenario, onceStats]{
+		seeds:    n,
+		scenario: newOnceScenario,
+		play:     runOnceScenario,
+		check: func(t *testing.T, sc onceScenario, st onceStats) {
 			if st.violations() > 0 {
 				t.Errorf("%v: %d keys answered Ran true twice, %d keys whose answers disagree with the marker, %d keys with more runs than their limit, %d completions hidden from their caller, %d runs outside their lease, %d overlapping pairs, %d epochs that did not grow",
 					sc, st.twice, st.wrong, st.tooMany, st.hidden, st.outside, st.overlaps, st.epochs)
 			}
-		})
-		if !ok {
-			t.Logf("reproduce with: go test -run 'TestDoOnceSimulation/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, seed+1, sc)
-		}
-		total.add(st)
-	}
+		},
+		add: func(_ onceScenario, st onceStats) { total.add(st) },
+	}.run(t)
 	t.Logf("%d seeds: %d fn runs; calls %v; final markers %v; logged %v; %d keys answered Ran true twice, %d disagreeing with the marker, %d over their limit, %d completions hidden, %d runs outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks",
 		n, total.fnRuns, total.calls, total.finals, total.logged, total.twice, total.wrong, total.tooMany, total.hidden, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks)
 }

@@ -46,6 +46,46 @@ func simSeeds() int {
 	return 100
 }
 
+// simulation is the seed loop every simulation shares: one subtest per seed
+// 0..seeds−1, its scenario played in a synctest bubble.
+type simulation[S, R any] struct {
+	seeds    int
+	scenario func(seed uint64) S
+	// play plays sc inside the seed's bubble and returns what the checker
+	// found.
+	play func(t *testing.T, sc S) R
+	// check asserts on it, in the seed's subtest after the bubble ended
+	// (nil: play asserts).
+	check func(t *testing.T, sc S, r R)
+	// add adds a seed's result to the run's totals, failed or not.
+	add func(sc S, r R)
+	// rerun is the -seeds that reruns seed alone (nil: seed + 1, for the
+	// simulations whose seed count is -seeds itself).
+	rerun func(seed uint64) uint64
+}
+
+// run runs every seed; a seed that fails logs how to rerun it.
+func (s simulation[S, R]) run(t *testing.T) {
+	for seed := range uint64(s.seeds) {
+		sc := s.scenario(seed)
+		var r R
+		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { r = s.play(t, sc) })
+			if s.check != nil {
+				s.check(t, sc, r)
+			}
+		})
+		if !ok {
+			rerun := seed + 1
+			if s.rerun != nil {
+				rerun = s.rerun(seed)
+			}
+			t.Logf("reproduce with: go test -run '%s/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", t.Name(), seed, rerun, sc)
+		}
+		s.add(sc, r)
+	}
+}
+
 // scenario is one seed's world: how many nodes, how the network and the
 // server misbehave, and what happens to the nodes, over ten minutes.
 type scenario struct {
@@ -499,23 +539,21 @@ func TestElectorSafetySimulation(t *testing.T) {
 	n := simSeeds()
 	var total simStats
 	total.causes = map[string]int{}
-	for seed := range uint64(n) {
-		sc := newScenario(seed, true)
-		sc.work = true
-		var st simStats
-		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				st = runScenario(t, sc, false)
-			})
+	simulation[scenario, simStats]{
+		seeds: n,
+		scenario: func(seed uint64) scenario {
+			sc := newScenario(seed, true)
+			sc.work = true
+			return sc
+		},
+		play: func(t *testing.T, sc scenario) simStats { return runScenario(t, sc, false) },
+		check: func(t *testing.T, sc scenario, st simStats) {
 			if st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale > 0 {
 				t.Errorf("%v: %d intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads", sc, st.outside, st.overlaps, st.epochs, st.sampledOverlaps, st.work.stale)
 			}
-		})
-		if !ok {
-			t.Logf("reproduce with: go test -run 'TestElectorSafetySimulation/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, seed+1, sc)
-		}
-		total.add(st)
-	}
+		},
+		add: func(_ scenario, st simStats) { total.add(st) },
+	}.run(t)
 	t.Logf("%d seeds: %d terms, %d demotions %v, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads; %d requests, applied late %v; %d operator breaks; about %d hand-offs (%d yields); leaders' fenced work: %v",
 		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.handedOver, total.yields, total.work)
 }
@@ -527,21 +565,21 @@ func TestElectorNoFalseDemotion(t *testing.T) {
 	n := max(simSeeds()/10, 5)
 	var total simStats
 	total.causes = map[string]int{}
-	for seed := range uint64(n) {
-		sc := newScenario(seed, false)
-		sc.work = true
-		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				st := runScenario(t, sc, false)
-				total.add(st)
-				require.Zero(t, st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale)
-				require.Zero(t, st.demotions, "%v: demoted under transient faults: %v", sc, st.causes)
-			})
-		})
-		if !ok {
-			t.Logf("reproduce with: go test -run 'TestElectorNoFalseDemotion/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, 10*(seed+1), sc)
-		}
-	}
+	simulation[scenario, simStats]{
+		seeds: n,
+		scenario: func(seed uint64) scenario {
+			sc := newScenario(seed, false)
+			sc.work = true
+			return sc
+		},
+		play: func(t *testing.T, sc scenario) simStats { return runScenario(t, sc, false) },
+		check: func(t *testing.T, sc scenario, st simStats) {
+			require.Zero(t, st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale)
+			require.Zero(t, st.demotions, "%v: demoted under transient faults: %v", sc, st.causes)
+		},
+		add:   func(_ scenario, st simStats) { total.add(st) },
+		rerun: func(seed uint64) uint64 { return 10 * (seed + 1) },
+	}.run(t)
 	t.Logf("%d seeds: %d terms, %d demotions, %d believed intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps; %d requests, applied late %v; leaders' fenced work: %v",
 		n, total.terms, total.demotions, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.requests, total.late, total.work)
 }

@@ -23,7 +23,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -768,13 +767,11 @@ func fairSeeds() int {
 func TestFairLockSimulation(t *testing.T) {
 	n := fairSeeds()
 	var total, clean fairStats
-	for seed := range uint64(n) {
-		sc := newFairScenario(seed)
-		var st fairStats
-		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				st = runFairScenario(t, sc)
-			})
+	simulation[fairScenario, fairStats]{
+		seeds:    n,
+		scenario: newFairScenario,
+		play:     runFairScenario,
+		check: func(t *testing.T, sc fairScenario, st fairStats) {
 			if st.outside+st.overlaps+st.epochs+st.work.stale > 0 {
 				t.Errorf("%v: %d locks outside their lease, %d overlapping pairs, %d epochs that did not grow, %d stale reads", sc, st.outside, st.overlaps, st.epochs, st.work.stale)
 			}
@@ -785,17 +782,16 @@ func TestFairLockSimulation(t *testing.T) {
 				t.Errorf("%v: no faults and no pauses, yet %d served before an earlier waiter's entry existed, %d waiters passed over although they had looked since their turn came:\n  %s",
 					sc, st.order.unjoined, st.order.looking, strings.Join(st.order.report, "\n  "))
 			}
-		})
-		if !ok {
-			t.Logf("reproduce with: go test -run 'TestFairLockSimulation/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, seed+1, sc)
-		}
-		total.mutexStats.add(st.mutexStats)
-		total.order.add(st.order)
-		if sc.clean {
-			clean.mutexStats.add(st.mutexStats)
-			clean.order.add(st.order)
-		}
-	}
+		},
+		add: func(sc fairScenario, st fairStats) {
+			total.mutexStats.add(st.mutexStats)
+			total.order.add(st.order)
+			if sc.clean {
+				clean.mutexStats.add(st.mutexStats)
+				clean.order.add(st.order)
+			}
+		},
+	}.run(t)
 	t.Logf("%d seeds: %d locks (%d lost while held, %d Lock calls gave up, %d Unlocks failed), %d held intervals outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks; work: %v",
 		n, total.locks, total.lost, total.gaveUp, total.unlockErr, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks, total.work)
 	t.Logf("order, all seeds: %v", total.order)

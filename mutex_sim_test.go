@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -241,22 +239,17 @@ func mutexSeeds() int {
 func TestMutexSafetySimulation(t *testing.T) {
 	n := mutexSeeds()
 	var total mutexStats
-	for seed := range uint64(n) {
-		sc := newMutexScenario(seed)
-		var st mutexStats
-		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				st = runMutexScenario(t, sc)
-			})
+	simulation[mutexScenario, mutexStats]{
+		seeds:    n,
+		scenario: newMutexScenario,
+		play:     runMutexScenario,
+		check: func(t *testing.T, sc mutexScenario, st mutexStats) {
 			if st.outside+st.overlaps+st.epochs+st.work.stale > 0 {
 				t.Errorf("%v: %d locks outside their lease, %d overlapping pairs, %d epochs that did not grow, %d stale reads", sc, st.outside, st.overlaps, st.epochs, st.work.stale)
 			}
-		})
-		if !ok {
-			t.Logf("reproduce with: go test -run 'TestMutexSafetySimulation/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", seed, seed+1, sc)
-		}
-		total.add(st)
-	}
+		},
+		add: func(_ mutexScenario, st mutexStats) { total.add(st) },
+	}.run(t)
 	t.Logf("%d seeds: %d locks (%d lost while held, %d Lock calls gave up, %d Unlocks failed), %d hand-offs (%d failed), %d held intervals outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks; work: %v",
 		n, total.locks, total.lost, total.gaveUp, total.unlockErr, total.handoffs, total.handFails, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks, total.work)
 }
