@@ -11,8 +11,9 @@ package azlease
 //     (the record's "next", naming the successor, with the clean-release
 //     mark), so that the successor, polling the lock blob, learns that the
 //     lease is passed to it;
-//  2. changes the lease to the ID the successor announced (Change Lease):
-//     the lease is never free, so nobody else can take it meanwhile;
+//  2. changes the lease to an ID derived from the one the successor
+//     announced (Change Lease; see below): the lease is never free, so
+//     nobody else can take it meanwhile;
 //  3. waits, for a bounded time, for the successor's term to show in the
 //     lock blob (its epoch). If it does not, the holder, which knows the
 //     ID it handed the lease to, moves the marker and the lease on to the
@@ -165,7 +166,8 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			l.abandonHandOff(ctx, cur)
 			return out, werr
 		}
-		// 2. The lease, to the ID the successor announced.
+		// 2. The lease, to this term's ID for the successor (handOffID of
+		// the ID it announced).
 		to := handOffID(s.id, handed)
 		cerr := l.changeID(ctx, cur, to, time.Now().Add(l.cfg.attemptTimeout))
 		rtt := time.Since(start)
