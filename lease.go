@@ -809,6 +809,12 @@ func (l *Lease) leaseClient(id string) *lease.BlobClient {
 func newLeaseID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return formatGUID(b)
+}
+
+// formatGUID formats b as a version-4 UUID in lower case, setting its
+// version and variant bits.
+func formatGUID(b [16]byte) string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])

@@ -45,7 +45,6 @@ package azlease
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -312,11 +311,7 @@ func (l *Lease) handOffEnd(ctx context.Context, op string, err error) (bool, err
 // term to the same successor uses another (see the top of this file).
 func handOffID(announced string, epoch uint64) string {
 	sum := sha256.Sum256([]byte("azlease hand-off\x00" + announced + "\x00" + strconv.FormatUint(epoch, 10)))
-	b := sum[:16]
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return formatGUID([16]byte(sum[:16]))
 }
 
 // changeID changes the lease from the ID from to the ID to, retrying
