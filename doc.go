@@ -134,9 +134,10 @@
 // PollInterval, and one per 150 × PollInterval from the eleventh on; the
 // [Mutex] doc has the formula; and the first lists the queue every 30 s):
 // 6.2 requests a second for 50 waiters with the defaults, within a minute
-// of the queue's last move. Joining the queue costs three requests, leaving it one; a
-// contended Unlock lists the queue, writes a hand-off marker and changes
-// the lease, then reads until the next holder's term shows. With
+// of the queue's last move. Joining the queue costs three requests,
+// leaving it one; a contended Unlock lists the queue, writes a hand-off
+// marker and changes the lease, then reads until the next holder's term
+// shows. With
 // MutexOptions.Unordered each waiter reads once per PollInterval instead.
 // [Mutex.TryLock] and [Semaphore.TryAcquire] look first: one request when
 // the lock is held, and they never take a lock someone waits for.
@@ -167,8 +168,9 @@
 //     lease to an ID derived from the one the standby announced and the
 //     leader's epoch (so two terms never hand the lease under one ID): the
 //     lease is never free, and the standby takes it over under a fresh ID of
-//     its own within its short poll. If no standby acknowledges in time, or the one chosen does not
-//     take the lease over, the lease is released as before.
+//     its own within its short poll. If no standby acknowledges in time, or
+//     the one chosen does not take the lease over, the lease is released as
+//     before.
 //   - A leader yields, the same way, to a ready candidate of strictly higher
 //     priority once that candidate has been there for StabilityWindow (30 s)
 //     and the leader's own term has lasted Cooldown (1 min); equal

@@ -10,8 +10,9 @@ package azlease
 //     whatever the clocks of the waiters' hosts say.
 //   - NAME/queue/<ticket, 20 digits> is a waiter: created with its ticket,
 //     its metadata holds the lease ID it announced (a holder hands the lock
-//     to an ID derived from it: succession.go), its identity, when it began to wait (its wall clock, for
-//     display), and, once it is first in line and polls the lock every
+//     to an ID derived from it: succession.go), its identity, when it began
+//     to wait (its wall clock, for display), and, once it is first in line
+//     and polls the lock every
 //     HeadPollInterval, when that began (the head mark). List Blobs
 //     returns them in name order, which is ticket order.
 //
