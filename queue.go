@@ -12,9 +12,8 @@ package azlease
 //     its metadata holds the lease ID it announced (a holder hands the lock
 //     to an ID derived from it: succession.go), its identity, when it began
 //     to wait (its wall clock, for display), and, once it is first in line
-//     and polls the lock every
-//     HeadPollInterval, when that began (the head mark). List Blobs
-//     returns them in name order, which is ticket order.
+//     and polls the lock every HeadPollInterval, when that began (the head
+//     mark). List Blobs returns them in name order, which is ticket order.
 //
 // Waiter blobs have no lease: waiting costs no renewals. A waiter that
 // gives up deletes its blob. One that dies leaves it: when its turn comes
