@@ -540,13 +540,9 @@ func TestElectorSafetySimulation(t *testing.T) {
 	var total simStats
 	total.causes = map[string]int{}
 	simulation[scenario, simStats]{
-		seeds: n,
-		scenario: func(seed uint64) scenario {
-			sc := newScenario(seed, true)
-			sc.work = true
-			return sc
-		},
-		play: func(t *testing.T, sc scenario) simStats { return runScenario(t, sc, false) },
+		seeds:    n,
+		scenario: workScenario(true),
+		play:     func(t *testing.T, sc scenario) simStats { return runScenario(t, sc, false) },
 		check: func(t *testing.T, sc scenario, st simStats) {
 			if st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale > 0 {
 				t.Errorf("%v: %d intervals outside their lease, %d overlapping pairs, %d epochs that did not grow, %d sampled overlaps, %d stale reads", sc, st.outside, st.overlaps, st.epochs, st.sampledOverlaps, st.work.stale)
@@ -558,6 +554,16 @@ func TestElectorSafetySimulation(t *testing.T) {
 		n, total.terms, total.demotions, total.causes, total.outside, total.overlaps, total.epochs, total.sampledOverlaps, total.work.stale, total.requests, total.late, total.breaks, total.handedOver, total.yields, total.work)
 }
 
+// workScenario makes seed's scenario (newScenario, with or without chaos)
+// with the leaders doing fenced work.
+func workScenario(chaos bool) func(seed uint64) scenario {
+	return func(seed uint64) scenario {
+		sc := newScenario(seed, chaos)
+		sc.work = true
+		return sc
+	}
+}
+
 // TestElectorNoFalseDemotion: with transient faults only (a fifth of all
 // requests fail in every way but a partition), azlease never demotes its
 // leader: nothing in those scenarios justifies it.
@@ -566,13 +572,9 @@ func TestElectorNoFalseDemotion(t *testing.T) {
 	var total simStats
 	total.causes = map[string]int{}
 	simulation[scenario, simStats]{
-		seeds: n,
-		scenario: func(seed uint64) scenario {
-			sc := newScenario(seed, false)
-			sc.work = true
-			return sc
-		},
-		play: func(t *testing.T, sc scenario) simStats { return runScenario(t, sc, false) },
+		seeds:    n,
+		scenario: workScenario(false),
+		play:     func(t *testing.T, sc scenario) simStats { return runScenario(t, sc, false) },
 		check: func(t *testing.T, sc scenario, st simStats) {
 			require.Zero(t, st.outside+st.overlaps+st.epochs+st.sampledOverlaps+st.work.stale)
 			require.Zero(t, st.demotions, "%v: demoted under transient faults: %v", sc, st.causes)
