@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -76,7 +77,9 @@ func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
 		return nil, errCrashed
 	}
 	c.b.sent.Add(1)
+	sent := time.Now()
 	resp, err := c.next.RoundTrip(req)
+	traceRequest(c, sent, req, resp)
 	if err != nil || resp.StatusCode >= 400 {
 		c.b.failed.Add(1)
 	}

@@ -43,7 +43,16 @@ func main() {
 	flag.DurationVar(&p.window, "window", 10*time.Second, "duration of the throughput scenario")
 	flag.IntVar(&p.reps, "reps", 3, "repetitions of every scenario")
 	flag.DurationVar(&p.etcdTTL, "etcd-ttl", 15*time.Second, "etcd sessions' TTL, whole seconds (azlease's default lease duration; etcd's default is 60 s)")
+	scenarios := flag.String("scenarios", "order,cost,throughput,dead", "scenarios to run, comma-separated (the others' tables show \"not run\")")
+	trace := flag.Bool("trace", false, "write every azlease request and each scenario's events to standard error")
 	flag.Parse()
+	if *trace {
+		tracing = time.Now()
+	}
+	if err := parseScenarios(&p, *scenarios); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(2)
+	}
 	if err := parseWindows(&p, *windows); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		os.Exit(2)
@@ -83,6 +92,20 @@ func mainErr(p *params, out, waiters, only string) error {
 		err = os.WriteFile(out, []byte(report), 0o644)
 	}
 	return errors.Join(runErr, err)
+}
+
+// parseScenarios reads -scenarios.
+func parseScenarios(p *params, spec string) error {
+	p.scenarios = map[string]bool{}
+	for _, f := range strings.Split(spec, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "order", "cost", "throughput", "dead":
+			p.scenarios[f] = true
+		default:
+			return fmt.Errorf("-scenarios: %q is none of order, cost, throughput, dead", f)
+		}
+	}
+	return nil
 }
 
 // parseWindows reads -cost-windows: START+LENGTH pairs, in order, not
@@ -175,6 +198,9 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 	}
 	for rep := range p.reps {
 		for _, w := range p.waiters {
+			if !p.runs("order") {
+				break
+			}
 			each(func(c string) string { return orderKey(c, w) }, fmt.Sprintf("order, W = %d", w), rep,
 				func(be backend, ce *cell, name string) error {
 					o, err := runOrder(ctx, be, name, w, p)
@@ -184,7 +210,7 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					return err
 				})
 		}
-		if rep < p.costReps {
+		if rep < p.costReps && p.runs("cost") {
 			each(costKey, fmt.Sprintf("cost, %d waiters", p.costWaiters), rep,
 				func(be backend, ce *cell, name string) error {
 					c, err := runCost(ctx, be, name, p.costWaiters, p)
@@ -194,15 +220,20 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					return err
 				})
 		}
-		each(throughputKey, fmt.Sprintf("throughput, %d contenders", p.contenders), rep,
-			func(be backend, ce *cell, name string) error {
-				t, err := runThroughput(ctx, be, name, p.contenders, p.window)
-				if err == nil {
-					ce.tps = append(ce.tps, t)
-				}
-				return err
-			})
+		if p.runs("throughput") {
+			each(throughputKey, fmt.Sprintf("throughput, %d contenders", p.contenders), rep,
+				func(be backend, ce *cell, name string) error {
+					t, err := runThroughput(ctx, be, name, p.contenders, p.window)
+					if err == nil {
+						ce.tps = append(ce.tps, t)
+					}
+					return err
+				})
+		}
 		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
+			if !p.runs("dead") {
+				break
+			}
 			each(func(c string) string { return deadKey(c, how) }, "dead waiter, "+how, rep,
 				func(be backend, ce *cell, name string) error {
 					g, called, err := runDead(ctx, be, name, how, p)

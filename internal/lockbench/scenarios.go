@@ -26,8 +26,12 @@ type params struct {
 	contenders  int           // throughput scenario
 	window      time.Duration // throughput scenario's duration
 	reps        int
-	etcdTTL     time.Duration // etcd sessions' TTL (whole seconds)
+	etcdTTL     time.Duration   // etcd sessions' TTL (whole seconds)
+	scenarios   map[string]bool // the scenarios to run (-scenarios); nil: all
 }
+
+// runs says whether scenario s is to run.
+func (p params) runs(s string) bool { return p.scenarios == nil || p.scenarios[s] }
 
 // exclusion counts holders from the harness's side.
 type exclusion struct {
@@ -149,6 +153,7 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 				return
 			}
 			got[i] = time.Now()
+			tracef("waiter %d got the lock", i)
 			x.enter()
 			mu.Lock()
 			served = append(served, i)
@@ -156,6 +161,7 @@ func runOrder(ctx context.Context, be backend, name string, w int, p params) (or
 			_ = sleepCtx(ctx, p.hold)
 			x.leave()
 			calling[i] = time.Now()
+			tracef("waiter %d unlocks", i)
 			if err := unlock(ctx); err != nil {
 				errs[i] = fmt.Errorf("waiter %d: unlock: %w", i, err)
 			}
@@ -389,6 +395,7 @@ func runDead(ctx context.Context, be backend, name, how string, p params) (retur
 	_ = sleepCtx(ctx, p.hold)
 	x.leave()
 	calledAt := time.Now()
+	tracef("the holder unlocks")
 	err = unlockHolder(ctx)
 	released := time.Now()
 	wg.Wait()
