@@ -13,10 +13,13 @@ package azlease
 //     holder hands it over (the hand-off marker names its ticket), or when
 //     the lock is free (the holder crashed and its lease expired, or it
 //     released while the queue looked empty);
-//   - the one behind it polls the lock too, often while the queue moves and
-//     less and less while it does not (timing.QueueWait): it notices when
-//     the first is served, or when the lock stays free while the first does
-//     not take it (then the first is dead, and it removes it);
+//   - the one behind it polls the lock too, every head poll while the
+//     queue has just moved and less and less while it does not, and fast
+//     while it sees the lock handed to the first (timing.SecondWait): it
+//     notices when the first is served, takes the lock soon after a holder
+//     passes a dead first over and hands it on, and notices when the lock
+//     stays free while the first does not take it (then the first is dead,
+//     and it removes it);
 //   - the others list the queue, less often the further back they are.
 // A contended Unlock never frees the lease: it hands it to the first in
 // line (succession.go), so a waiter that arrives later, ordered or not,
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -219,6 +223,8 @@ func (f *fairLock) leave(ctx context.Context, w waiter) {
 func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, error) {
 	var (
 		moved   = time.Now() // when the queue last moved, as far as w saw
+		looked  time.Time    // when it last looked at the lock right behind the first
+		handing handWatch    // the hand-offs to others it saw right behind the first
 		pos     = -1
 		first   uint64 // the first waiter's ticket, at the last listing
 		marked  bool
@@ -302,7 +308,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				return nil, err
 			}
 		case 1:
-			lk, err := f.next(ctx, w, ws[0], &moved, last)
+			lk, err := f.next(ctx, w, ws[0], &moved, &looked, &handing, last)
 			if lk != nil {
 				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w)
@@ -436,19 +442,25 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 // lock (handed to it: the first left), an error, or neither when the queue
 // should be listed again (it moved, or the first seems dead and was
 // removed).
-func (f *fairLock) next(ctx context.Context, w, first waiter, moved *time.Time, last *error) (*Lock, error) {
+//
+// It looks every timing.SecondWait: faster while it sees the lock handed to
+// another waiter (the first, which may be dead), and, while it looks often,
+// every so often counted from its last look (looked), which it updates.
+func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *time.Time, handing *handWatch, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	var (
 		epochs    []uint64
 		freeSince time.Time
 	)
 	for polls := 0; ; polls++ {
-		if !sleepCtx(ctx, timing.QueueWait(1, time.Since(*moved), f.cfg.headPoll, f.cfg.poll)) {
+		wait, fast := timing.SecondWait(time.Now(), *moved, *looked, handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin)
+		if !sleepCtx(ctx, wait) {
 			return nil, context.Cause(ctx)
 		}
-		if polls == nextPollsPerListing-1 {
+		if polls >= nextPollsPerListing-1 && !fast {
 			return nil, nil // this look is a listing of the queue
 		}
+		*looked = time.Now()
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
@@ -475,6 +487,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved *time.Time, 
 			cur[i] = st.Epoch
 			allFree = allFree && !st.Leased
 		}
+		handing.saw(sts)
 		if epochs != nil && !equalEpochs(epochs, cur) {
 			*moved = time.Now()
 			return nil, nil // someone took a slot: the first, probably
@@ -496,6 +509,32 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved *time.Time, 
 			}
 			return nil, nil
 		}
+	}
+}
+
+// handWatch is what the waiter right behind the first knows of the
+// hand-offs to other waiters it sees (timing.SecondWait).
+type handWatch struct {
+	since time.Time // when it first saw the hand-offs it sees now (zero: none)
+	seen  string    // which they are: each slot's epoch and successor
+}
+
+// saw notes the hand-offs to other waiters that sts show: since is kept
+// while they are the same ones, so that fast looks end even if one stays
+// (its holder cut off); a new one (another epoch, or handed on to
+// another successor) starts them again.
+func (h *handWatch) saw(sts []Status) {
+	var b strings.Builder
+	for i, st := range sts {
+		if st.Leased && st.Next != "" {
+			fmt.Fprintf(&b, "%d/%d/%s;", i, st.Epoch, st.Next)
+		}
+	}
+	switch seen := b.String(); {
+	case seen == "":
+		*h = handWatch{}
+	case seen != h.seen:
+		*h = handWatch{since: time.Now(), seen: seen}
 	}
 }
 

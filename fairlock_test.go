@@ -232,9 +232,11 @@ func TestFairLockDeadWaiter(t *testing.T) {
 		}()
 		time.Sleep(time.Second) // "dead" is first in line, polling every head poll
 		got := make(chan *azlease.Lock, 1)
+		var gotAt time.Time
 		go func() {
 			lk, err := newMutex(t, e, "next", "m", nil).Lock(ctx)
 			assert.NoError(t, err)
+			gotAt = time.Now()
 			got <- lk
 		}()
 		time.Sleep(time.Second)
@@ -246,8 +248,13 @@ func TestFairLockDeadWaiter(t *testing.T) {
 		start := time.Now()
 		require.NoError(t, holder.Unlock(ctx))
 		lk := <-got
-		cost := time.Since(start)
-		assert.Less(t, cost, 600*time.Millisecond, "a dead first waiter costs about a head poll, not a lease duration")
+		// The holder waits a head poll and a margin (200 + 50 ms) for the
+		// dead waiter; "next", which looks every head poll within 2 s of
+		// the queue's last move, saw the lock handed to the first and
+		// looked every quarter head poll since, so it sees the lock handed
+		// on to it within 50 ms more.
+		cost := gotAt.Sub(start)
+		assert.LessOrEqual(t, cost, 300*time.Millisecond, "a dead first waiter costs a head poll, a margin and a quarter head poll")
 		t.Logf("a dead first waiter cost %v", cost)
 		q, err = azlease.InspectQueue(ctx, e.client("x"), "m")
 		require.NoError(t, err)
@@ -276,6 +283,73 @@ func TestFairLockDeadWaiter(t *testing.T) {
 		cancelDead()
 		e.Heal("dead")
 		<-deadDone
+	})
+}
+
+// TestFairLockSecondLooksFastOnlyWhileHanded: the waiter right behind the
+// first looks every quarter head poll while it sees the lock handed to the
+// first, and for no longer than 2 head polls and a margin: here the first
+// is dead and the holder is cut off right after its hand-off, so the lock
+// shows handed to the first until the lease expires. The second then takes
+// the lock, free, as the first in line.
+func TestFairLockSecondLooksFastOnlyWhileHanded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		dctx, cancelDead := context.WithCancel(ctx)
+		deadDone := make(chan struct{})
+		go func() {
+			defer close(deadDone)
+			_, err := newMutex(t, e, "dead", "m", nil).Lock(dctx)
+			assert.Error(t, err)
+		}()
+		time.Sleep(time.Second)
+		var c counter
+		next, err := azlease.NewMutex(countedClient(t, e.Server, "next", &c), "m", nil)
+		require.NoError(t, err)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := next.Lock(ctx)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		time.Sleep(time.Second)
+		e.Partition("dead", azleasetest.Blackhole)
+		start := time.Now()
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(ctx) }()
+		time.Sleep(10 * time.Millisecond) // the hand-off (list, marker, change) is instant here
+		e.Partition("holder", azleasetest.Blackhole)
+		st, err := azlease.Inspect(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		require.True(t, st.Leased)
+		require.NotEmpty(t, st.Next, "handed to the dead first waiter")
+
+		time.Sleep(2 * time.Second)
+		looks := func(from, to time.Duration) (n int) {
+			for _, s := range c.sent() {
+				if d := s.at.Sub(start); s.op == opRead && d >= from && d < to {
+					n++
+				}
+			}
+			return n
+		}
+		// It looked as the Unlock handed the lock to the first: then every
+		// 50 ms for 450 ms (10 looks), then every head poll counted from its
+		// last look until 2 s after the queue moved (its joining, 1 s before
+		// the Unlock), a listing in between, then every half the time since.
+		assert.InDelta(t, 10, looks(0, 460*time.Millisecond), 1, "every quarter head poll while the lock shows handed")
+		assert.LessOrEqual(t, looks(460*time.Millisecond, 2*time.Second), 5, "then no faster than its ordinary pace")
+		lk := <-got
+		assert.Greater(t, time.Since(start), 14*time.Second, "the lease handed to the dead waiter expired first")
+		require.NoError(t, lk.Unlock(ctx))
+		cancelDead()
+		e.Heal("dead")
+		e.Heal("holder")
+		<-deadDone
+		<-unlocked
 	})
 }
 

@@ -31,9 +31,17 @@ import (
 // never free in between, so a waiter that came later cannot take it first;
 // the next holder starts within about a head poll. A waiter whose ctx ends
 // leaves the queue. One that dies is passed over when its turn comes and
-// it does not take the lock (within a head poll once it has begun to look
-// as the first; up to 2 × PollInterval otherwise), and removed once it has
-// been silent for longer than any live waiter. After each waiter passed
+// it does not take the lock (within a head poll and a margin once it has
+// begun to look as the first; up to 2 × PollInterval otherwise), and
+// removed once it has been silent for longer than any live waiter. The
+// waiter right behind the first sees the lock handed to the first, then
+// looks every quarter head poll for as long as the holder waits, so it
+// takes the lock within a quarter head poll of being handed it: a dead
+// first waiter delays the next holder by a head poll, a 50 ms margin, a
+// quarter head poll and a few round trips (300 ms with the defaults, plus
+// round trips) when the lock was held for less than 10 head polls; after
+// a longer hold, by up to the look interval of the waiter behind it
+// instead of the quarter head poll. After each waiter passed
 // over, the holder hands the lock to the first in line as the queue is
 // then: one passed over before that has looked again is first again. After
 // a quiet time (the lock held for a while), waiters far back look rarely:
@@ -52,9 +60,11 @@ import (
 // queue's last move: until then each looks every half the time since it
 // last saw the queue move, and once it has stood for 30 × PollInterval,
 // every (position − 1)/2 times that (the further back, the sooner it slows
-// down). While
-// the queue moves they look more often, every position × HeadPollInterval
-// at the most. Joining costs three requests (the ticket's read and conditional
+// down). While the queue moves they look more often, every position ×
+// HeadPollInterval at the most; the one right behind the first looks every
+// HeadPollInterval for 10 × HeadPollInterval after the queue moved, and
+// every HeadPollInterval/4 while it sees the lock handed to another waiter
+// (for 2 × HeadPollInterval + 50 ms at the most per hand-off). Joining costs three requests (the ticket's read and conditional
 // write, the entry's creation), being served one more (the entry's
 // deletion); Unlock of a lock someone waits for lists the queue, writes
 // the hand-off marker and changes the lease (three requests), then reads

@@ -616,7 +616,8 @@ type MutexOptions struct {
 
 	// PollInterval paces the waiters behind the first in line (see
 	// [Mutex]): right behind it a waiter looks at least every 2 ×
-	// PollInterval, further back at least every 15 × position ×
+	// PollInterval (and faster for a while after the queue moves or while
+	// the lock is handed to the first: see HeadPollInterval), further back at least every 15 × position ×
 	// PollInterval (150 × PollInterval at most), and more often while the
 	// queue moves. A holder waits up to 2 × PollInterval for a waiter whose
 	// turn came while it was not first in line. With Unordered,
@@ -629,7 +630,11 @@ type MutexOptions struct {
 	// lock (one request), so it takes the lock within about this long when
 	// the holder hands it over, and a holder waits this long (plus a few
 	// round trips) for a first waiter that has died before passing the
-	// lock on. Zero means 200 ms. Otherwise from 20 ms to PollInterval;
+	// lock on. The waiter right behind the first looks this often for 10 ×
+	// HeadPollInterval after the queue moved, and four times as often
+	// while it sees the lock handed to the first (2 × HeadPollInterval +
+	// 50 ms at the most per hand-off), so that it takes the lock soon after
+	// the holder passes a dead first over. Zero means 200 ms. Otherwise from 20 ms to PollInterval;
 	// negative is an error. Unused with Unordered.
 	HeadPollInterval time.Duration
 

@@ -171,6 +171,45 @@ func QueueWait(p int, age, head, poll time.Duration) time.Duration {
 	return min(max(age*k/2, lo), hi)
 }
 
+// SecondWait is how long the waiter right behind the first of a fair
+// lock's queue waits before it looks at the lock again, at now; moved is
+// when the queue last moved (as far as it saw), looked when it last looked
+// at the lock, pending when it first saw the lock handed to another waiter
+// in this hand-off (zero: it does not see one). margin is the least time a
+// holder waits, beyond head, for the waiter it hands the lock to.
+//   - A hand-off to another waiter shows: it looks every head/4 (fast), for
+//     at most 2 × head + margin from when it first saw it. That waiter, if
+//     alive, takes the lock within a head poll; if it does not, the holder
+//     hands the lock on to this one, which then sees it within head/4
+//     instead of at its next ordinary look.
+//   - Otherwise, for SecondCover(head) after the queue moved, every head,
+//     counted from its last look at the lock (a listing of the queue
+//     meanwhile does not delay the look): it looks at least once while a
+//     hand-off to the first shows (head + margin at the least), and so
+//     sees the first one that is not taken. The queue moves at every
+//     hand-off, so while the lock is held for less than that, it sees every
+//     hand-off.
+//   - After that, every QueueWait(1, …), and a listing of the queue takes
+//     the place of a look (the cost QueueWait gives).
+//
+// fast reports the first case: the caller does not list the queue then.
+func SecondWait(now, moved, looked, pending time.Time, head, poll, margin time.Duration) (wait time.Duration, fast bool) {
+	if !pending.IsZero() && now.Sub(pending) < 2*head+margin {
+		return head / 4, true
+	}
+	if now.Sub(moved) >= SecondCover(head) {
+		return QueueWait(1, now.Sub(moved), head, poll), false
+	}
+	if !looked.IsZero() {
+		return max(head-now.Sub(looked), 0), false
+	}
+	return head, false
+}
+
+// SecondCover is how long after the queue moved the waiter right behind the
+// first looks at the lock every head (SecondWait): 10 × head.
+func SecondCover(head time.Duration) time.Duration { return 10 * head }
+
 // QueueQuiet is how long a fair lock's queue stands still before the
 // waiters far back slow down faster (QueueWait): 30 × poll. Until then
 // they look every half the time since it last moved, so that holds shorter

@@ -174,3 +174,34 @@ func TestQueueWait(t *testing.T) {
 	}
 	assert.Less(t, rate, 1.0, "requests/s behind the first of 50, a minute after the queue moved")
 }
+
+func TestSecondWait(t *testing.T) {
+	head, poll, margin := 200*time.Millisecond, time.Second, 50*time.Millisecond
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	at := func(n int) time.Time { return t0.Add(ms(n)) }
+	var none time.Time
+	assert.Equal(t, 2*time.Second, SecondCover(head))
+	for _, tc := range []struct {
+		name                   string
+		now, moved, looked, hf time.Time
+		want                   time.Duration
+		fast                   bool
+	}{
+		{"a hand-off to another just seen: fast", at(1000), at(0), at(1000), at(1000), head / 4, true},
+		{"still fast just before 2 head polls + margin", at(1449), at(0), at(1440), at(1000), head / 4, true},
+		{"no longer fast after that", at(1450), at(0), at(1440), at(1000), head - ms(10), false},
+		{"right after a move, counted from the last look", at(300), at(0), at(150), none, head - ms(150), false},
+		{"a look overdue: at once", at(300), at(0), at(0), none, 0, false},
+		{"never looked: a head poll", at(300), at(0), none, none, head, false},
+		{"just before 10 head polls since the move: still every head poll", at(1999), at(0), at(1900), none, ms(101), false},
+		{"after that: QueueWait, from now", at(2000), at(0), at(1900), none, QueueWait(1, ms(2000), head, poll), false},
+		{"a hand-off long after the move: fast too", at(60000), at(0), at(59000), at(60000), head / 4, true},
+		{"and after its 2 head polls + margin, QueueWait", at(60450), at(0), at(60400), at(60000), 2 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, fast := SecondWait(tc.now, tc.moved, tc.looked, tc.hf, head, poll, margin)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.fast, fast)
+		})
+	}
+}
