@@ -379,30 +379,61 @@ func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) 
 // whose answer was lost (then the entry, read again, says so; when it
 // cannot be read, a write whose outcome is unknown counts as marked). When
 // it is not, changed tells whether its entry changed since it was listed
-// (its waiter wrote it), and cur is the entry as it is now.
+// (its waiter wrote it, or a write of settleMiss whose answer was lost
+// did), and cur is the entry as it is now.
+//
+// A failed mark is settled (non-negotiable 4) before it is reported as not
+// made: an attempt whose answer was lost may reach storage later, and then
+// it would mark a waiter that has been looking all along, passing it over
+// once. settleMiss makes sure it never can.
 func (q *queue) miss(ctx context.Context, w waiter) (marked bool, cur waiter, changed bool) {
 	err := q.markMissed(ctx, w)
-	switch {
-	case err == nil:
+	if err == nil {
 		return true, w, false
-	case !bloberror.HasCode(err, bloberror.ConditionNotMet) && !ambiguous(err):
-		return false, w, false
 	}
-	c, ok, rerr := q.reread(ctx, w)
-	switch {
-	case rerr != nil:
-		return ambiguous(err), w, false
-	case !ok:
-		return false, w, false // gone: it left
-	case c.Missed:
-		return true, c, false
-	}
-	return false, c, c.etag != w.etag
+	return q.settleMiss(ctx, w, err)
 }
 
-// reread reads w's entry again, for its current ETag and marks; ok is
-// false when it is gone.
-func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, err error) {
+// settleMissTries bounds settleMiss's rounds (a read, and a write whose
+// answer may be lost again).
+const settleMissTries = 3
+
+// settleMiss settles a missed mark on w that failed with err (the last
+// attempt's error; an earlier attempt's answer may have been lost). It
+// reads the entry: marked (an attempt was applied), gone, or changed since
+// it was listed (the mark, conditional on the entry as listed, can no
+// longer be applied) settle it. The entry as listed, unmarked, does not:
+// an attempt may still be on its way. Then it writes the entry as it is,
+// conditional on the same ETag, so that no attempt of the mark can be
+// applied after it, and reads again.
+func (q *queue) settleMiss(ctx context.Context, w waiter, err error) (marked bool, cur waiter, changed bool) {
+	for range settleMissTries {
+		c, ok, md, rerr := q.reread(ctx, w)
+		switch {
+		case rerr != nil:
+			return ambiguous(err), w, false
+		case !ok:
+			return false, w, false // gone: it left, or a holder removed it
+		case c.Missed:
+			return true, c, false
+		case c.etag != w.etag:
+			return false, c, true
+		case !ambiguous(err) && !errors.Is(err, ErrTransient):
+			// Refused for good (no attempt can have been applied
+			// unseen), or the entry as listed again after a refusal.
+			return false, c, false
+		}
+		err = q.ops.setMetadataIf(ctx, w.name, md, w.etag)
+		if err == nil {
+			return false, c, false // written as it was: the mark can no longer be applied
+		}
+	}
+	return ambiguous(err), w, false
+}
+
+// reread reads w's entry again, for its current ETag and marks, and its
+// metadata as stored; ok is false when it is gone.
+func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, md map[string]*string, err error) {
 	l := q.ops
 	bc := l.t.cc.NewBlobClient(w.name)
 	err = l.loopOn(ctx, "read", w.name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
@@ -419,9 +450,10 @@ func (q *queue) reread(ctx context.Context, w waiter) (cur waiter, ok bool, err 
 			st.etag = *props.ETag
 		}
 		cur, ok = parseWaiter(q.lock, st)
+		md = props.Metadata
 		return true, nil
 	})
-	return cur, ok, err
+	return cur, ok, md, err
 }
 
 // remove deletes w's blob: conditional on the blob as listed when
