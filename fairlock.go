@@ -443,9 +443,11 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 // should be listed again (it moved, or the first seems dead and was
 // removed).
 //
-// It looks every timing.SecondWait: faster while it sees the lock handed to
-// another waiter (the first, which may be dead), and, while it looks often,
-// every so often counted from its last look (looked), which it updates.
+// It looks as timing.SecondWait says: every quarter head poll for a while
+// when it sees the lock handed to another waiter (the first, which may be
+// dead; handing); for 10 head polls after the queue moved, every head poll
+// counted from its last look at the lock (looked, which it updates), so
+// that a listing in between does not delay it; then less and less often.
 func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *time.Time, handing *handWatch, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	var (
