@@ -225,6 +225,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		moved   = time.Now() // when the queue last moved, as far as w saw
 		looked  time.Time    // when it last looked at the lock right behind the first
 		handing handWatch    // the hand-offs to others it saw right behind the first
+		retried string       // the last hand-off to w it tried to take more than once (takeTurn)
 		pos     = -1
 		first   uint64 // the first waiter's ticket, at the last listing
 		marked  bool
@@ -298,7 +299,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 					f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
 				}
 			}
-			lk, err := f.head(ctx, w, last)
+			lk, err := f.head(ctx, w, &retried, last)
 			if lk != nil {
 				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w) // served: out of the queue
@@ -308,7 +309,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				return nil, err
 			}
 		case 1:
-			lk, err := f.next(ctx, w, ws[0], &moved, &looked, &handing, last)
+			lk, err := f.next(ctx, w, ws[0], &moved, &looked, &handing, &retried, last)
 			if lk != nil {
 				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w)
@@ -339,7 +340,7 @@ const nextPollsPerListing = 3
 
 // head is the first waiter's polling: it returns the lock, an error, or
 // neither when the queue should be listed again.
-func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, error) {
+func (f *fairLock) head(ctx context.Context, w waiter, retried *string, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	until := time.Now().Add(relistEvery)
 	var epochs []uint64
@@ -350,7 +351,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, erro
 			for i, st := range sts {
 				cur[i] = st.Epoch
 			}
-			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget)
+			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget, retried)
 			switch {
 			case lk != nil:
 				return lk, nil
@@ -391,28 +392,52 @@ func (f *fairLock) head(ctx context.Context, w waiter, last *error) (*Lock, erro
 	return nil, nil
 }
 
+// takeRetries is how many more times takeTurn tries to take over a lease
+// whose marker names its waiter but which is not under the hand-off's ID
+// yet (the holder's Change follows its marker by a round trip), a quarter
+// head poll apart; only the first time it finds that hand-off (a holder
+// that died between the two requests leaves it so until the lease expires,
+// and each try is a request that fails).
+const takeRetries = 2
+
 // takeTurn takes the lock if sts show it handed to w, or a slot free. It
 // reports passedOver when a slot names another successor than w (the
 // holder moved on, or w's place is in doubt).
-func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget time.Duration) (lk *Lock, passedOver bool, err error) {
+func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget time.Duration, retried *string) (lk *Lock, passedOver bool, err error) {
 	for i := range sts {
 		st := sts[i]
 		if !st.Leased || st.Next != w.key {
 			continue
 		}
 		m := f.slots[i]
-		l := m.newLease()
-		l.nextID = w.id
-		tok, err := l.takeOver(ctx, budget, &st)
-		switch {
-		case err == nil:
-			return m.newLock(ctx, l, tok), false, nil
-		case errors.Is(err, errHandOffGone):
-			sts[i].Leased = false // free now: take it below
-		case errors.Is(err, ErrLeaseHeld):
-			return nil, true, nil
-		default:
-			return nil, false, err
+		tries := 0 // more tries: only on the first look that finds this hand-off
+		if key := fmt.Sprintf("%d/%d", i, st.Epoch); *retried != key {
+			*retried, tries = key, takeRetries
+		}
+		for try := 0; ; try++ {
+			l := m.newLease()
+			l.nextID = w.id
+			tok, err := l.takeOver(ctx, budget, &st)
+			switch {
+			case err == nil:
+				return m.newLock(ctx, l, tok), false, nil
+			case errors.Is(err, errHandOffGone):
+				sts[i].Leased = false // free now: take it below
+			case errors.Is(err, errPassedOver) && try < tries:
+				// The marker names w, but the lease is not under the
+				// hand-off's ID: the holder writes the marker, then
+				// changes the lease, and w looked in between. Try again
+				// soon rather than after a head poll.
+				if !sleepCtx(ctx, f.cfg.headPoll/4) {
+					return nil, false, context.Cause(ctx)
+				}
+				continue
+			case errors.Is(err, ErrLeaseHeld):
+				return nil, true, nil
+			default:
+				return nil, false, err
+			}
+			break
 		}
 	}
 	for i := range sts {
@@ -448,7 +473,7 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 // dead; handing); for 10 head polls after the queue moved, every head poll
 // counted from its last look at the lock (looked, which it updates), so
 // that a listing in between does not delay it; then less and less often.
-func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *time.Time, handing *handWatch, last *error) (*Lock, error) {
+func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *time.Time, handing *handWatch, retried *string, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	var (
 		epochs    []uint64
@@ -476,7 +501,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *tim
 		}
 		for _, st := range sts {
 			if st.Leased && st.Next == w.key {
-				lk, _, err := f.takeTurn(ctx, w, sts, budget)
+				lk, _, err := f.takeTurn(ctx, w, sts, budget, retried)
 				if lk != nil || err != nil {
 					return lk, err
 				}
