@@ -212,24 +212,38 @@ func TestFairLockNoBarging(t *testing.T) {
 	})
 }
 
+// holderAndFirst takes lock "m" for "holder" and starts "dead" waiting for
+// it, first in line (a second later it polls as the first). stopDead ends
+// its Lock (its ctx cancelled, its client healed) and waits for it.
+func holderAndFirst(t *testing.T, e *emu) (holder *azlease.Lock, stopDead func()) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+	require.NoError(t, err)
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := newMutex(t, e, "dead", "m", nil).Lock(dctx)
+		assert.Error(t, err)
+	}()
+	return holder, func() {
+		cancel()
+		e.Heal("dead")
+		<-done
+	}
+}
+
 // TestFairLockDeadWaiter: the first in line dies (cut off from storage)
 // after it began polling as the first. The holder's Unlock hands the lock to
 // it, waits one head poll and a margin, then passes it to the next, which
-// gets it within about a head poll more; never a lease duration. The dead
+// gets it within a quarter head poll more; never a lease duration. The dead
 // waiter is marked missed, and removed the second time its turn comes.
 func TestFairLockDeadWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		dctx, cancelDead := context.WithCancel(ctx)
-		deadDone := make(chan struct{})
-		go func() {
-			defer close(deadDone)
-			_, err := newMutex(t, e, "dead", "m", nil).Lock(dctx)
-			assert.Error(t, err)
-		}()
+		holder, stopDead := holderAndFirst(t, e)
 		time.Sleep(time.Second) // "dead" is first in line, polling every head poll
 		got := make(chan *azlease.Lock, 1)
 		var gotAt time.Time
@@ -280,9 +294,7 @@ func TestFairLockDeadWaiter(t *testing.T) {
 		q, err = azlease.InspectQueue(ctx, e.client("x"), "m")
 		require.NoError(t, err)
 		assert.Empty(t, q, "removed once silent for longer than any live waiter")
-		cancelDead()
-		e.Heal("dead")
-		<-deadDone
+		stopDead()
 	})
 }
 
@@ -296,15 +308,7 @@ func TestFairLockSecondLooksFastOnlyWhileHanded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		dctx, cancelDead := context.WithCancel(ctx)
-		deadDone := make(chan struct{})
-		go func() {
-			defer close(deadDone)
-			_, err := newMutex(t, e, "dead", "m", nil).Lock(dctx)
-			assert.Error(t, err)
-		}()
+		holder, stopDead := holderAndFirst(t, e)
 		time.Sleep(time.Second)
 		var c counter
 		next, err := azlease.NewMutex(countedClient(t, e.Server, "next", &c), "m", nil)
@@ -366,10 +370,8 @@ func TestFairLockSecondLooksFastOnlyWhileHanded(t *testing.T) {
 		lk := <-got
 		assert.Greater(t, time.Since(start), 14*time.Second, "the lease handed to the dead waiter expired first")
 		require.NoError(t, lk.Unlock(ctx))
-		cancelDead()
-		e.Heal("dead")
 		e.Heal("holder")
-		<-deadDone
+		stopDead()
 		<-unlocked
 	})
 }
