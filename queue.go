@@ -407,28 +407,29 @@ const settleMissTries = 3
 // conditional on the same ETag, so that no attempt of the mark can be
 // applied after it, and reads again.
 func (q *queue) settleMiss(ctx context.Context, w waiter, err error) (marked bool, cur waiter, changed bool) {
+	// unknown: an attempt may have been applied, or may yet be. Otherwise
+	// storage refused the mark for good, and no attempt was applied unseen.
+	unknown := ambiguous(err) || errors.Is(err, ErrTransient)
 	for range settleMissTries {
 		c, ok, md, rerr := q.reread(ctx, w)
 		switch {
 		case rerr != nil:
-			return ambiguous(err), w, false
+			return unknown, w, false // a write whose outcome is unknown counts as marked
 		case !ok:
 			return false, w, false // gone: it left, or a holder removed it
 		case c.Missed:
 			return true, c, false
 		case c.etag != w.etag:
 			return false, c, true
-		case !ambiguous(err) && !errors.Is(err, ErrTransient):
-			// Refused for good (no attempt can have been applied
-			// unseen), or the entry as listed again after a refusal.
+		case !unknown:
 			return false, c, false
 		}
-		err = q.ops.setMetadataIf(ctx, w.name, md, w.etag)
-		if err == nil {
+		// The fence: its own failure is read again in the next round.
+		if q.ops.setMetadataIf(ctx, w.name, md, w.etag) == nil {
 			return false, c, false // written as it was: the mark can no longer be applied
 		}
 	}
-	return ambiguous(err), w, false
+	return true, w, false // still unknown: counts as marked
 }
 
 // reread reads w's entry again, for its current ETag and marks, and its
