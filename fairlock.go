@@ -218,14 +218,20 @@ func (f *fairLock) leave(ctx context.Context, w waiter) {
 	_ = f.q.remove(cctx, w, false)
 }
 
+// polling is what a waiter's looks remember from one round of wait to the
+// next (head, next, takeTurn).
+type polling struct {
+	moved   time.Time // when the queue last moved, as far as it saw
+	looked  time.Time // when it last looked at the lock right behind the first
+	handing handWatch // the hand-offs to others it saw right behind the first
+	retried string    // the last hand-off to it that it tried to take more than once (takeTurn)
+}
+
 // wait waits in the queue until w gets the lock, ctx ends, or something
 // fails for good; last keeps the last transient failure.
 func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, error) {
 	var (
-		moved   = time.Now() // when the queue last moved, as far as w saw
-		looked  time.Time    // when it last looked at the lock right behind the first
-		handing handWatch    // the hand-offs to others it saw right behind the first
-		retried string       // the last hand-off to w it tried to take more than once (takeTurn)
+		pl      = polling{moved: time.Now()}
 		pos     = -1
 		first   uint64 // the first waiter's ticket, at the last listing
 		marked  bool
@@ -283,7 +289,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 		}
 		if p != pos || ws[0].Ticket != first {
-			moved, pos, first = time.Now(), p, ws[0].Ticket
+			pl.moved, pos, first = time.Now(), p, ws[0].Ticket
 		}
 		switch {
 		case p > 1:
@@ -299,7 +305,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 					f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
 				}
 			}
-			lk, err := f.head(ctx, w, &retried, last)
+			lk, err := f.head(ctx, w, &pl, last)
 			if lk != nil {
 				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w) // served: out of the queue
@@ -309,7 +315,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				return nil, err
 			}
 		case 1:
-			lk, err := f.next(ctx, w, ws[0], &moved, &looked, &handing, &retried, last)
+			lk, err := f.next(ctx, w, ws[0], &pl, last)
 			if lk != nil {
 				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
 				f.leave(ctx, w)
@@ -319,7 +325,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				return nil, err
 			}
 		default:
-			if !sleepCtx(ctx, timing.QueueWait(p, time.Since(moved), f.cfg.headPoll, f.cfg.poll)) {
+			if !sleepCtx(ctx, timing.QueueWait(p, time.Since(pl.moved), f.cfg.headPoll, f.cfg.poll)) {
 				return nil, context.Cause(ctx)
 			}
 		}
@@ -340,7 +346,7 @@ const nextPollsPerListing = 3
 
 // head is the first waiter's polling: it returns the lock, an error, or
 // neither when the queue should be listed again.
-func (f *fairLock) head(ctx context.Context, w waiter, retried *string, last *error) (*Lock, error) {
+func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	until := time.Now().Add(relistEvery)
 	var epochs []uint64
@@ -351,7 +357,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, retried *string, last *er
 			for i, st := range sts {
 				cur[i] = st.Epoch
 			}
-			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget, retried)
+			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
 			switch {
 			case lk != nil:
 				return lk, nil
@@ -470,24 +476,25 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 //
 // It looks as timing.SecondWait says: every quarter head poll for a while
 // when it sees the lock handed to another waiter (the first, which may be
-// dead; handing); for 10 head polls after the queue moved, every head poll
-// counted from its last look at the lock (looked, which it updates), so
-// that a listing in between does not delay it; then less and less often.
-func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *time.Time, handing *handWatch, retried *string, last *error) (*Lock, error) {
+// dead; pl.handing); for 10 head polls after the queue moved, every head
+// poll counted from its last look at the lock (pl.looked, which it
+// updates), so that a listing in between does not delay it; then less and
+// less often.
+func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	var (
 		epochs    []uint64
 		freeSince time.Time
 	)
 	for polls := 0; ; polls++ {
-		wait, fast := timing.SecondWait(time.Now(), *moved, *looked, handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin)
+		wait, fast := timing.SecondWait(time.Now(), pl.moved, pl.looked, pl.handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin)
 		if !sleepCtx(ctx, wait) {
 			return nil, context.Cause(ctx)
 		}
 		if polls >= nextPollsPerListing-1 && !fast {
 			return nil, nil // this look is a listing of the queue
 		}
-		*looked = time.Now()
+		pl.looked = time.Now()
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
@@ -501,7 +508,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *tim
 		}
 		for _, st := range sts {
 			if st.Leased && st.Next == w.key {
-				lk, _, err := f.takeTurn(ctx, w, sts, budget, retried)
+				lk, _, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
 				if lk != nil || err != nil {
 					return lk, err
 				}
@@ -514,9 +521,9 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, moved, looked *tim
 			cur[i] = st.Epoch
 			allFree = allFree && !st.Leased
 		}
-		handing.saw(sts)
+		pl.handing.saw(sts)
 		if epochs != nil && !equalEpochs(epochs, cur) {
-			*moved = time.Now()
+			pl.moved = time.Now()
 			return nil, nil // someone took a slot: the first, probably
 		}
 		epochs = cur

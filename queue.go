@@ -380,7 +380,8 @@ func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) 
 // cannot be read, a write whose outcome is unknown counts as marked). When
 // it is not, changed tells whether its entry changed since it was listed
 // (its waiter wrote it, or a write of settleMiss whose answer was lost
-// did), and cur is the entry as it is now.
+// did), and cur is the entry as last read (its ETag is stale when
+// settleMiss rewrote it; callers use cur only when changed).
 //
 // A failed mark is settled (non-negotiable 4) before it is reported as not
 // made: an attempt whose answer was lost may reach storage later, and then
