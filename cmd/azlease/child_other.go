@@ -42,6 +42,7 @@ func (c *child) killGroup() bool { return false }
 func (c *child) setDeadline(time.Time) {}
 func (c *child) signal(os.Signal)      {}
 func (c *child) stop()                 {}
+func (c *child) started() bool         { return false }
 func (c *child) wait() childResult     { return childResult{} }
 
 func guardianMain([]string) int { return exitUsage }

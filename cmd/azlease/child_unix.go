@@ -234,6 +234,13 @@ func (c *child) signal(s os.Signal) {
 	}
 }
 
+// started reports whether the guardian has reported CMD's start.
+func (c *child) started() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pid > 0
+}
+
 // stop stops CMD because the lease is gone: SIGTERM to its group now,
 // SIGKILL after --kill-after (never after the deadline's kill point).
 func (c *child) stop() { c.send("stop") }

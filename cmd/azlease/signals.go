@@ -72,8 +72,8 @@ type router struct {
 	sent  bool      // a signal went to a command run
 
 	// prepare, while set (lead's runs, setPrepare), runs before a SIGTERM
-	// or SIGINT goes to the command runs: the leader gets its successor
-	// ready while its command still runs. A second signal meanwhile cuts
+	// or SIGINT goes to the command runs, when a command has started: the
+	// leader gets its successor ready while its command still runs. A second signal meanwhile cuts
 	// it short; held are the signals waiting for it.
 	prepare   func(ctx context.Context)
 	preparing context.CancelFunc
@@ -121,7 +121,7 @@ func (r *router) route(s os.Signal) {
 		cancel()
 		return
 	}
-	if r.prepare != nil && len(r.runs) > 0 && (s == syscall.SIGTERM || s == syscall.SIGINT) {
+	if r.prepare != nil && r.commandRunning() && (s == syscall.SIGTERM || s == syscall.SIGINT) {
 		ctx, cancel := context.WithCancel(context.Background())
 		r.preparing, r.held, r.sent = cancel, []os.Signal{s}, true
 		prep := r.prepare
@@ -141,6 +141,20 @@ func (r *router) route(s os.Signal) {
 		return
 	}
 	r.deliver(s)
+}
+
+// commandRunning reports whether a run's command has started. r.mu is held.
+// Only then is a successor got ready first: a signal that comes while a run
+// has begun but its command has not started goes to the run at once, so
+// that the command is not started (the guardian's "nostart"), rather than
+// waiting for the successor while the command starts after all.
+func (r *router) commandRunning() bool {
+	for rn := range r.runs {
+		if rn.child != nil && rn.child.started() {
+			return true
+		}
+	}
+	return false
 }
 
 // setPrepare sets (or, with nil, clears) what runs before a SIGTERM or
