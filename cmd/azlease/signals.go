@@ -73,8 +73,9 @@ type router struct {
 
 	// prepare, while set (lead's runs, setPrepare), runs before a SIGTERM
 	// or SIGINT goes to the command runs, when a command has started: the
-	// leader gets its successor ready while its command still runs. A second signal meanwhile cuts
-	// it short; held are the signals waiting for it.
+	// leader gets its successor ready while its command still runs. A
+	// second signal meanwhile cuts it short; held are the signals waiting
+	// for it.
 	prepare   func(ctx context.Context)
 	preparing context.CancelFunc
 	held      []os.Signal
