@@ -617,13 +617,13 @@ type MutexOptions struct {
 	// PollInterval paces the waiters behind the first in line (see
 	// [Mutex]): right behind it a waiter looks at least every 2 ×
 	// PollInterval (and faster for a while after the queue moves or while
-	// the lock is handed to the first: see HeadPollInterval), further back at least every 15 × position ×
-	// PollInterval (150 × PollInterval at most), and more often while the
-	// queue moves. A holder waits up to 2 × PollInterval for a waiter whose
-	// turn came while it was not first in line. With Unordered,
-	// it is how long Lock waits between tries while the mutex is held
-	// elsewhere. Zero means 1 s. Otherwise from 100 ms to 1 h
-	// (MaxPollInterval); negative is an error.
+	// the lock is handed to the first: see HeadPollInterval), further back
+	// at least every 15 × position × PollInterval (150 × PollInterval at
+	// most), and more often while the queue moves. A holder waits up to 2 ×
+	// PollInterval for a waiter whose turn came while it was not first in
+	// line. With Unordered, it is how long Lock waits between tries while
+	// the mutex is held elsewhere. Zero means 1 s. Otherwise from 100 ms to
+	// 1 h (MaxPollInterval); negative is an error.
 	PollInterval time.Duration
 
 	// HeadPollInterval is how often the first waiter in line looks at the
@@ -634,8 +634,9 @@ type MutexOptions struct {
 	// HeadPollInterval after the queue moved, and four times as often
 	// while it sees the lock handed to the first (2 × HeadPollInterval +
 	// 50 ms at the most per hand-off), so that it takes the lock soon after
-	// the holder passes a dead first over. Zero means 200 ms. Otherwise from 20 ms to PollInterval;
-	// negative is an error. Unused with Unordered.
+	// the holder passes a dead first over. Zero means 200 ms. Otherwise
+	// from 20 ms to PollInterval; negative is an error. Unused with
+	// Unordered.
 	HeadPollInterval time.Duration
 
 	// Unordered turns the waiting queue off: each waiter polls every
