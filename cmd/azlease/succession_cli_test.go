@@ -128,6 +128,10 @@ func TestLeadSuccessionCLI(t *testing.T) {
 		y := w.run(60*time.Second, "yield", "job", "--to", "b")
 		require.Zero(t, y.status(), "stdout:\n%s\nstderr:\n%s", y.stdout(), y.stderr())
 		assert.Contains(t, y.stdout(), "leadership moved from a to b")
+		// yield reports the move once b holds the lease; b's CMD starts
+		// a moment later. A SIGTERM before that would stop b without
+		// running it (as it should), so wait for it.
+		waitLine(t, stamps, "start b", 10*time.Second)
 
 		stopped := monoNow()
 		b.signal(syscall.SIGTERM)
