@@ -93,7 +93,9 @@ most --handoff-wait, for it to acknowledge at its next poll. Then it forwards
 the signal to CMD, and when CMD has exited it hands the lease straight to the
 successor, which starts its CMD within a fraction of a second: the leaderless
 time is CMD's own stop plus about 0.3s, not a standby's poll. No standby, or
-none acknowledging in time: the lease is released as before. So a planned stop
+none acknowledging in time: the lease is released as before. A leader that a
+SIGTERM or SIGINT reaches before its CMD has started does not start it (exit
+128+N) and hands the lease over the same way. So a planned stop
 takes up to --handoff-wait longer: give the supervisor's grace period that
 much more (--handoff-wait + --kill-after + 6s + a margin; the examples use
 25s). A leader also hands over to a standby of higher --priority that has
@@ -267,6 +269,17 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 		}
 		res := leadResult{runResult: g.runUnder(r, term.Context(), term, leaseEnv(name, g.identity, term.Epoch()), argv, 0)}
 		res.ran = time.Since(start)
+		if res.signalled != nil {
+			// A signal came before CMD started, so CMD did not run; it is
+			// still a planned stop: stop the session and let the Elector
+			// step down as for any stop (a ready standby is handed the
+			// lease; none, or --no-handoff: released). The task waits for
+			// that to end the term, bounded by the term's deadline:
+			// returning first would race the step-down and could release
+			// the lease instead.
+			r.stopSession(signalError{res.signalled})
+			<-term.Context().Done()
+		}
 		if res.lost != nil && errors.Is(res.lost, azlease.ErrYielded) && res.err == nil && res.signalled == nil && !r.forwardedAny() {
 			// Handed over ('azlease yield', a standby of higher priority):
 			// the Elector stands by on its own, whatever the task returns.

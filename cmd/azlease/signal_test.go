@@ -89,6 +89,51 @@ func TestSignalWhileTheCommandStarts(t *testing.T) {
 	}
 }
 
+// TestLeaderSignalledBeforeItsCommandHandsOver: a leader that a SIGTERM
+// reaches after it took the lease but before its command started does not
+// run the command (128+15), and still stops as a leader does: the ready
+// standby is handed the lease, rather than left to find it at its next
+// poll. At each point where the command has not started: before the run
+// began (the signal stops the session), once it began, and once the
+// guardian is attached.
+func TestLeaderSignalledBeforeItsCommandHandsOver(t *testing.T) {
+	t.Parallel()
+	conn := emulatorConn(t)
+	for _, point := range []string{"acquired", "begun", "guardian-before-start"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, conn)
+			logA, logB := w.path("a"), w.path("b")
+			lead := func(id, log string, env []string) *proc {
+				return startProc(t, env, "lead", "--container", w.container, "--identity", id, "--poll-interval", "1s", "--log-level", "info",
+					"job", "--", "sh", "-c", startScript(log))
+			}
+			a := lead("a", logA, append(w.env(), hookEnv+"="+point))
+			waitStderr(t, a, "azlease: test hook "+point, 20*time.Second)
+			b := lead("b", logB, w.env())
+			// a waits at the hook (10 s at most) until b is a ready candidate.
+			end := time.Now().Add(8 * time.Second)
+			for {
+				st := w.run(5*time.Second, "status", "job")
+				if strings.Contains(st.stdout(), "b  priority 0  ready") {
+					break
+				}
+				require.True(t, time.Now().Before(end), "b is not a ready candidate:\n%s", st.stdout())
+				time.Sleep(100 * time.Millisecond)
+			}
+			a.signal(syscall.SIGTERM)
+			a.expect(128+int(syscall.SIGTERM), 20*time.Second)
+			assert.Empty(t, lines(t, logA), "a's command did not run")
+			assert.Contains(t, oneLineAfterLogs(a), "SIGTERM before the command ran")
+			assert.Contains(t, a.stderr(), "successor ready for a planned stop", "a handed the lease to b")
+			assert.NotContains(t, a.stderr(), "lost", "a signal is not a lost lease")
+			waitLine(t, logB, "ran", 10*time.Second)
+			b.signal(syscall.SIGTERM)
+			b.expect(7, 20*time.Second) // its command's own status
+		})
+	}
+}
+
 // TestForwardedSignalEscalates: a command that ignores the SIGTERM azlease
 // forwards gets SIGKILL --kill-after later; the lease is then released.
 func TestForwardedSignalEscalates(t *testing.T) {
