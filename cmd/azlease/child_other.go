@@ -41,6 +41,7 @@ func (c *child) killGroup() bool { return false }
 
 func (c *child) setDeadline(time.Time) {}
 func (c *child) signal(os.Signal)      {}
+func (c *child) mayStart()             {}
 func (c *child) stop()                 {}
 func (c *child) started() bool         { return false }
 func (c *child) wait() childResult     { return childResult{} }

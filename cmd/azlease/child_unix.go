@@ -25,9 +25,10 @@ import (
 //
 // azlease talks to the guardian over two pipes. On the control pipe it sends
 // the lease's validity deadline as an absolute CLOCK_MONOTONIC instant after
-// every renewal, signals to forward, and "stop" when the lease is lost. On
-// the report pipe the guardian answers with CMD's process ID and, at the
-// end, how CMD ended.
+// every renewal, signals to forward, "start" once it has sent the signals it
+// received before the guardian was attached (CMD starts only after it), and
+// "stop" when the lease is lost. On the report pipe the guardian answers
+// with CMD's process ID and, at the end, how CMD ended.
 //
 // The guardian is a separate process so that the lease's deadline is
 // enforced even when azlease itself cannot act (stoptiming.go has the
@@ -47,8 +48,9 @@ import (
 //     stopped, azlease (when it runs) kills CMD's group at D − 1 s itself.
 //
 // A signal azlease forwards before CMD started stops the guardian from
-// starting it ("nostart"); one that reaches it while CMD starts is
-// delivered to CMD right after the start.
+// starting it ("nostart"): always so for one azlease received before it
+// attached the guardian, which it sends before "start". One that reaches the
+// guardian while CMD starts is delivered to CMD right after the start.
 //
 // Signalling the whole group reaches a shell script's own children too, as
 // long as they stay in the group (processes that call setsid or setpgid
@@ -226,6 +228,11 @@ func monoDeadline(t time.Time) int64 {
 	}
 	return ts.Nano() + int64(time.Until(t))
 }
+
+// mayStart tells the guardian that it may start CMD: every signal azlease
+// received before has been sent (signal), so the guardian does not start
+// CMD after one of them. The guardian waits for it.
+func (c *child) mayStart() { c.send("start") }
 
 // signal forwards s to CMD's process group.
 func (c *child) signal(s os.Signal) {

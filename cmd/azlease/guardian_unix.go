@@ -123,6 +123,7 @@ type guardian struct {
 	pgid     int              // CMD's process group, once started
 	deadline int64            // the lease's validity deadline, CLOCK_MONOTONIC ns
 	pending  []syscall.Signal // signals azlease forwarded before CMD started
+	mayStart bool             // azlease said "start": it has sent every signal it received before
 
 	// The stop under way, if any: SIGTERM went to the group (termSent),
 	// and SIGKILL goes at killBy (CLOCK_MONOTONIC ns; 0 while no stop is
@@ -160,6 +161,14 @@ func (g *guardian) run(argv []string) {
 	// and only if azlease has not said stop, nor forwarded a signal.
 	if l, ok := <-g.lines; !ok || !g.handle(l) {
 		return // azlease died (or misspoke) before it could say
+	}
+	// Then azlease says "start" once it has passed on every signal it
+	// received before it attached this guardian: such a signal is always
+	// here first, and CMD does not start.
+	for !g.mayStart {
+		if l, ok := <-g.lines; !ok || !g.handle(l) {
+			return
+		}
 	}
 	g.catchUp()
 	if hook, shard, _ := strings.Cut(g.cfg.testHook, "@"); hook == "guardian-before-start" && (shard == "" || shard == os.Getenv("AZLEASE_SHARD")) {
@@ -329,6 +338,8 @@ func (g *guardian) handle(l string) bool {
 		g.forward(syscall.Signal(n))
 	case "stop":
 		g.terminate()
+	case "start":
+		g.mayStart = true
 	default:
 		return false
 	}

@@ -59,8 +59,10 @@ func TestSignalWhileTheCommandStarts(t *testing.T) {
 		})
 	}
 	for _, kind := range []string{"lock", "once", "lead"} {
-		for i, point := range []string{"acquired", "begun", "guardian-before-start"} {
-			sig := sigs[i] // each point with another signal; each signal at every point across the kinds
+		// guardian-started: the guardian runs, not yet attached (it waits
+		// for azlease's "start", sent after the signals received before).
+		for i, point := range []string{"acquired", "begun", "guardian-before-start", "guardian-started"} {
+			sig := sigs[i%3] // each point with another signal; each signal at every point across the kinds
 			if kind == "once" {
 				sig = sigs[(i+1)%3]
 			}
@@ -94,12 +96,12 @@ func TestSignalWhileTheCommandStarts(t *testing.T) {
 // run the command (128+15), and still stops as a leader does: the ready
 // standby is handed the lease, rather than left to find it at its next
 // poll. At each point where the command has not started: before the run
-// began (the signal stops the session), once it began, and once the
-// guardian is attached.
+// began (the signal stops the session), once it began, once its guardian
+// runs, and once the guardian is attached.
 func TestLeaderSignalledBeforeItsCommandHandsOver(t *testing.T) {
 	t.Parallel()
 	conn := emulatorConn(t)
-	for _, point := range []string{"acquired", "begun", "guardian-before-start"} {
+	for _, point := range []string{"acquired", "begun", "guardian-started", "guardian-before-start"} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, conn)

@@ -201,7 +201,9 @@ func (r *router) begin() *cmdRun {
 	return rn
 }
 
-// attach makes c the run's command; signals queued since begin go to it.
+// attach makes c the run's command; signals queued since begin go to it,
+// and then its guardian may start it: a signal that came before attach
+// keeps the command from starting.
 func (r *router) attach(rn *cmdRun, c *child) {
 	r.mu.Lock()
 	rn.child = c
@@ -211,6 +213,7 @@ func (r *router) attach(rn *cmdRun, c *child) {
 	for _, s := range q {
 		c.signal(s)
 	}
+	c.mayStart()
 }
 
 // end ends the run.

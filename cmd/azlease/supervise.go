@@ -68,6 +68,13 @@ func (g *globals) runUnder(r *router, ctx context.Context, term *azlease.Term, e
 	if err != nil {
 		return runResult{err: exitf(exitInternal, "%s", line(err))}
 	}
+	if os.Getenv(hookEnv) == "guardian-started" {
+		// The guardian runs meanwhile: were it not to wait for
+		// attach's "start", CMD would be running by the time the
+		// test's signal comes.
+		time.Sleep(500 * time.Millisecond)
+	}
+	r.testHook("guardian-started")
 	r.attach(rn, c)
 	g.health.running(term)
 	defer g.health.running(nil)
