@@ -170,13 +170,16 @@ func chaosRun(t *testing.T, seed uint64) {
 	for range 3 {
 		start()
 	}
-	// leader waits for a worker that acts after since, and returns its
-	// identity.
+	// leader waits for a worker of a running azlease that acts after
+	// since, and returns its identity. A killed azlease's worker may still
+	// act for a moment after since: its guardian kills it on noticing
+	// (within the term it held, so it overlaps nobody), but it leads no
+	// more.
 	leader := func(since int64, limit time.Duration) string {
 		t.Helper()
 		for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 			as := readActions(t, actions)
-			if len(as) > 0 && as[len(as)-1].mono > since {
+			if len(as) > 0 && as[len(as)-1].mono > since && procs[as[len(as)-1].identity] != nil {
 				return as[len(as)-1].identity
 			}
 		}
