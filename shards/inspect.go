@@ -41,8 +41,9 @@ type Assignment struct {
 	// Inspect differs from the members' (then the members' is used when
 	// it is known); "" when there is nothing to say.
 	Note string
-	// Misplaced counts the shards that are not where the plan puts them
-	// (free ones included): 0 when the group is balanced and PlanKnown.
+	// Misplaced counts the shards that are not held by the member the
+	// plan puts them with (free ones, and ones still being handed over,
+	// included): 0 when the group is balanced and PlanKnown.
 	Misplaced int
 }
 
@@ -142,7 +143,11 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 	if known {
 		p = plan(in)
 		a = assess(in, p)
-		out.Misplaced = a.misplaced
+		// The replicas plan as if a shard being handed over were its
+		// successor's already (so as not to move it twice); what Inspect
+		// reports is where the shards are: one still being handed over
+		// is misplaced until its successor holds it.
+		out.Misplaced = assess(v.held(list, in.members), p).misplaced
 	}
 	owns := map[string]int{}
 	for _, s := range list {

@@ -146,6 +146,18 @@ func (v view) input(shards []string, self string, weight int) planInput {
 	return in
 }
 
+// held is a plan's input with the shards' holders as their owners, a hand-off
+// under way notwithstanding: where the shards are now.
+func (v view) held(shards []string, members []member) planInput {
+	in := planInput{shards: shards, members: members, owner: make(map[string]string, len(shards))}
+	for _, s := range shards {
+		if info := v.shards[s]; info.leased {
+			in.owner[s] = info.holder
+		}
+	}
+	return in
+}
+
 // parseAccept reads the IDs a membership announces (Group.announce);
 // malformed items are skipped.
 func parseAccept(v string) map[string]string {
