@@ -170,8 +170,8 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 		return err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.started {
+		e.mu.Unlock()
 		return ErrAlreadyStarted
 	}
 	e.started = true
@@ -181,10 +181,18 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 	parent, _ := ctx.Value(taskMarkKey{}).(*taskMark)
 	runCtx, stop := context.WithCancelCause(context.WithValue(ctx, taskMarkKey{}, &taskMark{e: e, parent: parent}))
 	e.stop = stop
+	if e.succ != nil {
+		e.succ.started()
+	}
+	e.mu.Unlock()
+	// The metric callbacks are registered without e.mu held: the SDK runs
+	// them under its own lock, which registering takes too, and they take
+	// e.mu (IsLeader). Holding e.mu here would let a collection that is
+	// inside one callback and this registration wait for each other for
+	// ever (a scrape hung, and so did Start).
 	unregister := e.lease.tm.observe(e.IsLeader, e.lease.health.consecutive)
 	unregisterSuccession := func() {}
 	if e.succ != nil {
-		e.succ.started()
 		unregisterSuccession = e.lease.tm.observeSuccession(int64(e.cfg.succession.priority), e.succ.successionCandidates)
 	}
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -448,4 +450,85 @@ func TestLibraryDependencies(t *testing.T) {
 			assert.False(t, strings.HasPrefix(d, banned), "the library depends on %s", d)
 		}
 	}
+}
+
+// TestMetricsCollectionDuringStart: a collection (a Prometheus scrape, say)
+// that runs while an Elector starts neither waits for the start nor blocks
+// it. The SDK runs the callbacks under its own lock, which registering a
+// callback takes too; the Elector's callbacks read its state under its
+// mutex, so Start must not hold that mutex while it registers them. (Found
+// as a hung scrape in examples/metrics: Start held the mutex while it
+// registered its second callback, and a scrape that had entered the first
+// one waited for the mutex.) The provider below makes the two meet: the
+// second registration waits until a collection is inside the first callback.
+func TestMetricsCollectionDuringStart(t *testing.T) {
+	e := newEmu(t)
+	m := newMeters(t)
+	mp := &meetingProvider{MeterProvider: m.mp, reader: m.reader, inFirst: make(chan struct{})}
+	el, err := azlease.NewElector(e.client("a"), "leader", &azlease.ElectorOptions{MeterProvider: mp})
+	require.NoError(t, err)
+
+	started := make(chan error, 1)
+	go func() { started <- el.Start(context.Background(), blockUntilDone) }()
+	select {
+	case err := <-started:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start did not return in 10 s: it waits for a collection that waits for it")
+	}
+	select {
+	case err := <-mp.collected:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the collection did not finish in 10 s")
+	}
+	select {
+	case <-mp.inFirst:
+	default:
+		t.Fatal("the collection never ran the first callback: the test did not make the two meet")
+	}
+	require.NoError(t, el.Stop(context.Background()))
+}
+
+// meetingProvider wraps an SDK meter provider. The second callback
+// registered through it is registered only once a collection, started
+// then, is inside the first one (or after 5 s).
+type meetingProvider struct {
+	metric.MeterProvider
+	reader    *sdkmetric.ManualReader
+	n         atomic.Int32
+	once      sync.Once
+	inFirst   chan struct{}
+	collected chan error
+}
+
+func (p *meetingProvider) Meter(name string, opts ...metric.MeterOption) metric.Meter {
+	return &meetingMeter{Meter: p.MeterProvider.Meter(name, opts...), p: p}
+}
+
+type meetingMeter struct {
+	metric.Meter
+	p *meetingProvider
+}
+
+func (m *meetingMeter) RegisterCallback(cb metric.Callback, insts ...metric.Observable) (metric.Registration, error) {
+	switch m.p.n.Add(1) {
+	case 1:
+		inner := cb
+		cb = func(ctx context.Context, o metric.Observer) error {
+			m.p.once.Do(func() { close(m.p.inFirst) })
+			return inner(ctx, o)
+		}
+	case 2:
+		m.p.collected = make(chan error, 1)
+		go func() {
+			var rm metricdata.ResourceMetrics
+			m.p.collected <- m.p.reader.Collect(context.Background(), &rm)
+		}()
+		select {
+		case <-m.p.inFirst:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return m.Meter.RegisterCallback(cb, insts...)
 }
