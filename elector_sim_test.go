@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,28 +63,52 @@ type simulation[S, R any] struct {
 	// rerun is the -seeds that reruns seed alone (nil: seed + 1, for the
 	// simulations whose seed count is -seeds itself).
 	rerun func(seed uint64) uint64
+	// serial runs the seeds one at a time (a simulation whose play uses
+	// package-level state, such as a test hook, shared between seeds).
+	serial bool
 }
 
-// run runs every seed; a seed that fails logs how to rerun it.
+// run runs every seed, as many at once as GOMAXPROCS (seeds are
+// independent worlds, each in its own bubble), unless serial; a seed that
+// fails logs how to rerun it. Subtests keep their names (the seed), so a
+// rerun line selects one as before.
 func (s simulation[S, R]) run(t *testing.T) {
-	for seed := range uint64(s.seeds) {
-		sc := s.scenario(seed)
-		var r R
-		ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { r = s.play(t, sc) })
-			if s.check != nil {
-				s.check(t, sc, r)
-			}
-		})
-		if !ok {
-			rerun := seed + 1
-			if s.rerun != nil {
-				rerun = s.rerun(seed)
-			}
-			t.Logf("reproduce with: go test -run '%s/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", t.Name(), seed, rerun, sc)
-		}
-		s.add(sc, r)
+	workers := 1
+	if !s.serial {
+		workers = max(1, runtime.GOMAXPROCS(0))
 	}
+	var (
+		mu  sync.Mutex // serialises add
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, workers)
+	)
+	for seed := range uint64(s.seeds) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sc := s.scenario(seed)
+			var r R
+			ok := t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { r = s.play(t, sc) })
+				if s.check != nil {
+					s.check(t, sc, r)
+				}
+			})
+			if !ok {
+				rerun := seed + 1
+				if s.rerun != nil {
+					rerun = s.rerun(seed)
+				}
+				t.Logf("reproduce with: go test -run '%s/^%d$' -seeds %d -count 50 . (%v); a rerun fails only sometimes, see DEVELOPERS.md", t.Name(), seed, rerun, sc)
+			}
+			mu.Lock()
+			s.add(sc, r)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 }
 
 // scenario is one seed's world: how many nodes, how the network and the

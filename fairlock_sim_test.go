@@ -769,6 +769,7 @@ func TestFairLockSimulation(t *testing.T) {
 	var total, clean fairStats
 	simulation[fairScenario, fairStats]{
 		seeds:    n,
+		serial:   true, // the order checker hears waiters through SetFairHook, one package-level hook
 		scenario: newFairScenario,
 		play:     runFairScenario,
 		check: func(t *testing.T, sc fairScenario, st fairStats) {
