@@ -910,6 +910,9 @@ func (e *Elector) handLeaseOn(id string, succs []successor, reason string, stopp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
+	for i := range succs {
+		succs[i].why = reason // the marker records it: the successor's term began by it
+	}
 	out, err := e.lease.handOn(ctx, id, succs)
 	switch {
 	case err == nil && out.taker != "":

@@ -77,6 +77,10 @@ type Lease struct {
 	md             map[string]*string // the metadata as this holder last wrote it
 	etag           azcore.ETag        // the ETag after this holder's last write
 	prevUnreleased bool               // a previous term exists and did not end with a clean release
+	// heldEpoch and heldAt are this Lease's last look that saw the lease
+	// held, and the epoch of the record it read (termchange.go).
+	heldEpoch uint64
+	heldAt    time.Time
 	// onLost, set by the keeper of the term whose lease ID is onLostID,
 	// ends that term at once when any operation learns from Azure that
 	// the lease of that ID is gone. It is bound to the ID so that an
@@ -214,7 +218,7 @@ func (l *Lease) Acquire(ctx context.Context) (Token, error) {
 // seen, when not nil, is the lock blob as a look just before found it free:
 // the epoch write then starts from it instead of reading (see bumpEpoch).
 func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *Status) (Token, error) {
-	return l.begin(ctx, budget, seen, l.acquire)
+	return l.begin(ctx, budget, seen, false, l.acquire)
 }
 
 // grantFunc obtains the lease for a new term, proposing id first, within
@@ -224,9 +228,9 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 type grantFunc func(ctx context.Context, id string, budget time.Duration) (granted string, send time.Time, unsure []string, err error)
 
 // begin starts a term: it obtains the lease with grant (an acquisition, or
-// the take-over of a lease handed to this Lease), then writes the next
-// epoch under it.
-func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, grant grantFunc) (Token, error) {
+// the take-over of a lease handed to this Lease: handed), then writes the
+// next epoch under it.
+func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, handed bool, grant grantFunc) (Token, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 
@@ -276,7 +280,7 @@ func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, g
 
 	// The epoch write leaves time for a renewal attempt before the
 	// deadline, so a term never starts with its validity used up.
-	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout), seen)
+	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout), seen, handed)
 	if err != nil {
 		// The lease is ours but no term could start: give it back now
 		// rather than leave it to expire, even if ctx has ended.

@@ -160,6 +160,9 @@ func (l *Lease) listPagesAt(ctx context.Context, prefix string, pageLimit func(s
 			if err != nil {
 				return true, opError("list", l.t.container, prefix, ErrPermanent, err)
 			}
+			for i, at := 0, time.Now(); i < len(page); i++ {
+				page[i].readAt = at
+			}
 			next = resp.NextMarker
 			return true, nil
 		})
@@ -231,8 +234,7 @@ func statusesOf(containerName, prefix string, items []*container.BlobItem) ([]St
 		if err != nil {
 			st.Err = opError("list", containerName, name, ErrPermanent, err)
 		} else {
-			st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.History, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.history, r.role
-			st.Designated = r.heir.heirs
+			st.setRecord(r)
 		}
 		out = append(out, st)
 	}

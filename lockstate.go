@@ -41,7 +41,7 @@ import (
 //
 // prev is the record as first read: after an ambiguous write, a retry reads
 // this holder's own record, which says nothing about the previous term.
-func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen *Status) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
+func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen *Status, handed bool) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
 	read, warned := false, false
 	known := seen != nil && seen.Exists && seen.Err == nil && seen.etag != "" && !alwaysReread.Load()
 	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
@@ -83,6 +83,8 @@ func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen 
 			}
 			next = cur.next(nextEpoch(cur.epoch, created, seenEpoch), l.cfg.identity, time.Now(), l.cfg.history)
 			next.role = l.cfg.role
+			began, end := judgeChange(prev, handed, seen, l.seenHeld(prev.epoch), next.acquired)
+			next.noteChange(began, l.cfg.duration, prev.epoch, end)
 			if l.cfg.role == "elector" && cur.epoch == prev.epoch {
 				// An Elector's term that ended without a clean release counts
 				// against its holder (a retry that reads this write's own
@@ -150,6 +152,9 @@ func (l *Lease) markReleased(ctx context.Context, id string, validUntil time.Tim
 		return
 	}
 	r.released = true
+	end := r.cur
+	end.endedBy, end.ended = ChangeReleased, time.Now().UTC()
+	r.setCur(end)
 	if _, err := l.bc.SetMetadata(actx, r.format(md), &blob.SetMetadataOptions{AccessConditions: leaseAccess(id, &etag)}); err != nil {
 		l.cfg.log.Debug("azlease: could not mark the release as clean",
 			slog.Any("error", l.errorf("write", kindOf(classify(ctx, err)), err)))

@@ -37,6 +37,9 @@ const (
 	// release (candidates.go): a preferred candidate that keeps failing
 	// stops being preferred.
 	metaFails = "azleasefails"
+	// metaTerms keeps how the latest term and those in the history began
+	// and ended (termchange.go).
+	metaTerms = "azleaseterms"
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
@@ -72,12 +75,39 @@ func (t Token) String() string { return "epoch " + strconv.FormatUint(t.Epoch, 1
 // LogValue logs only the epoch: the lease ID is a write capability.
 func (t Token) LogValue() slog.Value { return slog.GroupValue(slog.Uint64("epoch", t.Epoch)) }
 
-// HistoryEntry is one past term of a lock blob. Its Epoch is the blob's
-// own (see [Token]).
+// HistoryEntry is one recorded term of a lock blob: the first of
+// [Status.History] is the latest term. Its Epoch is the blob's own (see
+// [Token]). Everything in it is informational, by the clock of whoever
+// recorded it; docs/design/terms-and-fencing.md says who records what.
 type HistoryEntry struct {
 	Holder   string
 	Epoch    uint64
 	Acquired time.Time // the holder's wall clock; informational only
+
+	// Began is how the term began: what its holder found when it took
+	// the lease (a free lease, one released, expired or broken, or one
+	// handed to it, and why). ChangeUnknown when not recorded.
+	Began TermChange
+	// EndedBy is how the term ended: the next term's Began, or, for the
+	// latest term, what its holder recorded (a release, a hand-over under
+	// way) or the lease state (expired, broken). ChangeUnknown while the
+	// term lasts, or when not recorded.
+	EndedBy TermChange
+	// Ended is when the term ended, or zero when not known. When
+	// EndedBy.Planned() (a release or a hand-over) it is when the holder
+	// stopped its work, by its clock. Otherwise nobody saw the instant:
+	// it is when the next holder found the lease free, by its clock, and
+	// the term ended at or before it.
+	Ended time.Time
+	// SeenHeld, when not zero, is the last time the next holder saw this
+	// term's lease still held before finding it expired, broken or free
+	// (its clock): the lease ended after it.
+	SeenHeld time.Time
+	// LeaseDuration is the lease duration the holder used (0: not
+	// recorded). Azure expires a lease exactly this long after its last
+	// renewal, so a term that ended by ChangeExpired was last renewed at or
+	// before Ended − LeaseDuration, and after SeenHeld − LeaseDuration.
+	LeaseDuration time.Duration
 }
 
 // record is azlease's part of a lock blob's metadata.
@@ -97,6 +127,10 @@ type record struct {
 	// fails lists recent terms that ended without a clean release,
 	// newest first (an Elector's lock blob only).
 	fails []failure
+	// cur is how the term of epoch began and, when its holder recorded
+	// it (a release, a hand-over), ended (termchange.go). history's entry
+	// of epoch carries the same.
+	cur termFacts
 }
 
 // lookup finds a metadata value by case-insensitive name.
@@ -167,7 +201,40 @@ func parseRecord(md map[string]*string) (record, error) {
 			r.history = append(r.history, HistoryEntry{Holder: h, Epoch: e, Acquired: time.UnixMilli(ms).UTC()})
 		}
 	}
+	if v, ok := lookup(md, metaTerms); ok && r.epoch > 0 {
+		facts := parseTerms(v, func(epoch uint64) (time.Time, bool) {
+			switch {
+			case epoch == r.epoch:
+				return r.acquired, true
+			case epoch > r.epoch:
+				return time.Time{}, false // a term the record does not have yet: not one of its own
+			}
+			for _, h := range r.history {
+				if h.Epoch == epoch {
+					return h.Acquired, true
+				}
+			}
+			return time.Time{}, false
+		})
+		r.cur = facts[r.epoch]
+		for i := range r.history {
+			// The first entry of an epoch (a history never repeats one).
+			r.history[i].setFacts(facts[r.history[i].Epoch])
+			delete(facts, r.history[i].Epoch)
+		}
+	}
 	return r, nil
+}
+
+// setCur sets the facts of the record's latest term, in its history entry
+// too.
+func (r *record) setCur(f termFacts) {
+	r.cur = f
+	for i := range r.history {
+		if r.history[i].Epoch == r.epoch {
+			r.history[i].setFacts(f)
+		}
+	}
 }
 
 // validRole reports whether a recorded role reads as one: a short word of
@@ -208,7 +275,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole, metaHeir, metaFails}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole, metaHeir, metaFails, metaTerms}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -254,6 +321,17 @@ func (r record) format(md map[string]*string) map[string]*string {
 		}
 		set(metaHistory, strings.Join(items, ";"))
 	}
+	terms := append([]HistoryEntry{{Epoch: r.epoch, Acquired: r.acquired}}, r.history...)
+	terms[0].setFacts(r.cur)
+	for i := 1; i < len(terms); i++ {
+		if terms[i].Epoch == r.epoch {
+			terms = append(terms[:i], terms[i+1:]...) // the latest term: r.cur
+			break
+		}
+	}
+	if v := formatTerms(r.epoch, terms); v != "" {
+		set(metaTerms, v)
+	}
 	return out
 }
 
@@ -270,6 +348,24 @@ func (r record) next(epoch uint64, holder string, now time.Time, keep int) recor
 		}
 	}
 	return n
+}
+
+// noteChange records how n's term began (began), with the lease duration
+// its holder uses, and how the term of epoch prev ended (end: judgeChange),
+// in its history entry.
+func (n *record) noteChange(began TermChange, duration time.Duration, prev uint64, end termFacts) {
+	for i := range n.history {
+		if h := &n.history[i]; h.Epoch == prev && prev != n.epoch {
+			h.EndedBy, h.Ended, h.SeenHeld = end.endedBy, end.ended, end.seenHeld
+			if h.Began == ChangeUnknown {
+				h.Began = end.began
+			}
+			if h.LeaseDuration == 0 {
+				h.LeaseDuration = end.duration
+			}
+		}
+	}
+	n.setCur(termFacts{began: began, duration: duration})
 }
 
 // userMetadata returns the metadata that is not azlease's, with lower-case
@@ -327,7 +423,17 @@ type Status struct {
 	// leadership to the first of them that is ready (it stops, yields, or
 	// prefers a candidate of higher priority). Empty otherwise.
 	Designated []string
-	// History lists past terms, newest first.
+	// Began is how the latest term began, EndedBy and Ended how and when
+	// it ended, as in its [HistoryEntry] (History's first, when kept):
+	// EndedBy is ChangeUnknown while the term lasts, unless its holder
+	// has recorded a release or a hand-over under way (Next); a lease
+	// that is expired or broken now reads ChangeExpired or ChangeBroken
+	// with Ended zero (it ended before the read; when is not known).
+	Began   TermChange
+	EndedBy TermChange
+	Ended   time.Time
+	// History lists the recorded terms, newest first: the latest term
+	// first. Each says how it began and ended (see [HistoryEntry]).
 	History []HistoryEntry
 	// Role is the kind of holder that began the latest term, as it
 	// recorded it with its epoch: "elector" (an [Elector]), "mutex" (a
@@ -358,6 +464,39 @@ type Status struct {
 	// modified is the blob's Last-Modified, on storage's clock, as a
 	// listing gives it (zero from Inspect).
 	modified time.Time
+	// readAt is when the answer that gave this status came (this
+	// process's clock): the lease state was so at or before it.
+	readAt time.Time
+}
+
+// setRecord fills the fields the record gives, after the lease state's:
+// the latest term's end is what its holder recorded, or what the lease
+// state says now.
+func (st *Status) setRecord(r record) {
+	st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.role
+	st.Designated, st.History = r.heir.heirs, r.history
+	st.Began = r.cur.began
+	if r.cur.endedBy.Planned() {
+		st.EndedBy, st.Ended = r.cur.endedBy, r.cur.ended
+	}
+	if st.Exists && st.Epoch > 0 && !st.Leased {
+		switch st.State {
+		case "expired":
+			st.EndedBy, st.Ended = ChangeExpired, time.Time{}
+		case "broken":
+			st.EndedBy, st.Ended = ChangeBroken, time.Time{}
+		default:
+			if !st.EndedBy.Planned() {
+				st.EndedBy, st.Ended = ChangeReleased, time.Time{} // by a holder that did not record it
+			}
+			st.EndedBy = ChangeReleased // a hand-over nobody took ends in a release
+		}
+	}
+	for i := range st.History {
+		if st.History[i].Epoch == st.Epoch {
+			st.History[i].EndedBy, st.History[i].Ended = st.EndedBy, st.Ended
+		}
+	}
 }
 
 // Inspect reads the status of the lock blob blobName in the container cc
@@ -385,7 +524,7 @@ func (l *Lease) Inspect(ctx context.Context) (Status, error) {
 // inspect reads the status, retrying transient failures until limit.
 func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 	var st Status
-	err := l.loop(ctx, "read", limit, func(actx context.Context, _ time.Time) (bool, error) {
+	err := l.loop(ctx, "read", limit, func(actx context.Context, send time.Time) (bool, error) {
 		props, err := l.bc.GetProperties(actx, nil)
 		switch c := classify(ctx, err); c {
 		case classOK:
@@ -403,10 +542,7 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		if err != nil {
 			return true, l.errorf("read", ErrPermanent, err)
 		}
-		st = Status{
-			Name: l.t.blob, Exists: true, Holder: r.holder, Epoch: r.epoch, Acquired: r.acquired, Released: r.released,
-			Next: r.successor, Designated: r.heir.heirs, History: r.history, Role: r.role, Metadata: userMetadata(props.Metadata), raw: props.Metadata,
-		}
+		st = Status{Name: l.t.blob, Exists: true, Metadata: userMetadata(props.Metadata), raw: props.Metadata, readAt: time.Now()}
 		if props.ETag != nil {
 			st.etag = *props.ETag
 		}
@@ -417,6 +553,10 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		if props.LeaseState != nil {
 			st.State = string(*props.LeaseState)
 			st.Leased = st.State == "leased" || st.State == "breaking"
+		}
+		st.setRecord(r)
+		if st.Leased {
+			l.sawHeld(r.epoch, send)
 		}
 		return true, nil
 	})

@@ -2,6 +2,7 @@ package azlease
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,9 @@ func FuzzRecordMetadata(f *testing.F) {
 	f.Add("azleaseepoch", "7", "azleasehistory", "7,1,a;6,0,b", "Owner", "ops")
 	f.Add("Azleaseepoch", "x", "azleaseholder", "%zz", "", "")
 	f.Add("azleasehistory", ";;,,;1,2", "azleaseacquired", "-99999999999999999", "azleasereleased", "0")
+	f.Add("azleaseepoch", "7", "azleasehistory", "7,1000,a;6,0,b", "azleaseterms", "7;0,s,,,,15;1,f,s,990,-5,15")
+	f.Add("azleaseepoch", "7", "azleaseacquired", "1000", "azleaseterms", "9;2,q,r,5;0,x;;,,,,,,;3,zz,b,1e3,,99999999")
+	f.Add("azleaseepoch", "3", "azleaseterms", "x;0,f", "azleasehistory", "3,1,a")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
 		md := map[string]*string{k1: ptr(v1), k2: ptr(v2), k3: ptr(v3)}
 		r, err := parseRecord(md)
@@ -85,6 +89,8 @@ func FuzzRecordMetadata(f *testing.F) {
 		require.Equal(t, n.epoch, back.epoch)
 		require.Equal(t, n.holder, back.holder)
 		require.LessOrEqual(t, len(back.history), 8)
+		require.Equal(t, n.cur, back.cur, "the latest term's facts survive")
+		require.Equal(t, n.history, back.history, "and the history's")
 		for k, v := range md {
 			if !isRecordKey(k) {
 				require.Equal(t, v, out[k])
@@ -140,4 +146,64 @@ func TestRecordRole(t *testing.T) {
 	out := n.format(map[string]*string{"azleaserole": ptr("elector")})
 	assert.Len(t, out, 5, "epoch, holder, acquired, history, role (the old role replaced): %v", out)
 	assert.Equal(t, "mutex", *out[metaRole])
+}
+
+// TestRecordTermFacts: how terms began and ended goes with the record, by
+// epoch, in a key of its own: an older azlease (which keeps keys it does not
+// know, and reads history items of three fields only) still reads every
+// history entry, and a term it records beside the key has no facts rather
+// than another term's; a record without the key reads as unknown.
+func TestRecordTermFacts(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_000).UTC()
+	var r record
+	r = r.next(10, "a", t0, 8)
+	r.noteChange(ChangeFree, 15*time.Second, 0, termFacts{})
+	n := r.next(11, "b", t0.Add(time.Minute), 8)
+	end := termFacts{began: ChangeFree, endedBy: ChangeExpired, ended: t0.Add(50 * time.Second), seenHeld: t0.Add(45 * time.Second), duration: 15 * time.Second}
+	n.noteChange(ChangeExpired, 20*time.Second, 10, end)
+	md := n.format(map[string]*string{"Owner": ptr("ops")})
+	back, err := parseRecord(md)
+	require.NoError(t, err)
+	assert.Equal(t, n, back)
+	assert.Equal(t, termFacts{began: ChangeExpired, duration: 20 * time.Second}, back.cur)
+	assert.Equal(t, HistoryEntry{Holder: "a", Epoch: 10, Acquired: t0, Began: ChangeFree, EndedBy: ChangeExpired,
+		Ended: t0.Add(50 * time.Second), SeenHeld: t0.Add(45 * time.Second), LeaseDuration: 15 * time.Second}, back.history[1])
+	assert.Equal(t, "11;0,x,,,,20;1,f,x,50000,45000,15", *md[metaTerms])
+	for _, item := range strings.Split(*md[metaHistory], ";") {
+		assert.Len(t, strings.Split(item, ","), 3, "history items as older versions read them")
+	}
+
+	// An older azlease takes term 12: it rewrites the history (three fields
+	// each) and keeps the terms key as it is.
+	old := map[string]*string{"azleaseepoch": ptr("12"), "azleaseholder": ptr("c"), "azleaseacquired": ptr("1700000120000"),
+		"azleasehistory": ptr("12,1700000120000,c;11,1700000060000,b;10,1700000000000,a"), "azleaseterms": md[metaTerms]}
+	back, err = parseRecord(old)
+	require.NoError(t, err)
+	assert.Equal(t, termFacts{}, back.cur, "the older azlease's term: nothing recorded")
+	assert.Equal(t, ChangeUnknown, back.history[0].Began)
+	assert.Equal(t, ChangeExpired, back.history[1].Began, "term 11 keeps its facts")
+	assert.Equal(t, ChangeExpired, back.history[2].EndedBy)
+
+	// Older records: no facts at all.
+	back, err = parseRecord(map[string]*string{"azleaseepoch": ptr("5"), "azleasehistory": ptr("5,1,a;4,0,b")})
+	require.NoError(t, err)
+	assert.Equal(t, termFacts{}, back.cur)
+	assert.Equal(t, ChangeUnknown, back.history[1].EndedBy)
+}
+
+// TestRecordTermFactsAreCompact: the facts of a full history (MaxHistory
+// terms and the latest, with hour-long offsets) take under 700 bytes of
+// Azure's 8 KiB.
+func TestRecordTermFactsAreCompact(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_000).UTC()
+	var r record
+	for i := range 40 {
+		at := t0.Add(time.Duration(i) * time.Hour)
+		n := r.next(nextEpoch(r.epoch, t0, 0), strings.Repeat("é", 32), at, MaxHistory)
+		n.noteChange(ChangeExpired, time.Hour, r.epoch, termFacts{began: ChangeUnobserved, endedBy: ChangeExpired, ended: at.Add(-time.Millisecond), seenHeld: at.Add(-59 * time.Minute), duration: time.Hour})
+		r = n
+	}
+	v := *r.format(nil)[metaTerms]
+	assert.Less(t, len(v), 700, v)
+	assert.Len(t, strings.Split(v, ";"), MaxHistory+1, "the base and MaxHistory terms (the latest among them)")
 }

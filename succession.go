@@ -70,6 +70,10 @@ type successor struct {
 	// passed, when not nil, is called when it did not take the lease in
 	// time (a fair lock removes it from its queue).
 	passed func()
+	// why is the reason of the hand-over, as the marker records it
+	// (handOverChange): an Elector's ("stop", "yield", …), or "" for a
+	// fair lock's queue.
+	why string
 }
 
 // handOnOutcome is how a hand-off ended.
@@ -139,6 +143,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		return out, l.errorf("handoff", ErrPermanent, err)
 	}
 	rec.released = true
+	stopped := time.Now().UTC() // the term's work has stopped: its end, as the marker records it
 	m := &marker{rec: rec, md: md, etag: etag}
 	handed := rec.epoch // the epoch the successor reads beside the marker: handOffID's
 	cur := own
@@ -150,6 +155,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		}
 		// 1. The marker, under the lease as it is now.
 		m.rec.successor = s.key
+		end := m.rec.cur
+		end.endedBy, end.ended = handOverChange(s.why, l.cfg.role), stopped
+		m.rec.setCur(end)
 		start := time.Now()
 		werr := l.writeMarker(ctx, cur, m)
 		switch {
@@ -209,6 +217,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 	// with no successor named. If the last successor took it meanwhile,
 	// Azure refuses both requests.
 	m.rec.successor = ""
+	end := m.rec.cur
+	end.endedBy, end.ended = ChangeReleased, stopped
+	m.rec.setCur(end)
 	if werr := l.writeMarker(ctx, cur, m); cur != own && errors.Is(werr, ErrLeaseLost) {
 		out.taker = prev.key
 		return out, nil
@@ -275,6 +286,7 @@ func (l *Lease) writeMarker(ctx context.Context, id string, m *marker) error {
 				}
 				mine := got.successor == m.rec.successor && got.released
 				got.released, got.successor = true, m.rec.successor
+				got.setCur(m.rec.cur)
 				m.rec, m.md, m.etag = got, props.Metadata, *props.ETag
 				if mine {
 					return true, nil // this write's own earlier attempt
@@ -411,7 +423,7 @@ func (l *Lease) takeOver(ctx context.Context, budget time.Duration, seen *Status
 	if seen == nil {
 		return Token{}, fmt.Errorf("azlease: internal error: a take-over without the look that found the hand-off")
 	}
-	return l.begin(ctx, budget, seen, func(ctx context.Context, announced string, budget time.Duration) (string, time.Time, []string, error) {
+	return l.begin(ctx, budget, seen, true, func(ctx context.Context, announced string, budget time.Duration) (string, time.Time, []string, error) {
 		return l.takeHandOff(ctx, handOffID(announced, seen.Epoch), budget)
 	})
 }
