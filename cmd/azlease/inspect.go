@@ -89,7 +89,9 @@ type statusJSON struct {
 	Epoch     uint64            `json:"epoch"`
 	Acquired  *time.Time        `json:"acquired,omitempty"`
 	Released  bool              `json:"released"`
-	History   []historyJSON     `json:"history"`
+	// How the latest term began and, when it has, ended (terms.go).
+	termEndJSON
+	History  []historyJSON     `json:"history"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Slots     []statusJSON      `json:"slots,omitempty"`
 	Once      *onceJSON         `json:"once,omitempty"`
@@ -103,6 +105,9 @@ type statusJSON struct {
 	// Queue is the fair lock's waiters, first in line first (queue.go);
 	// absent when nobody waits.
 	Queue []waiterJSON `json:"queue,omitempty"`
+
+	latest  azlease.HistoryEntry   // for the text: the latest term
+	history []azlease.HistoryEntry // and the history
 }
 
 // shardGroupJSON is what status says of a shard group's name without
@@ -116,6 +121,7 @@ type historyJSON struct {
 	Holder   string     `json:"holder"`
 	Epoch    uint64     `json:"epoch"`
 	Acquired *time.Time `json:"acquired,omitempty"`
+	termEndJSON
 }
 
 type onceJSON struct {
@@ -141,10 +147,14 @@ func toJSON(name, containerName string, st azlease.Status) statusJSON {
 	out := statusJSON{
 		Name: name, Container: containerName, Exists: st.Exists, Leased: st.Leased, State: st.State,
 		Holder: st.Holder, Epoch: st.Epoch, Acquired: timePtr(st.Acquired), Released: st.Released,
-		History: []historyJSON{}, Metadata: st.Metadata,
+		History: []historyJSON{}, Metadata: st.Metadata, history: st.History,
+	}
+	if st.Epoch > 0 {
+		out.latest = latestTerm(st)
+		out.termEndJSON = termEnd(out.latest)
 	}
 	for _, h := range st.History {
-		out.History = append(out.History, historyJSON{Holder: h.Holder, Epoch: h.Epoch, Acquired: timePtr(h.Acquired)})
+		out.History = append(out.History, historyJSON{Holder: h.Holder, Epoch: h.Epoch, Acquired: timePtr(h.Acquired), termEndJSON: termEnd(h)})
 	}
 	return out
 }
@@ -319,23 +329,32 @@ func printTerm(tw io.Writer, s statusJSON, indent string) {
 	if s.Acquired != nil {
 		fmt.Fprintf(tw, "%sacquired\t%s (%s ago, by the holder's clock)\n", indent, s.Acquired.Format(time.RFC3339), time.Since(*s.Acquired).Round(time.Second))
 	}
-	if !s.Leased {
-		how := "not cleanly (its lease expired or was broken: the holder may have crashed)"
-		if s.Released {
-			how = "cleanly, by its holder"
-		}
-		fmt.Fprintf(tw, "%sreleased\t%s\n", indent, how)
+	fmt.Fprintf(tw, "%sbegan\t%s\n", indent, beganText(s.latest.Began))
+	switch ended := endedText(s.latest, clock); {
+	case ended != "" && s.Leased:
+		fmt.Fprintf(tw, "%sended\t%s: the lease is being passed on\n", indent, ended)
+	case ended != "":
+		fmt.Fprintf(tw, "%sended\t%s\n", indent, ended)
+	case !s.Leased:
+		fmt.Fprintf(tw, "%sended\tnot held\n", indent)
 	}
-	for i, h := range s.History {
+	for i, h := range s.history {
 		label := ""
 		if i == 0 {
 			label = "history"
 		}
 		at := ""
-		if h.Acquired != nil {
+		if !h.Acquired.IsZero() {
 			at = h.Acquired.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s%s\tepoch %d  %s  %s\n", indent, label, h.Epoch, h.Holder, at)
+		how := "began: " + h.Began.String()
+		switch ended := endedText(h, clock); {
+		case ended != "":
+			how += "; ended: " + ended
+		case h.Epoch == s.Epoch && s.Leased:
+			how += "; held now"
+		}
+		fmt.Fprintf(tw, "%s%s\tepoch %d  %s  %s  %s\n", indent, label, h.Epoch, h.Holder, at, how)
 	}
 }
 

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -264,4 +265,90 @@ func TestLeadRollingDeploy(t *testing.T) {
 			require.Less(t, leaderless, 3*time.Second, "generous: race build, shared CPUs")
 		})
 	}
+}
+
+// TestTermReasonsCLI: 'azlease watch' and 'azlease status' say how each
+// term began and ended: a free lease, a yield ('azlease yield'), a planned
+// stop (SIGTERM with a standby), and a crash (SIGKILL, nobody standing by:
+// the lease expires, and the next leader took it over expired), with the
+// instant each planned end happened and, for the expiry, only the bound the
+// next holder knows.
+func TestTermReasonsCLI(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	lead := func(id string) *proc {
+		return w.az("lead", "--identity", id, "--poll-interval", "500ms", "job", "--", "sleep", "600")
+	}
+	watch := w.az("watch", "--json", "--poll-interval", "200ms", "job")
+	waitLine(t, watch.outPath, `"state":"free"`, 30*time.Second)
+	a := lead("a")
+	waitLine(t, watch.outPath, `"holder":"a"`, 30*time.Second)
+	b := lead("b")
+	time.Sleep(3 * time.Second) // b is a ready candidate
+	y := w.run(60*time.Second, "yield", "job", "--to", "b")
+	require.Zero(t, y.status(), "stdout:\n%s\nstderr:\n%s", y.stdout(), y.stderr())
+	waitLine(t, watch.outPath, `"state":"leased","holder":"b"`, 30*time.Second)
+	time.Sleep(2 * time.Second)
+	signalled := time.Now()
+	b.signal(syscall.SIGTERM)
+	stopped(t, b) // its CMD's status: sleep's 143
+	waitLine(t, watch.outPath, `"began":"stop"`, 30*time.Second)
+	time.Sleep(2 * time.Second)
+	require.NoError(t, a.cmd.Process.Kill())
+	a.wait(10 * time.Second)
+	waitLine(t, watch.outPath, `"state":"expired"`, 30*time.Second)
+	c := lead("c")
+	waitLine(t, watch.outPath, `"holder":"c"`, 30*time.Second)
+
+	type line struct {
+		State, Holder, Began, EndedBy string
+		Ended, AtOrBefore         bool
+	}
+	var got []line
+	for _, l := range lines(t, watch.outPath) {
+		var e watchEvent
+		require.NoError(t, json.Unmarshal([]byte(l), &e), l)
+		got = append(got, line{e.State, e.Holder, e.Began, e.EndedBy, e.Ended != nil, e.EndedAtOrBefore != nil})
+	}
+	assert.Equal(t, []line{
+		{"free", "", "", "", false, false},
+		{"leased", "a", "free", "", false, false},
+		{"ended", "a", "free", "yield", true, false},
+		{"leased", "b", "yield", "", false, false},
+		{"ended", "b", "yield", "stop", true, false},
+		{"leased", "a", "stop", "", false, false},
+		{"expired", "a", "stop", "expired", false, false}, // when is not known yet
+		{"leased", "c", "expired", "", false, false},
+	}, got, watch.stdout())
+
+	js := w.run(20*time.Second, "status", "--json", "job")
+	require.Zero(t, js.status(), js.stderr())
+	var st statusJSON
+	require.NoError(t, json.Unmarshal([]byte(js.stdout()), &st))
+	assert.Equal(t, "expired", st.Began)
+	require.Len(t, st.History, 4)
+	var reasons []string
+	for _, h := range st.History {
+		reasons = append(reasons, h.Began+">"+h.EndedBy)
+	}
+	assert.Equal(t, []string{"expired>", "stop>expired", "yield>stop", "free>yield"}, reasons)
+	crashed := st.History[1]
+	require.NotNil(t, crashed.EndedAtOrBefore, "an expiry: a bound")
+	assert.Nil(t, crashed.Ended, "never an exact instant for an expiry")
+	assert.Equal(t, 15, crashed.LeaseSeconds)
+	assert.False(t, crashed.EndedAtOrBefore.After(*st.Acquired), "at or before the next term")
+	handed := st.History[2]
+	require.NotNil(t, handed.Ended)
+	assert.WithinDuration(t, signalled, *handed.Ended, 5*time.Second, "b stopped its work after its SIGTERM")
+	assert.False(t, handed.Ended.After(*st.History[1].Acquired), "before a's term began")
+
+	text := w.run(20*time.Second, "status", "job")
+	require.Zero(t, text.status(), text.stderr())
+	assert.Contains(t, text.stdout(), "took over after the previous holder's lease expired", text.stdout())
+	assert.Contains(t, text.stdout(), "began: stop; ended: its lease expired at or before", text.stdout())
+	assert.Contains(t, text.stdout(), "began: yield; ended: handed over (planned stop) at", text.stdout())
+	c.signal(syscall.SIGTERM)
+	stopped(t, c)
+	watch.signal(syscall.SIGTERM)
+	watch.expect(0, 10*time.Second)
 }

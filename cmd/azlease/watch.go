@@ -123,6 +123,8 @@ type watchEvent struct {
 	Epoch    uint64     `json:"epoch"`
 	Since    *time.Time `json:"since,omitempty"`
 	Released bool       `json:"released"`
+	// How the term began and, when it has, ended (terms.go).
+	termEndJSON
 	// A candidate or yield line (watch --candidates; candidates.go).
 	Candidate *candidateJSON `json:"candidate,omitempty"`
 	Yield     *yieldJSON     `json:"yield,omitempty"`
@@ -136,6 +138,9 @@ const (
 	watchExpired  = "expired"
 	watchBroken   = "broken"
 	watchMissed   = "missed"
+	// watchEnded: a term last printed as held has ended, as the next
+	// term's record says: how and when.
+	watchEnded = "ended"
 )
 
 // watchState names the state of a status: Azure's lease state, with
@@ -202,13 +207,28 @@ func (w *watchTracker) observe(now time.Time, cur azlease.Status) []watchEvent {
 		Time: now.UTC().Round(0), Name: w.name, State: watchState(cur), Holder: cur.Holder, Epoch: cur.Epoch,
 		Since: timePtr(cur.Acquired), Released: cur.Released,
 	}
+	if cur.Epoch > 0 {
+		ev.termEndJSON = termEnd(latestTerm(cur))
+		ev.SeenHeld, ev.LeaseSeconds = nil, 0 // the page and status show these
+	}
 	var out []watchEvent
+	term := func(state string, h azlease.HistoryEntry) watchEvent {
+		e := watchEvent{Time: ev.Time, Name: w.name, State: state, Holder: h.Holder, Epoch: h.Epoch, Since: timePtr(h.Acquired), termEndJSON: termEnd(h)}
+		e.SeenHeld, e.LeaseSeconds = nil, 0
+		return e
+	}
+	if prev != nil && prev.Leased && cur.Epoch > prev.Epoch {
+		// The term last printed as held ended: how, from its record.
+		for _, h := range cur.History {
+			if h.Epoch == prev.Epoch && h.EndedBy != azlease.ChangeUnknown {
+				out = append(out, term(watchEnded, h))
+			}
+		}
+	}
 	if prev != nil && cur.Epoch > prev.Epoch+1 {
 		for _, h := range slices.Backward(cur.History) { // the history is newest first
 			if h.Epoch > prev.Epoch && h.Epoch < cur.Epoch {
-				out = append(out, watchEvent{
-					Time: ev.Time, Name: w.name, State: watchMissed, Holder: h.Holder, Epoch: h.Epoch, Since: timePtr(h.Acquired),
-				})
+				out = append(out, term(watchMissed, h))
 			}
 		}
 	}
@@ -237,6 +257,18 @@ func (e watchEvent) String() string {
 	fmt.Fprintf(&b, " epoch=%d", e.Epoch)
 	if e.Since != nil {
 		b.WriteString(" since=" + e.Since.Format(watchTime))
+	}
+	if e.Began != "" && e.State != watchEnded {
+		b.WriteString(" began=" + e.Began)
+	}
+	if e.EndedBy != "" {
+		b.WriteString(" ended=" + e.EndedBy)
+		switch {
+		case e.Ended != nil:
+			b.WriteString(" ended_at=" + e.Ended.Format(watchTime))
+		case e.EndedAtOrBefore != nil:
+			b.WriteString(" ended_at_or_before=" + e.EndedAtOrBefore.Format(watchTime))
+		}
 	}
 	return b.String()
 }

@@ -39,15 +39,15 @@ func TestWatchCommand(t *testing.T) {
 		assert.Empty(t, js.stderr())
 
 		// Exactly one line per change, the same in both forms.
-		re := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z jobs (\w+)(?: holder=(\S+))? epoch=(\d+)(?: since=\S+)?$`)
+		re := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z jobs (\w+)(?: holder=(\S+))? epoch=(\d+)(?: since=\S+)?(?: began=(\w+))?(?: ended=(\w+) ended_at=\S+)?$`)
 		type change struct {
-			state, holder, epoch string
+			state, holder, epoch, began, ended string
 		}
 		var fromText, fromJSON []change
 		for _, l := range lines(t, text.outPath) {
 			m := re.FindStringSubmatch(l)
 			require.NotNil(t, m, "line %q", l)
-			fromText = append(fromText, change{m[1], m[2], m[3]})
+			fromText = append(fromText, change{m[1], m[2], m[3], m[4], m[5]})
 		}
 		for _, l := range lines(t, js.outPath) {
 			var e watchEvent
@@ -57,12 +57,18 @@ func TestWatchCommand(t *testing.T) {
 			if e.State == watchLeased {
 				require.NotNil(t, e.Since, "line %q", l)
 			}
-			fromJSON = append(fromJSON, change{e.State, e.Holder, jsonNumber(e.Epoch)})
+			if e.EndedBy != "" {
+				require.NotNil(t, e.Ended, "a release's instant: line %q", l)
+			}
+			fromJSON = append(fromJSON, change{e.State, e.Holder, jsonNumber(e.Epoch), e.Began, e.EndedBy})
 		}
 		require.Len(t, fromText, 5, "lines:\n%s", text.stdout())
 		e1, e2 := fromText[1].epoch, fromText[3].epoch
+		// How each term began and ended: the first took a free lease, the
+		// second the first's released one; each ended by a release.
 		assert.Equal(t, []change{
-			{"free", "", "0"}, {"leased", "first", e1}, {"free", "first", e1}, {"leased", "second", e2}, {"free", "second", e2},
+			{"free", "", "0", "", ""}, {"leased", "first", e1, "free", ""}, {"free", "first", e1, "free", "released"},
+			{"leased", "second", e2, "released", ""}, {"free", "second", e2, "released", "released"},
 		}, fromText)
 		assert.Less(t, lastNumber(t, e1), lastNumber(t, e2), "the second term has the higher epoch")
 		assert.Equal(t, fromText, fromJSON)
