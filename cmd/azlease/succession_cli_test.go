@@ -302,7 +302,7 @@ func TestTermReasonsCLI(t *testing.T) {
 
 	type line struct {
 		State, Holder, Began, EndedBy string
-		Ended, AtOrBefore         bool
+		Ended, AtOrBefore             bool
 	}
 	var got []line
 	for _, l := range lines(t, watch.outPath) {
