@@ -80,21 +80,19 @@ says that it is one.`,
 
 // statusJSON is what status --json prints.
 type statusJSON struct {
-	Name      string     `json:"name"`
-	Container string     `json:"container"`
-	Exists    bool       `json:"exists"`
-	Leased    bool       `json:"leased"`
-	State     string     `json:"state,omitempty"`
-	Holder    string     `json:"holder,omitempty"`
-	Epoch     uint64     `json:"epoch"`
-	Acquired  *time.Time `json:"acquired,omitempty"`
-	Released  bool       `json:"released"`
-	// How the latest term began and, when it has, ended (terms.go).
-	termEndJSON
-	History  []historyJSON     `json:"history"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-	Slots    []statusJSON      `json:"slots,omitempty"`
-	Once     *onceJSON         `json:"once,omitempty"`
+	Name      string            `json:"name"`
+	Container string            `json:"container"`
+	Exists    bool              `json:"exists"`
+	Leased    bool              `json:"leased"`
+	State     string            `json:"state,omitempty"`
+	Holder    string            `json:"holder,omitempty"`
+	Epoch     uint64            `json:"epoch"`
+	Acquired  *time.Time        `json:"acquired,omitempty"`
+	Released  bool              `json:"released"`
+	History   []historyJSON     `json:"history"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Slots     []statusJSON      `json:"slots,omitempty"`
+	Once      *onceJSON         `json:"once,omitempty"`
 	// ShardGroup is set when NAME has no lock blob but is the group of
 	// 'azlease shards NAME': its members' blobs exist.
 	ShardGroup *shardGroupJSON `json:"shard_group,omitempty"`
@@ -105,6 +103,8 @@ type statusJSON struct {
 	// Queue is the fair lock's waiters, first in line first (queue.go);
 	// absent when nobody waits.
 	Queue []waiterJSON `json:"queue,omitempty"`
+	// How the latest term began and, when it has, ended (terms.go).
+	termEndJSON
 
 	latest  azlease.HistoryEntry   // for the text: the latest term
 	history []azlease.HistoryEntry // and the history
