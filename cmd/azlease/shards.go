@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -164,7 +165,8 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 			// The guardian stopped CMD at the stop point (no renewal in
 			// time) although the term is still valid: the next run waits
 			// for a renewal to move the deadline on, or for the term to end.
-			return fmt.Errorf("the command was stopped at its stop point: %s", line(res.lost))
+			// The lease is not lost (yet): say so, not res.lost's words.
+			return errors.New("the command was stopped at its stop point: no renewal reached the guardian in time, and the shard's lease is still held until its validity deadline")
 		}
 		if wctx.Err() != nil {
 			return nil

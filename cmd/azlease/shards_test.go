@@ -122,6 +122,14 @@ func TestShardsStalledRenewalsStopOnlyThatShard(t *testing.T) {
 	assert.Len(t, waitLines(t, log, "ran a 1 ", 1, time.Second), 1, "the other shard's command ran once, undisturbed")
 	assert.NotContains(t, p.stderr(), "before the command could start")
 	assert.Contains(t, p.stderr(), "the command was stopped at its stop point", "that shard's run ended, logged")
+	for _, l := range strings.Split(p.stderr(), "\n") {
+		if strings.Contains(l, "still owned") || strings.Contains(l, "stop point") {
+			// The lease was not lost: the shard is still held, its
+			// renewals late. The words must say that, not both.
+			assert.NotContains(t, l, "lease lost", "a line that says the shard is still owned")
+			assert.NotContains(t, l, "deadline passed", "the guardian stops CMD before the validity deadline")
+		}
+	}
 	p.signal(syscall.SIGTERM)
 	p.expect(128+int(syscall.SIGTERM), 20*time.Second)
 }
