@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"net"
 	"os/signal"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -120,8 +122,11 @@ func (g *globals) serveUI(c *cobra.Command, addr, prefix string, refresh time.Du
 		return exitf(exitUsage, "%s: cannot listen on --addr %q: %v", what, addr, err)
 	}
 	s := newUIServer(ctx, g, cc, prefix, refresh, loopbackListener(ln))
-	url := "http://" + ln.Addr().String() + "/"
+	url, others := uiURLs(addr, ln.Addr(), hostAddrs())
 	fmt.Fprintln(g.stdout, url)
+	if others != "" {
+		fmt.Fprintf(g.stderr, "azlease: ui: --addr %s listens on every address of this host: %s opens it here; %s\n", addr, url, others)
+	}
 	if !s.loopbackOnly {
 		fmt.Fprintf(g.stderr, "azlease: ui: %s is not a loopback address: anyone who can reach it sees the lock holders (never keys, SAS tokens or lease IDs)\n", addr)
 	}
@@ -137,6 +142,52 @@ func (g *globals) serveUI(c *cobra.Command, addr, prefix string, refresh time.Du
 	s.close()
 	<-done
 	return nil
+}
+
+// uiURLs is the URL to print for a page served on ln, bound as --addr
+// asked: for an unspecified address (0.0.0.0, ::, or none), whose URL
+// (http://[::]:PORT/) opens nothing, the loopback URL of the same family,
+// and, as others, a sentence naming this host's other addresses (or saying
+// that none was found).
+func uiURLs(asked string, ln net.Addr, hosts []net.IP) (url, others string) {
+	tcp, ok := ln.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + ln.String() + "/", ""
+	}
+	port := strconv.Itoa(tcp.Port)
+	h, _, _ := net.SplitHostPort(asked)
+	loop := "127.0.0.1"
+	if ip := net.ParseIP(h); ip != nil && ip.To4() == nil {
+		loop = "::1" // --addr [::]: IPv6 only where the system says so
+	}
+	url = "http://" + net.JoinHostPort(loop, port) + "/"
+	var from []string
+	for _, ip := range hosts {
+		if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+			continue
+		}
+		from = append(from, "http://"+net.JoinHostPort(ip.String(), port)+"/")
+	}
+	if len(from) == 0 {
+		return url, "this host has no other address to name"
+	}
+	return url, "from another machine, one of this host's addresses: " + strings.Join(from, " ")
+}
+
+// hostAddrs are this host's interface addresses (none if they cannot be
+// read).
+func hostAddrs() []net.IP {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []net.IP
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			out = append(out, n.IP)
+		}
+	}
+	return out
 }
 
 // loopbackListener reports whether ln listens on a loopback address only.

@@ -120,6 +120,14 @@ func TestUICommand(t *testing.T) {
 		assert.Equal(t, leader, ia.Item.Terms[0].Holder)
 		assert.Equal(t, next, ia.Item.Terms[1].Holder)
 		assert.Equal(t, "held now", ia.Item.Terms[1].Ended)
+		// A planned stop with a standby: handed over, and the time with no
+		// leader is the gap between the two.
+		assert.Equal(t, "stop", ia.Item.Terms[1].Began)
+		assert.Equal(t, "stop", ia.Item.Terms[0].EndedBy)
+		assert.True(t, ia.Item.Terms[0].EndExact)
+		require.Len(t, ia.Item.Gaps, 1)
+		assert.Equal(t, ia.Item.Terms[0].End, ia.Item.Gaps[0].From)
+		assert.Equal(t, ia.Item.Terms[1].Start, ia.Item.Gaps[0].To)
 
 		code, body = uiFetch(t, base)
 		assert.Equal(t, http.StatusOK, code)
@@ -176,6 +184,22 @@ func TestUICommandSecretsAndRefusal(t *testing.T) {
 	help := w.run(10*time.Second, "ui", "--help")
 	assert.Contains(t, strings.Join(strings.Fields(help.stdout()), " "), "never shows keys, SAS tokens or lease IDs")
 	assert.Contains(t, help.stdout(), "List Blobs request per 5,000 blobs")
+}
+
+// TestUICommandEveryAddress: 'azlease ui --addr 0.0.0.0:0' prints a URL
+// that opens the page (the loopback one, not http://[::]:PORT/), says on
+// stderr that it listens on every address and names this host's others.
+func TestUICommandEveryAddress(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	ui := w.az("ui", "--addr", "0.0.0.0:0", "--refresh", "1s")
+	url := uiURL(t, ui)
+	assert.Regexp(t, `^http://127\.0\.0\.1:\d+/$`, url)
+	code, body := uiFetch(t, url+"api/overview")
+	assert.Equal(t, http.StatusOK, code, body)
+	waitStderr(t, ui, "listens on every address of this host: "+url+" opens it here", 10*time.Second)
+	ui.signal(syscall.SIGTERM)
+	ui.expect(0, 10*time.Second)
 }
 
 // waitFor polls cond every 100 ms until it holds, failing after limit.

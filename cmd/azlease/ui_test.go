@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -138,6 +139,12 @@ func TestUIModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newUIWorld(t)
 		defer w.close()
+		// A run-once of 3 s, read half a minute later: it lasted 3 s (not
+		// "32 s or less": the runner records when it released the key).
+		_, err := azlease.DoOnce(context.Background(), w.srv.Client("quick"), "quick", &azlease.DoOnceOptions{Identity: "quick"},
+			func(context.Context, azlease.Token) error { time.Sleep(3 * time.Second); return nil })
+		require.NoError(t, err)
+		time.Sleep(30 * time.Second) // within the ghost's minute
 		listed, err := azlease.InspectPrefix(context.Background(), w.srv.Client("ui"), "")
 		require.NoError(t, err)
 		m := buildUIModel(listed)
@@ -150,8 +157,8 @@ func TestUIModel(t *testing.T) {
 			assert.Equal(t, it.Path, m.items[m.byPath[it.Path]].Path)
 		}
 		assert.Equal(t, []string{
-			"lock cron", "semaphore-slot " + sl(listed), "shard-group idle", "mutex jobs", "once-key once/migrate-7", "shard-group orders",
-			"leader sched",
+			"lock cron", "semaphore-slot " + sl(listed), "shard-group idle", "mutex jobs", "once-key migrate-7", "shard-group orders",
+			"once-key quick", "leader sched",
 		}, names)
 
 		lead := itemByName(m, "sched")
@@ -160,6 +167,9 @@ func TestUIModel(t *testing.T) {
 		assert.Empty(t, lead.LastRelease, "held: no release yet")
 		require.Len(t, lead.Terms, 1)
 		assert.Equal(t, "held now", lead.Terms[0].Ended)
+		assert.Equal(t, "free", lead.Terms[0].Began)
+		assert.Empty(t, lead.Gaps, "held since its first term")
+		assert.Contains(t, lead.Summary, "began: free")
 		assert.Equal(t, "/items/leader/sched", lead.Path)
 		require.Len(t, lead.Candidates, 1, "the election's candidates")
 		assert.Equal(t, "lead-a", lead.Candidates[0].Identity)
@@ -169,22 +179,39 @@ func TestUIModel(t *testing.T) {
 		assert.Equal(t, "free", jobs.State)
 		assert.Equal(t, "clean", jobs.LastRelease)
 		assert.Contains(t, jobs.Summary, "released cleanly")
+		require.Len(t, jobs.Terms, 1)
+		assert.Equal(t, "released", jobs.Terms[0].EndedBy)
+		assert.True(t, jobs.Terms[0].EndExact, "the holder recorded when it released")
+		require.Len(t, jobs.Gaps, 1)
+		assert.Equal(t, uiGap{From: jobs.Terms[0].End, Text: "no holder since " + jobs.Terms[0].End.Format("15:04:05.000")}, jobs.Gaps[0])
 
 		cron := itemByName(m, "cron")
 		assert.Equal(t, "expired", cron.State)
 		assert.Equal(t, "not clean", cron.LastRelease)
-		assert.Equal(t, "expired: not released (when is not recorded)", cron.Terms[0].Ended)
+		assert.Equal(t, "its lease expired (before this read; when is not known)", cron.Terms[0].Ended)
+		assert.Equal(t, "expired", cron.Terms[0].EndedBy)
+		assert.Nil(t, cron.Terms[0].End, "nobody saw when")
+		assert.Equal(t, cron.Terms[0].Start, cron.Terms[0].SureUntil, "it may have stopped any time after it began")
+		require.Len(t, cron.Gaps, 1)
+		assert.True(t, cron.Gaps[0].Uncertain)
+		assert.Nil(t, cron.Gaps[0].To)
 
 		slot := itemByName(m, sl(listed))
 		require.NotNil(t, slot.Slot)
 		assert.Equal(t, "exports", slot.Slot.Semaphore)
 		assert.Equal(t, "leased", slot.State)
 
-		once := itemByName(m, "once/migrate-7")
+		quick := itemByName(m, "quick")
+		require.Len(t, quick.Terms, 1)
+		assert.Equal(t, "3.0 s", quick.Terms[0].Lasted)
+		assert.Equal(t, "once/quick", quick.Blob)
+		assert.Equal(t, "/items/once-key/quick", quick.Path, "a once-key's page is named by its key")
+
+		once := itemByName(m, "migrate-7")
 		require.NotNil(t, once.Once)
 		assert.Equal(t, uiOnce{Key: "migrate-7", State: "failed", Holder: "migrator", Attempts: 1, MaxAttempts: 1, Epoch: once.Epoch,
 			Time: once.Once.Time, LastError: "the command exited with status 3; its stderr ended with: no such table"}, *once.Once)
-		assert.Equal(t, "/items/once-key/once/migrate-7", once.Path)
+		assert.Equal(t, "/items/once-key/migrate-7", once.Path)
 
 		grp := itemByName(m, "orders")
 		require.NotNil(t, grp.Group)
@@ -449,4 +476,82 @@ func TestUIShardOrder(t *testing.T) {
 	names := []string{"b", "10", "2", "a", "0", "1"}
 	slices.SortFunc(names, shardOrder)
 	assert.Equal(t, []string{"0", "1", "2", "10", "a", "b"}, names)
+}
+
+// TestUITermsAndGaps: the timeline's data from a record: a planned stop
+// ends exactly and leaves a certain gap of its length; an expiry ends at
+// the bound the next holder recorded, with the part where the holder may
+// have stopped (after its last renewal, which was after SeenHeld − the
+// lease duration) and a gap that is uncertain; terms of an older azlease
+// end at the next term's start with no gap; a term released now leaves an
+// open gap.
+func TestUITermsAndGaps(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	hist := []azlease.HistoryEntry{
+		{Holder: "d", Epoch: 14, Acquired: at(90_000), Began: azlease.ChangeExpired, EndedBy: azlease.ChangeReleased, Ended: at(95_000), LeaseDuration: 15 * time.Second},
+		{Holder: "c", Epoch: 13, Acquired: at(40_000), Began: azlease.ChangeStop, EndedBy: azlease.ChangeExpired, Ended: at(89_990), SeenHeld: at(85_000), LeaseDuration: 15 * time.Second},
+		{Holder: "b", Epoch: 12, Acquired: at(20_000), Began: azlease.ChangeUnknown, EndedBy: azlease.ChangeStop, Ended: at(39_880), LeaseDuration: 15 * time.Second},
+		{Holder: "a", Epoch: 11, Acquired: at(0)},
+	}
+	st := azlease.Status{Exists: true, State: "available", Holder: "d", Epoch: 14, Acquired: at(90_000), Began: azlease.ChangeExpired,
+		EndedBy: azlease.ChangeReleased, Ended: at(95_000), Released: true, History: hist}
+	terms, gaps := terms(st)
+	require.Len(t, terms, 4)
+	a, b, c, d := terms[0], terms[1], terms[2], terms[3]
+
+	assert.Equal(t, uiTime(at(20_000)), a.End, "an older azlease's term ends where the next began")
+	assert.False(t, a.EndExact)
+	assert.Nil(t, a.SureUntil)
+	assert.Equal(t, "ended by the next term's start (how is not recorded)", a.Ended)
+
+	assert.Equal(t, "stop", b.EndedBy)
+	assert.True(t, b.EndExact)
+	assert.Equal(t, uiTime(at(39_880)), b.End)
+	assert.Equal(t, "19.9 s", b.Lasted)
+	assert.Equal(t, "handed over (planned stop) at 10:00:39.880", b.Ended)
+
+	assert.Equal(t, "stop", c.Began)
+	assert.Equal(t, "handed over: the previous leader stopped (planned succession)", c.BeganText)
+	assert.False(t, c.EndExact)
+	assert.Equal(t, uiTime(at(89_990)), c.End)
+	assert.Equal(t, uiTime(at(70_000)), c.SureUntil, "renewed after SeenHeld − 15 s")
+	assert.Equal(t, "between 30.0 s and 50.0 s", c.Lasted)
+	assert.Equal(t, "its lease expired at or before 10:01:29.990, after 10:01:25.000; last renewed at or before 10:01:14.990", c.Ended)
+
+	assert.True(t, d.EndExact)
+	assert.Equal(t, "released by its holder at 10:01:35.000", d.Ended)
+
+	assert.Equal(t, []uiGap{
+		{From: uiTime(at(39_880)), To: uiTime(at(40_000)), Text: "no holder for 120 ms (stop)"},
+		{From: uiTime(at(70_000)), To: uiTime(at(90_000)), Uncertain: true, Text: "perhaps no working holder for up to 20.0 s (expired)"},
+		{From: uiTime(at(95_000)), Text: "no holder since 10:01:35.000"},
+	}, gaps)
+}
+
+// TestUIURLs: the URL 'azlease ui' prints opens the page: for an address
+// of every interface (0.0.0.0, ::, none), whose own form (http://[::]:PORT/)
+// opens nothing, the loopback one, with this host's other addresses named
+// on stderr; any other address as it is.
+func TestUIURLs(t *testing.T) {
+	any6 := &net.TCPAddr{IP: net.IPv6unspecified, Port: 8080}
+	hosts := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.1.2.3"), net.ParseIP("fe80::1"), net.ParseIP("fd00::5"), net.ParseIP("::1")}
+	for _, c := range []struct {
+		asked  string
+		ln     net.Addr
+		url    string
+		others string
+	}{
+		{"0.0.0.0:8080", any6, "http://127.0.0.1:8080/", "from another machine, one of this host's addresses: http://10.1.2.3:8080/ http://[fd00::5]:8080/"},
+		{":8080", any6, "http://127.0.0.1:8080/", "from another machine, one of this host's addresses: http://10.1.2.3:8080/ http://[fd00::5]:8080/"},
+		{"[::]:8080", any6, "http://[::1]:8080/", "from another machine, one of this host's addresses: http://10.1.2.3:8080/ http://[fd00::5]:8080/"},
+		{"127.0.0.1:8080", &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080}, "http://127.0.0.1:8080/", ""},
+		{"10.1.2.3:0", &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 4242}, "http://10.1.2.3:4242/", ""},
+	} {
+		url, others := uiURLs(c.asked, c.ln, hosts)
+		assert.Equal(t, c.url, url, c.asked)
+		assert.Equal(t, c.others, others, c.asked)
+	}
+	_, others := uiURLs("0.0.0.0:1", any6, nil)
+	assert.Equal(t, "this host has no other address to name", others)
 }

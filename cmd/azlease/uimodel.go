@@ -122,8 +122,11 @@ type uiBlobsAnswer struct {
 type uiItem struct {
 	Kind      string `json:"kind"`
 	KindLabel string `json:"kind_label"`
-	Name      string `json:"name"` // the blob's name; a group's name
+	Name      string `json:"name"` // the blob's name; a group's name; a once-key's key
 	Path      string `json:"path"` // its page; "/api" + Path is its JSON
+	// Blob is the lock blob's name where Name is not (a once-key's:
+	// "once/" + key).
+	Blob string `json:"blob,omitempty"`
 	// The latest term of the lock blob (for a group: empty).
 	State       string     `json:"state,omitempty"`
 	Holder      string     `json:"holder,omitempty"`
@@ -146,6 +149,10 @@ type uiItem struct {
 
 	// Detail, in /api/items/... only.
 	Terms []uiTerm `json:"terms,omitempty"` // the lock blob's recorded terms, oldest first: a leader's timeline
+	// Gaps are the times between its terms when nobody held the lock (or
+	// may not have: Uncertain), oldest first: the timeline's "no holder"
+	// lane.
+	Gaps  []uiGap  `json:"gaps,omitempty"`
 	Blobs []uiBlob `json:"blobs,omitempty"` // every blob of the item
 }
 
@@ -197,16 +204,47 @@ type uiBlob struct {
 	History     []uiTerm   `json:"history"` // newest first, as recorded
 }
 
-// uiTerm is one recorded term of a lock blob. End is the next term's start;
-// for the latest term it is empty, and Ended says why: "held now", or how
-// it ended (released cleanly, expired, broken) at a time the record does not
-// keep.
+// uiTerm is one recorded term of a lock blob: how it began and ended
+// (terms.go's words), and when.
 type uiTerm struct {
 	Holder string     `json:"holder"`
 	Epoch  uint64     `json:"epoch"`
 	Start  *time.Time `json:"start,omitempty"`
-	End    *time.Time `json:"end,omitempty"`
-	Ended  string     `json:"ended"`
+	// End is when it ended: the instant its holder stopped its work when
+	// EndExact (a release or a hand-over it recorded); otherwise no later
+	// than End (the next term's start, or when the next holder found the
+	// lease free). Empty for the latest term while held, and when it ended
+	// before the read at a time nobody recorded.
+	End      *time.Time `json:"end,omitempty"`
+	EndExact bool       `json:"end_exact"`
+	// SureUntil, for an end nobody saw (an expiry, a break, one not
+	// observed), is until when the holder certainly still held the lease
+	// and renewed it: it may have stopped (crashed, hung, cut off)
+	// anywhere between SureUntil and End. The page hatches that part.
+	SureUntil *time.Time `json:"sure_until,omitempty"`
+	// Ended says how and when it ended: "held now", or a sentence.
+	Ended string `json:"ended"`
+	// Began and EndedBy are the TermChange names (absent when not
+	// recorded); BeganText says how it began in words.
+	Began     string `json:"began,omitempty"`
+	BeganText string `json:"began_text"`
+	EndedBy   string `json:"ended_by,omitempty"`
+	// Lasted is how long it lasted, as far as known: "3 s", "between 40 s
+	// and 55 s", "55 s or less"; "" for the latest term when it lasts (or
+	// ended when is not known): the page counts up to the read.
+	Lasted string `json:"lasted,omitempty"`
+}
+
+// uiGap is a time when the lock had no holder: from a term's end to the
+// next term's start (To empty: until the read, nobody holds it).
+// Uncertain: the holder may have stopped anywhere from From on (see
+// uiTerm.SureUntil); the lock certainly had no holder from the end's upper
+// bound on.
+type uiGap struct {
+	From      *time.Time `json:"from,omitempty"`
+	To        *time.Time `json:"to,omitempty"`
+	Uncertain bool       `json:"uncertain"`
+	Text      string     `json:"text"`
 }
 
 // uiOnce is a once-key's marker.
@@ -374,34 +412,126 @@ func itemPath(kind, name string) string {
 
 func uiTime(t time.Time) *time.Time { return timePtr(t) }
 
-// terms are a blob's recorded terms, oldest first, each ending where the
-// next began; the latest is "held now" while leased in its epoch.
-func terms(st azlease.Status) []uiTerm {
-	hist := st.History
+// terms are a blob's recorded terms, oldest first, with how each began
+// and ended, and the gaps between them when the lock had no holder.
+func terms(st azlease.Status) ([]uiTerm, []uiGap) {
+	hist := slices.Clone(st.History)
 	if len(hist) == 0 && st.Epoch > 0 {
-		hist = []azlease.HistoryEntry{{Holder: st.Holder, Epoch: st.Epoch, Acquired: st.Acquired}}
+		hist = []azlease.HistoryEntry{latestTerm(st)}
 	}
+	for i := range hist {
+		if hist[i].Epoch == st.Epoch {
+			hist[i] = latestTerm(st)
+		}
+	}
+	stamp := func(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 	out := make([]uiTerm, 0, len(hist))
+	var gaps []uiGap
 	for i := len(hist) - 1; i >= 0; i-- {
 		h := hist[i]
-		t := uiTerm{Holder: h.Holder, Epoch: h.Epoch, Start: uiTime(h.Acquired)}
+		t := uiTerm{Holder: h.Holder, Epoch: h.Epoch, Start: uiTime(h.Acquired), BeganText: beganText(h.Began), Ended: endedText(h, stamp)}
+		if h.Began != azlease.ChangeUnknown {
+			t.Began = h.Began.String()
+		}
+		if h.EndedBy != azlease.ChangeUnknown {
+			t.EndedBy = h.EndedBy.String()
+		}
+		var next *azlease.HistoryEntry
+		if i > 0 {
+			next = &hist[i-1]
+		}
+		unseen := h.EndedBy == azlease.ChangeExpired || h.EndedBy == azlease.ChangeBroken || h.EndedBy == azlease.ChangeUnobserved
 		switch {
-		case i > 0:
-			t.End, t.Ended = uiTime(hist[i-1].Acquired), "the next term began"
-		case h.Epoch != st.Epoch:
-			t.Ended = "ended; a later term is not recorded"
-		case st.Leased:
+		case h.EndedBy.Planned() && !h.Ended.IsZero():
+			t.End, t.EndExact = uiTime(h.Ended), true
+		case next != nil:
+			end := next.Acquired
+			if !h.Ended.IsZero() && h.Ended.Before(end) {
+				end = h.Ended
+			}
+			t.End = uiTime(end)
+		case !unseen && h.Epoch == st.Epoch && st.Leased:
 			t.Ended = "held now"
-		case st.Released:
-			t.Ended = "released cleanly (when is not recorded)"
-		case st.State == "broken":
-			t.Ended = "broken by an operator (when is not recorded)"
+		}
+		if t.Ended == "" {
+			switch {
+			case h.Epoch != st.Epoch && next == nil:
+				t.Ended = "ended; a later term is not recorded"
+			case next != nil:
+				t.Ended = "ended by the next term's start (how is not recorded)"
+			default:
+				t.Ended = "ended (how is not recorded)"
+			}
+		}
+		if unseen {
+			sure := h.Acquired
+			if s := h.SeenHeld; !s.IsZero() {
+				if h.EndedBy == azlease.ChangeExpired {
+					s = s.Add(-h.LeaseDuration) // renewed after it: the lease lasted LeaseDuration since
+				}
+				if s.After(sure) && (t.End == nil || s.Before(*t.End)) {
+					sure = s
+				}
+			}
+			t.SureUntil = uiTime(sure)
+		}
+		switch {
+		case t.Start == nil || t.End == nil:
+		case t.EndExact:
+			t.Lasted = humanDuration(t.End.Sub(*t.Start))
+		case t.SureUntil != nil && t.SureUntil.After(*t.Start):
+			t.Lasted = "between " + humanDuration(t.SureUntil.Sub(*t.Start)) + " and " + humanDuration(t.End.Sub(*t.Start))
 		default:
-			t.Ended = "expired: not released (when is not recorded)"
+			t.Lasted = humanDuration(t.End.Sub(*t.Start)) + " or less"
+		}
+		// The time without a holder after this term: certain from its end
+		// (or its upper bound), possible from SureUntil.
+		var to *time.Time
+		if next != nil {
+			to = uiTime(next.Acquired)
+		}
+		if next != nil || !st.Leased {
+			from, uncertain := t.End, false
+			if t.SureUntil != nil {
+				from, uncertain = t.SureUntil, true
+			}
+			if from != nil && (to == nil || from.Before(*to)) {
+				g := uiGap{From: from, To: to, Uncertain: uncertain}
+				switch {
+				case to == nil && uncertain:
+					g.Text = "perhaps no working holder since " + stamp(*from) + ": " + t.Ended
+				case to == nil:
+					g.Text = "no holder since " + stamp(*from)
+				case uncertain:
+					g.Text = "perhaps no working holder for up to " + humanDuration(to.Sub(*from)) + " (" + h.EndedBy.String() + ")"
+				default:
+					g.Text = "no holder for " + humanDuration(to.Sub(*from))
+					if h.EndedBy != azlease.ChangeUnknown {
+						g.Text += " (" + h.EndedBy.String() + ")"
+					}
+				}
+				gaps = append(gaps, g)
+			}
 		}
 		out = append(out, t)
 	}
-	return out
+	return out, gaps
+}
+
+// humanDuration is a duration for the page: milliseconds under a second,
+// seconds under 90 s, then minutes and hours.
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0 s"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < 90*time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+	case d < 90*time.Minute:
+		return strconv.FormatFloat(d.Minutes(), 'f', 1, 64) + " min"
+	}
+	return strconv.FormatFloat(d.Hours(), 'f', 1, 64) + " h"
 }
 
 func toUIBlob(st azlease.Status, kind, item string) uiBlob {
@@ -413,7 +543,7 @@ func toUIBlob(st azlease.Status, kind, item string) uiBlob {
 	if st.Err != nil {
 		b.Error = line(st.Err)
 	}
-	t := terms(st)
+	t, _ := terms(st)
 	for i := len(t) - 1; i >= 0; i-- {
 		b.History = append(b.History, t[i])
 	}
@@ -469,11 +599,19 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 
 // lockItem is the item of one lock blob.
 func lockItem(st azlease.Status, kind string) uiItem {
-	it := uiItem{
-		Kind: kind, KindLabel: kindLabels[kind], Name: st.Name, Path: itemPath(kind, st.Name),
-		State: blobState(st), Holder: st.Holder, Epoch: st.Epoch, Since: uiTime(st.Acquired), LastRelease: lastRelease(st),
-		Queue: []uiWaiter{}, Candidates: candidatesOf(st, nil), Terms: terms(st),
+	name, blob := st.Name, ""
+	if kind == kindOnce {
+		// A once-key is named by its key, as 'azlease once KEY' names it.
+		if key, ok := strings.CutPrefix(st.Name, "once/"); ok && key != "" {
+			name, blob = key, st.Name
+		}
 	}
+	it := uiItem{
+		Kind: kind, KindLabel: kindLabels[kind], Name: name, Path: itemPath(kind, name), Blob: blob,
+		State: blobState(st), Holder: st.Holder, Epoch: st.Epoch, Since: uiTime(st.Acquired), LastRelease: lastRelease(st),
+		Queue: []uiWaiter{}, Candidates: candidatesOf(st, nil),
+	}
+	it.Terms, it.Gaps = terms(st)
 	if st.Err != nil {
 		it.Error = line(st.Err)
 	}
@@ -515,6 +653,9 @@ func lockSummary(it uiItem) string {
 		b.WriteString("never held")
 	case it.State == stateLeased || it.State == stateBreaking:
 		b.WriteString("held by " + it.Holder + ", epoch " + strconv.FormatUint(it.Epoch, 10))
+		if n := len(it.Terms); n > 0 && it.Terms[n-1].Began != "" {
+			b.WriteString(", began: " + it.Terms[n-1].Began)
+		}
 	default:
 		b.WriteString(it.State + "; last held by " + it.Holder + ", epoch " + strconv.FormatUint(it.Epoch, 10))
 		switch it.LastRelease {
@@ -704,7 +845,7 @@ func isSuccessionBlob(st azlease.Status) bool {
 
 // light is the item without its detail, for the overview.
 func (it uiItem) light() uiItem {
-	it.Terms, it.Blobs = nil, nil
+	it.Terms, it.Gaps, it.Blobs = nil, nil, nil
 	if it.Group != nil {
 		g := *it.Group
 		g.Members, g.Shards, g.Moves = nil, nil, nil

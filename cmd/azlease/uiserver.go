@@ -248,6 +248,9 @@ func (s *uiServer) item(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i, found := rd.model.byPath[itemPath(r.PathValue("kind"), r.PathValue("name"))]
+	if key, ok := strings.CutPrefix(r.PathValue("name"), "once/"); !found && ok && r.PathValue("kind") == kindOnce {
+		i, found = rd.model.byPath[itemPath(kindOnce, key)] // the path of earlier versions, by the blob's name
+	}
 	if !found {
 		uiJSON(w, http.StatusNotFound, out) // no item: not there (now), or another kind
 		return

@@ -84,7 +84,7 @@
 
   function table(head, rows, attrs) {
     return el("table", attrs || {},
-      el("thead", {}, el("tr", {}, ...head.map(h => el("th", { class: h.num ? "num" : null }, h.text || h)))),
+      el("thead", {}, el("tr", {}, ...head.map(h => el("th", { class: h.num ? "num" : null }, typeof h === "string" ? h : h.text)))),
       el("tbody", {}, ...rows));
   }
 
@@ -187,6 +187,7 @@
     const dl = el("dl", { class: "facts", id: "facts" });
     const add = (k, cls, ...v) => dl.append(el("dt", {}, k), el("dd", { class: cls }, ...v));
     add("state", "state", stateBadge(it.state));
+    if (it.blob) add("lock blob", "blob mono", it.blob);
     add("holder", "holder", it.holder || "—");
     add("epoch", "epoch", it.epoch ? String(it.epoch) : "—");
     add("since", "since", it.since ? stamp(it.since) + " (" + ago(it.since) + ", by the holder's clock)" : "—");
@@ -210,48 +211,88 @@
     return out;
   }
 
-  // The timeline: a lane per holder, a bar per recorded term, from the
-  // oldest recorded start to the time of the read.
+  // The timeline: a lane per holder, a bar per recorded term, and a lane
+  // for the times nobody held the lock, from the oldest recorded start to
+  // the time of the read. A bar is solid while its holder certainly held
+  // the lock; hatched where it may already have stopped (an end nobody saw:
+  // an expiry, a break); the "no holder" lane is solid grey where nobody
+  // held it, hatched where perhaps nobody worked.
   function renderTimeline(d, it) {
     const terms = it.terms;
+    const gaps = it.gaps || [];
     const end = Date.parse(d.read_at);
     let start = Math.min(...terms.map(t => t.start ? Date.parse(t.start) : end));
     if (!(end > start)) start = end - 60000;
     const span = end - start;
+    const at = iso => iso ? Date.parse(iso) : end;
+    const pos = (s, e) => {
+      const left = Math.min(100, Math.max(0, (s - start) / span * 100));
+      const width = Math.max(0.3, (Math.min(e, end) - Math.max(s, start)) / span * 100);
+      return { left: left.toFixed(3) + "%", width: Math.min(width, 100 - left).toFixed(3) + "%" };
+    };
     const holders = [];
     for (const t of terms) if (!holders.includes(t.holder)) holders.push(t.holder);
     const lanes = holders.map((h, i) => {
       const track = el("div", { class: "track" });
       const lane = el("div", { class: "lane", "data-holder": h }, el("span", { class: "lname", title: h }, h), track);
       for (const t of terms.filter(t => t.holder === h)) {
-        const s = t.start ? Date.parse(t.start) : start;
+        const s = at(t.start);
         const e = t.end ? Date.parse(t.end) : end;
-        const left = Math.max(0, (s - start) / span * 100);
-        const width = Math.max(0.4, (Math.min(e, end) - s) / span * 100);
-        const cls = "bar c" + (i % PALETTE) + (t.end ? "" : t.ended === "held now" ? " open-end" : " unknown-end");
+        const sure = t.sure_until ? Date.parse(t.sure_until) : e;
+        const open = !t.end && t.ended === "held now";
+        const title = h + ", epoch " + t.epoch + ", from " + stamp(t.start) + " (" + t.began_text + "); " + (t.end && t.end_exact ? "to " + stamp(t.end) + ": " : "") + t.ended;
+        const label = h + " · " + t.epoch + (t.began ? " · " + t.began : "");
         track.append(el("div", {
-          class: cls, style: { left: left.toFixed(3) + "%", width: Math.min(width, 100 - left).toFixed(3) + "%" },
-          title: h + ", epoch " + t.epoch + ", from " + stamp(t.start) + (t.end ? " to " + stamp(t.end) : ": " + t.ended),
-          "data-holder": h, "data-epoch": String(t.epoch),
-        }, h + " · " + t.epoch));
+          class: "bar c" + (i % PALETTE) + (open ? " open-end" : t.end || t.sure_until ? "" : " unknown-end"),
+          style: pos(s, sure), title, "data-holder": h, "data-epoch": String(t.epoch), "data-began": t.began || "",
+          "data-ended-by": t.ended_by || "", "data-label": label, "data-short": String(t.epoch),
+        }, label));
+        if (t.sure_until && e > sure) {
+          track.append(el("div", {
+            class: "bar maybe c" + (i % PALETTE), style: pos(sure, e), "data-epoch": String(t.epoch),
+            title: h + " may have stopped anywhere here: " + t.ended,
+          }));
+        }
       }
       return lane;
     });
+    const gapTrack = el("div", { class: "track" });
+    for (const g of gaps) {
+      gapTrack.append(el("div", {
+        class: "gap" + (g.uncertain ? " uncertain" : ""), style: pos(at(g.from), at(g.to)), title: g.text,
+        "data-from": g.from || "", "data-to": g.to || "",
+      }));
+    }
     const rows = terms.slice().reverse().map(t => el("tr", { "data-epoch": String(t.epoch) },
       el("td", { class: "holder" }, t.holder),
       el("td", { class: "num" }, String(t.epoch)),
       el("td", {}, stamp(t.start)),
-      el("td", {}, t.end ? stamp(t.end) : t.ended),
-      el("td", { class: "num" }, t.start ? duration((t.end ? Date.parse(t.end) : end) - Date.parse(t.start)) + (t.end || t.ended === "held now" ? "" : " or less") : "")));
+      el("td", { class: "began", "data-began": t.began || "" }, t.began_text),
+      el("td", { class: "ended", "data-ended-by": t.ended_by || "" }, t.end && t.end_exact ? stamp(t.end) + ": " + t.ended : t.ended),
+      el("td", { class: "num lasted" }, t.lasted || (t.start ? duration(end - Date.parse(t.start)) + (t.ended === "held now" ? " so far" : " or less") : ""))));
+    const gapRows = gaps.slice().reverse().map(g => el("li", { class: g.uncertain ? "uncertain" : "" }, (g.from ? stamp(g.from) : "") + " → " + (g.to ? stamp(g.to) : "now") + ": " + g.text));
     return [
       el("h2", {}, it.kind === "leader" ? "Leadership: recorded terms" : "Recorded terms"),
-      el("p", { class: "muted" }, "A lane per holder, a bar per term, from its start (by the holder's clock) to the next term's start. " +
-        "A bar ending in a double line is held now; a hatched one ended at a time the record does not keep. " +
+      el("p", { class: "muted" }, "A lane per holder, a bar per term from its start (by the holder's clock), labelled with how it began. " +
+        "A bar ending in a double line is held now; a hatched part is where its holder may already have stopped (its lease expired or was broken, and nobody saw when). " +
+        "The last lane shows when nobody held the lock: grey, and hatched where perhaps nobody worked. " +
         "The lock blob keeps its latest terms only (8 by default)."),
-      el("div", { class: "timeline", id: "timeline" }, ...lanes),
+      el("div", { class: "timeline", id: "timeline" }, ...lanes,
+        el("div", { class: "lane gaps", id: "gaps" }, el("span", { class: "lname" }, "no holder"), gapTrack)),
       el("div", { class: "axis" }, el("span", {}, stamp(new Date(start).toISOString())), el("span", {}, "read at " + stamp(d.read_at))),
-      table([{ text: "holder" }, { text: "epoch", num: true }, { text: "began" }, { text: "ended" }, { text: "lasted", num: true }], rows, { id: "terms" }),
+      table([{ text: "holder" }, { text: "epoch", num: true }, { text: "began" }, { text: "how it began" }, { text: "how it ended" }, { text: "lasted", num: true }], rows, { id: "terms" }),
+      gapRows.length ? details("gaps", "Times without a holder (" + gapRows.length + ")", el("ul", { id: "gap-list" }, ...gapRows)) : "",
     ];
+  }
+
+  // fitLabels shortens the labels of bars too narrow for them (to the
+  // epoch, then nothing: the bar's title says everything), once drawn.
+  function fitLabels() {
+    for (const b of document.querySelectorAll("#timeline .bar[data-label]")) {
+      b.textContent = b.dataset.label;
+      if (b.scrollWidth > b.clientWidth) b.textContent = b.dataset.short;
+      if (b.scrollWidth > b.clientWidth) b.textContent = "";
+    }
   }
 
   function renderGroup(group) {
@@ -377,6 +418,7 @@
     } else {
       try {
         if (isItem) renderItem(d, d.item); else renderOverview(d);
+        fitLabels();
         document.body.dataset.state = "ok";
         clearProblem();
         shownAt = Date.now();
