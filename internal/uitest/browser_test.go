@@ -197,26 +197,67 @@ func TestBrowser(t *testing.T) {
 	web2.stop(20 * time.Second)
 	waitFor(t, 30*time.Second, "web-3 leads", func() bool { st := leader(); return st.Leased && st.Holder == "web-3" })
 
-	// The leader's page: a bar per term, in a lane per holder.
+	// The leader's page: a bar per term, in a lane per holder, labelled
+	// with how it began; a lane of the times with no holder.
 	run(t, ctx, chromedp.Navigate(base+"/items/leader/sched"))
 	type bar struct {
 		Holder string `json:"holder"`
 		Epoch  string `json:"epoch"`
 		Text   string `json:"text"`
+		Label  string `json:"label"`
+		Short  string `json:"short"`
+		Began  string `json:"began"`
+		Title  string `json:"title"`
+		Fits   bool   `json:"fits"`
 	}
 	var bars []bar
 	waitFor(t, 20*time.Second, "the timeline draws three terms", func() bool {
-		bars = eval[[]bar](t, ctx, `Array.from(document.querySelectorAll("#timeline .bar")).map(e => ({holder: e.dataset.holder, epoch: e.dataset.epoch, text: e.textContent}))`)
+		bars = eval[[]bar](t, ctx, `Array.from(document.querySelectorAll("#timeline .bar[data-label]")).map(e => ({holder: e.dataset.holder,
+		  epoch: e.dataset.epoch, text: e.textContent, label: e.dataset.label, short: e.dataset.short, began: e.dataset.began,
+		  title: e.title, fits: e.scrollWidth <= e.clientWidth}))`)
 		return len(bars) == 3
 	})
-	var holders []string
+	var holders, began []string
 	for _, b := range bars {
 		holders = append(holders, b.Holder)
-		assert.Contains(t, b.Text, b.Holder, "each bar is labelled with its holder")
+		began = append(began, b.Began)
+		// A label too long for its bar is shortened (to the epoch, or to
+		// nothing: the title says all), never cut to "we".
+		assert.True(t, b.Fits, "the label of %s's bar fits it: %q", b.Holder, b.Text)
+		assert.Contains(t, []string{b.Label, b.Short, ""}, b.Text, "a whole label, the epoch, or nothing")
+		assert.Contains(t, b.Title, b.Holder)
+		if b.Text == b.Label {
+			assert.Contains(t, b.Text, b.Holder, "each bar is labelled with its holder")
+		}
 	}
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, holders)
+	assert.Equal(t, []string{"free", "stop", "stop"}, began, "how each term began: a free lease, then planned stops")
 	assert.Equal(t, "web-3", eval[string](t, ctx, `document.querySelector("#facts .holder").textContent`))
+	assert.Equal(t, 2, eval[int](t, ctx, `document.querySelectorAll("#gaps .gap").length`), "the two hand-overs' times without a leader")
+	assert.Equal(t, []string{"", "stop", "stop"}, eval[[]string](t, ctx, `Array.from(document.querySelectorAll("#terms tbody td.ended")).map(e => e.dataset.endedBy)`),
+		"newest first: web-3 holds it, the others ended by a planned stop")
 	screenshot(t, ctx, filepath.Join(shots, "ui-leader.png"))
+
+	// A run-once of 3 s: named by its key, in the page and its URL, and
+	// it lasted 3 s (recorded), however long ago.
+	once := az("once", "--identity", "migrator", "quick", "--", "sleep", "3")
+	select {
+	case <-once.done:
+		require.Zero(t, once.cmd.ProcessState.ExitCode(), once.stderr())
+	case <-time.After(30 * time.Second):
+		t.Fatal("azlease once did not finish")
+	}
+	run(t, ctx, chromedp.Navigate(base+"/"))
+	waitFor(t, 20*time.Second, "the overview lists the once-key by its key", func() bool {
+		return eval[string](t, ctx, `(document.querySelector('tr[data-path="/items/once-key/quick"] td.name') || {}).textContent || ""`) == "quick"
+	})
+	run(t, ctx, chromedp.Navigate(base+"/items/once-key/quick"))
+	waitFor(t, 20*time.Second, "the once-key's page", func() bool {
+		return eval[string](t, ctx, `(document.getElementById("item-name") || {}).textContent || ""`) == "quick"
+	})
+	time.Sleep(2 * refresh)
+	lasted := eval[string](t, ctx, `document.querySelector("#terms tbody td.lasted").textContent`)
+	assert.Regexp(t, `^3\.\d s$`, lasted, "a 3 s run-once lasted 3 s")
 
 	// A fair lock's queue: two 'azlease lock' waiters behind a holder are
 	// the mutex's queue on its page, first in line first, and never items
@@ -247,6 +288,8 @@ func TestBrowser(t *testing.T) {
 		return len(rows) == 2
 	})
 	assert.Equal(t, []queueRow{{"waiter-1", "first in line"}, {"waiter-2", "waiting"}}, rows)
+	heads := eval[[]string](t, ctx, `Array.from(document.querySelectorAll("#queue thead th")).map(e => e.textContent)`)
+	assert.Equal(t, []string{"#", "waiter", "waiting since", ""}, heads, "the queue's headers, the last one empty (not [object Object])")
 	run(t, ctx, chromedp.Navigate(base+"/"))
 	waitFor(t, 20*time.Second, "the overview", func() bool { return eval[overviewRow](t, ctx, overviewJS).Rows > 0 })
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('tr.item[data-path*="/queue"]').length`), "no item of a queue's blob")

@@ -191,6 +191,8 @@
     add("holder", "holder", it.holder || "—");
     add("epoch", "epoch", it.epoch ? String(it.epoch) : "—");
     add("since", "since", it.since ? stamp(it.since) + " (" + ago(it.since) + ", by the holder's clock)" : "—");
+    const last = it.terms && it.terms.length ? it.terms[it.terms.length - 1] : null;
+    if (last && last.epoch === it.epoch) add("began", "began", last.began_text);
     add("last release", "release", it.state === "leased" ? "— (held now)" : releaseText(it.last_release));
     if (it.slot) add("semaphore", "slot", "slot " + it.slot.index + " of " + it.slot.semaphore);
     if (it.error) add("record", "error", el("span", { class: "release-not-clean" }, it.error));
@@ -268,7 +270,7 @@
       el("td", { class: "num" }, String(t.epoch)),
       el("td", {}, stamp(t.start)),
       el("td", { class: "began", "data-began": t.began || "" }, t.began_text),
-      el("td", { class: "ended", "data-ended-by": t.ended_by || "" }, t.end && t.end_exact ? stamp(t.end) + ": " + t.ended : t.ended),
+      el("td", { class: "ended", "data-ended-by": t.ended_by || "" }, t.ended),
       el("td", { class: "num lasted" }, t.lasted || (t.start ? duration(end - Date.parse(t.start)) + (t.ended === "held now" ? " so far" : " or less") : ""))));
     const gapRows = gaps.slice().reverse().map(g => el("li", { class: g.uncertain ? "uncertain" : "" }, (g.from ? stamp(g.from) : "") + " → " + (g.to ? stamp(g.to) : "now") + ": " + g.text));
     return [
@@ -280,7 +282,7 @@
       el("div", { class: "timeline", id: "timeline" }, ...lanes,
         el("div", { class: "lane gaps", id: "gaps" }, el("span", { class: "lname" }, "no holder"), gapTrack)),
       el("div", { class: "axis" }, el("span", {}, stamp(new Date(start).toISOString())), el("span", {}, "read at " + stamp(d.read_at))),
-      table([{ text: "holder" }, { text: "epoch", num: true }, { text: "began" }, { text: "how it began" }, { text: "how it ended" }, { text: "lasted", num: true }], rows, { id: "terms" }),
+      table([{ text: "holder" }, { text: "epoch", num: true }, { text: "started" }, { text: "how it began" }, { text: "how it ended" }, { text: "lasted", num: true }], rows, { id: "terms" }),
       gapRows.length ? details("gaps", "Times without a holder (" + gapRows.length + ")", el("ul", { id: "gap-list" }, ...gapRows)) : "",
     ];
   }
