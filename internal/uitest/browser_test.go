@@ -221,8 +221,8 @@ func TestBrowser(t *testing.T) {
 	for _, b := range bars {
 		holders = append(holders, b.Holder)
 		began = append(began, b.Began)
-		// A label too long for its bar is shortened (to the epoch, or to
-		// nothing: the title says all), never cut to "we".
+		// A label too long for its bar is shortened (to how the term
+		// began, or to nothing: the title says all), never cut to "we".
 		assert.True(t, b.Fits, "the label of %s's bar fits it: %q", b.Holder, b.Text)
 		assert.Contains(t, []string{b.Label, b.Short, ""}, b.Text, "a whole label, the epoch, or nothing")
 		assert.Contains(t, b.Title, b.Holder)

@@ -247,7 +247,7 @@
         track.append(el("div", {
           class: "bar c" + (i % PALETTE) + (open ? " open-end" : t.end || t.sure_until ? "" : " unknown-end"),
           style: pos(s, sure), title, "data-holder": h, "data-epoch": String(t.epoch), "data-began": t.began || "",
-          "data-ended-by": t.ended_by || "", "data-label": label, "data-short": String(t.epoch),
+          "data-ended-by": t.ended_by || "", "data-label": label, "data-short": t.began || String(t.epoch),
         }, label));
         if (t.sure_until && e > sure) {
           track.append(el("div", {
@@ -287,8 +287,9 @@
     ];
   }
 
-  // fitLabels shortens the labels of bars too narrow for them (to the
-  // epoch, then nothing: the bar's title says everything), once drawn.
+  // fitLabels shortens the labels of bars too narrow for them (to how the
+  // term began, or its epoch; then nothing: the lane names the holder, the
+  // bar's title says everything), once drawn.
   function fitLabels() {
     for (const b of document.querySelectorAll("#timeline .bar[data-label]")) {
       b.textContent = b.dataset.label;
