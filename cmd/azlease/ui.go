@@ -41,7 +41,8 @@ the container, or under --prefix: its kind (leader, mutex, semaphore slot,
 once-key, shard group, membership, shard; "lock" when the azlease that took it
 did not record which), its state (leased, free, expired, broken), holder, fencing
 epoch, since when (by the holder's clock), and whether the last holder released
-it cleanly. Each item has a page: a leader's timeline of recorded terms, a shard
+it cleanly. Each item has a page: a leader's timeline of recorded terms (how
+each began and ended, and the times with no holder), a shard
 group's grid of shards labelled by owner with its members, weights, shares,
 misplaced shards and recent moves, a once-key's attempts and recorded error.
 

@@ -55,8 +55,13 @@ The state is leased, breaking, free (released, or never used: epoch 0),
 expired (the holder stopped renewing: it crashed, or hangs), or broken (an
 operator broke it). A term that began and ended between two polls is shown
 from the lock's history of terms (kept by default for 8 terms), as state
-missed, before the current one. --json prints one JSON object per line, with
-the same fields and "released" (the holder released it cleanly).
+missed, before the current one. Each line says how its term began (began=free,
+released, expired, broken, unobserved, stop, yield, priority, queue, handoff)
+and, once it has, how it ended (ended=..., with ended_at= when its holder
+recorded the instant, ended_at_or_before= when nobody saw it); a term shown
+held gets a line "ended" when the next term's record says how it ended.
+--json prints one JSON object per line, with the same fields and "released"
+(the holder released it cleanly).
 
 With -n N it watches the N slots of 'azlease lock -n N NAME', one line per
 change of any slot, named by the slot.
