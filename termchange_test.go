@@ -93,7 +93,7 @@ func TestTermChangesOfAnElection(t *testing.T) {
 		second := st.Epoch
 
 		// A yield.
-		a = c.start("a", nil)
+		c.start("a", nil)
 		time.Sleep(20 * time.Second)
 		_, err := b.Yield(context.Background())
 		require.NoError(t, err)
