@@ -6,6 +6,7 @@ package azlease
 // and how precisely.
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -76,8 +77,11 @@ func (c TermChange) String() string {
 func (c TermChange) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // UnmarshalText reads a String; a word it does not know reads as
-// ChangeUnknown.
+// ChangeUnknown. A nil *TermChange is an error.
 func (c *TermChange) UnmarshalText(b []byte) error {
+	if c == nil {
+		return errors.New("azlease: TermChange.UnmarshalText into a nil *TermChange")
+	}
 	*c = ChangeUnknown
 	for i, n := range changeNames {
 		if n == string(b) {

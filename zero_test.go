@@ -70,6 +70,7 @@ var zeroTypes = map[string]map[string]reflect.Type{
 		"Waiter":          reflect.TypeFor[azlease.Waiter](),
 		"Task":            reflect.TypeFor[azlease.Task](),
 		"Term":            reflect.TypeFor[azlease.Term](),
+		"TermChange":      reflect.TypeFor[azlease.TermChange](),
 		"Token":           reflect.TypeFor[azlease.Token](),
 	},
 	"azleasetest": {
