@@ -244,7 +244,8 @@
 //	azlease.mutex.wait.duration   histogram  s        how long Mutex.Lock waited: azlease.outcome (acquired,
 //	                                                  canceled, error)
 //	azlease.once.calls            counter    {call}   DoOnce calls: azlease.once.outcome (ran, done_elsewhere,
-//	                                                  unrecorded, failed, exhausted, canceled, lost, error)
+//	                                                  unrecorded, failed, exhausted, too_late, canceled,
+//	                                                  lost, error)
 //	azlease.elector.handoffs      counter    {handoff} hand-offs of leadership an Elector began:
 //	                                                  azlease.handoff.reason (stop, yield, request, priority,
 //	                                                  never_lead), azlease.handoff.outcome (taken, released,

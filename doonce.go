@@ -317,6 +317,15 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 // ErrOnceUnrecorded (also when the lease was lost before the completion
 // could be written).
 //
+// With DoOnceOptions.Retention, records are not kept forever: the runner
+// of a key deletes a few of its siblings' records last written more than
+// Retention ago, and a key whose record was deleted runs again if called.
+// So a call that has not taken its key within Retention/2 of its start
+// returns an error wrapping [ErrOnceTooLate] without running fn: every call
+// of a key must start within Retention/2 of the first (for a key named by
+// its period, as `azlease once --per` and package gocronlock make them: the
+// period and the callers' delays).
+//
 // Once ctx has ended (the caller gave up, or is stopping), everything
 // DoOnce does after fn returns (recording the outcome, settling it,
 // releasing the lease) takes at most 2 × AttemptTimeout (6 s by default)
@@ -330,6 +339,9 @@ func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceO
 		return OnceResult{}, optionErr("fn", "nil function")
 	}
 	res, err := o.do(ctx, fn)
+	if o.ran {
+		o.sweep(ctx) // DoOnceOptions.Retention: this runner's share of the deletes
+	}
 	o.lease.tm.onceCall(onceOutcome(res, err))
 	return res, err
 }
@@ -345,6 +357,8 @@ func onceOutcome(res OnceResult, err error) string {
 		return "unrecorded"
 	case errors.Is(err, ErrOnceFailed):
 		return "exhausted"
+	case errors.Is(err, ErrOnceTooLate):
+		return "too_late"
 	case res.Status.State == OnceFailed:
 		return "failed" // fn returned an error
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -374,6 +388,8 @@ func (o *once) do(ctx context.Context, fn func(ctx context.Context, tok Token) e
 			return OnceResult{Status: st}, nil
 		case (st.State == OnceFailed || st.State == OncePending) && st.Attempts >= o.limit(st):
 			return OnceResult{}, o.failed(st)
+		case o.late() != nil:
+			return OnceResult{}, o.late()
 		case !st.Locked:
 			if res, done, err := o.run(ctx, fn); done {
 				return res, err
@@ -410,7 +426,9 @@ type once struct {
 	// the call later finds that claim in the marker, it is not an attempt
 	// whose runner died, and does not count.
 	unstarted *claim
-	warned    bool // the recorded limit's mismatch with this caller's was logged
+	warned    bool      // the recorded limit's mismatch with this caller's was logged
+	start     time.Time // when the call began, for Retention's bound (late)
+	ran       bool      // fn was called: this call sweeps (Retention)
 }
 
 // claim is a "running" marker a call wrote (or may have written) over prev.
@@ -432,8 +450,11 @@ func newOnce(cc *container.Client, key string, opts *DoOnceOptions) (*once, erro
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := retentionScope(cfg.prefix, key); cfg.retention != 0 && !ok {
+		return nil, optionErr("key", "%q: DoOnceOptions.Retention needs a key with a \"/\": it deletes the records that share the key's name up to its last \"/\"", key)
+	}
 	l := newLease(t, cfg.lease)
-	return &once{key: key, t: t, cfg: cfg, lease: l, log: l.cfg.log.With(slog.String("key", key))}, nil
+	return &once{key: key, t: t, cfg: cfg, lease: l, log: l.cfg.log.With(slog.String("key", key)), start: time.Now()}, nil
 }
 
 func (o *once) status(ctx context.Context, limit time.Time) (OnceStatus, error) {
@@ -479,6 +500,9 @@ func (o *once) failed(st OnceStatus) error {
 // run tries to take the key's lease and, if it gets it, runs fn under it. done
 // is false when the caller should go on waiting.
 func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (res OnceResult, done bool, err error) {
+	if onceBeforeAcquire != nil {
+		onceBeforeAcquire(o.key)
+	}
 	tok, err := o.lease.Acquire(ctx)
 	switch {
 	case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrTransient) && ctx.Err() == nil:
@@ -526,6 +550,11 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		return OnceResult{}, true, o.failed(m)
 	}
 
+	if err := o.late(); err != nil {
+		// The lease is held: the record cannot be deleted from here on, but
+		// it may have been already, and recreated by this acquisition.
+		return OnceResult{}, true, err
+	}
 	attempt := m.Attempts + 1
 	running := OnceStatus{State: OnceRunning, Holder: o.cfg.lease.identity, Attempts: attempt, MaxAttempts: limit, Epoch: tok.Epoch, Time: markerTime()}
 	if err := write(ctx, running); err != nil {
@@ -537,6 +566,7 @@ func (o *once) run(ctx context.Context, fn func(context.Context, Token) error) (
 		return OnceResult{}, false, nil // lost or out of time: look again
 	}
 	o.log.Info("azlease: once: running", slog.Int("attempt", attempt), slog.Uint64("epoch", tok.Epoch))
+	o.ran = true
 
 	k := hold(ctx, o.lease, tok, o.cfg.renewEvery, nil)
 	defer k.stop(ErrStopped) // also if fn panics; stop is idempotent

@@ -851,6 +851,22 @@ type DoOnceOptions struct {
 	// NoCreate turns off creating the container and marker blob.
 	NoCreate bool
 
+	// Retention is how long a key's record is kept after its last write,
+	// for keys made per period or per tick ("nightly/2026-11-21"), each of
+	// which leaves a blob. Zero means forever: nothing is deleted. Otherwise
+	// from 1 minute to 87,600 hours (ten years), and the key must contain a
+	// "/"; negative is an error. A call whose fn ran then deletes up to 4
+	// of its key's siblings (the keys that share its name up to its last
+	// "/") that are not leased and were last written more than Retention
+	// ago by storage's clock, among the first 100 in name order (so name
+	// them oldest first: a date or tick in the name), with one List Blobs
+	// request and a conditional Delete Blob each. A deleted key runs again
+	// if called, so a call that has not taken its key within Retention/2
+	// of its start returns an error wrapping [ErrOnceTooLate] without
+	// running fn: all calls of a key must start within Retention/2 of each
+	// other (see [DoOnce]).
+	Retention time.Duration
+
 	// Logger receives runs, completions and failures at Info and retries at
 	// Debug. Nil means silent.
 	Logger *slog.Logger
@@ -870,6 +886,7 @@ type onceConfig struct {
 	holdConfig
 	prefix      string
 	maxAttempts int
+	retention   time.Duration // 0: keep forever
 }
 
 func (o *DoOnceOptions) config() (onceConfig, error) {
@@ -890,7 +907,10 @@ func (o *DoOnceOptions) config() (onceConfig, error) {
 	if hc.unreachable, err = unreachableBound("DoOnceOptions.UnreachableTimeout", o.UnreachableTimeout); err != nil {
 		return onceConfig{}, err
 	}
-	c := onceConfig{holdConfig: hc, prefix: o.Prefix, maxAttempts: o.MaxAttempts}
+	c := onceConfig{holdConfig: hc, prefix: o.Prefix, maxAttempts: o.MaxAttempts, retention: o.Retention}
+	if c.retention != 0 && (c.retention < minRetention || c.retention > maxRetention) {
+		return c, optionErr("DoOnceOptions.Retention", "%v: must be from %v to %v, or zero to keep records forever", o.Retention, minRetention, maxRetention)
+	}
 	if c.prefix == "" {
 		c.prefix = "once/"
 	}
