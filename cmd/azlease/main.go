@@ -17,7 +17,8 @@
 //	azlease lock NAME -- CMD [ARGS...]   run CMD holding the lock NAME, waiters served in the order they asked
 //	                                     (--timeout D, --no-wait, -n N slots, --unordered, --head-poll D)
 //	azlease lead NAME -- CMD [ARGS...]   run CMD only while this instance leads (--restart)
-//	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N)
+//	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N; --per 24h:
+//	                                     once per period, for cron on every host, --keep D)
 //	azlease shards NAME --count K -- CMD one CMD per shard this instance owns, K shards spread over every instance
 //	azlease status NAME                  holder, epoch, history, who waits in the queue, once marker (--json, -n N, --shards)
 //	azlease watch NAME                   a line per leadership change, until interrupted
@@ -127,7 +128,7 @@
 //	69       storage unavailable: unreachable, or failing for too long
 //	70       internal: the guardian process died, or another internal failure
 //	75       not acquired: --no-wait found the lock held, --timeout passed;
-//	         reset-once while the key runs
+//	         reset-once while the key runs; once --per not taken within --keep/2
 //	77       storage refused the request: authentication (a wrong key),
 //	         permission, or another permanent error
 //	79       the lease was lost while CMD ran, and CMD was stopped

@@ -29,10 +29,46 @@ func (e errCommandFailed) Error() string {
 	return fmt.Sprintf("the command exited with status %d; its stderr ended with: %s", e.code, strings.ReplaceAll(e.stderr, "\n", " | "))
 }
 
+// perFormat names a --per period in the key: its start, UTC, to the second.
+// Fixed width, so that the keys of a job sort oldest first (as Retention's
+// sweep needs).
+const perFormat = "20060102T150405Z"
+
+// maxPer bounds --per: a year.
+const maxPer = 8760 * time.Hour
+
+// periodKey is the DoOnce key of a run of key started at now, with --per
+// per: key, "/", and the start of the period now falls in, periods being
+// multiples of per since the Unix epoch (midnight UTC for 24h).
+func periodKey(key string, per time.Duration, now time.Time) string {
+	s := int64(per / time.Second)
+	start := now.Unix() - ((now.Unix()%s)+s)%s // floor, also before 1970
+	return key + "/" + time.Unix(start, 0).UTC().Format(perFormat)
+}
+
+// perFlags validates --per and --keep and returns the DoOnce retention:
+// --keep, or 10 × --per and at least an hour by default; zero without --per.
+func perFlags(per, keep time.Duration) (time.Duration, error) {
+	switch {
+	case per == 0 && keep != 0:
+		return 0, exitf(exitUsage, "--keep needs --per: only the keys of periods are deleted")
+	case per == 0:
+		return 0, nil
+	case per < time.Second || per > maxPer || per%time.Second != 0:
+		return 0, exitf(exitUsage, "invalid --per %v: whole seconds from 1s to %v", per, maxPer)
+	case keep == 0:
+		return max(10*per, time.Hour), nil
+	case keep < 2*per || keep < time.Minute || keep > 87600*time.Hour:
+		return 0, exitf(exitUsage, "invalid --keep %v: from twice --per (%v) and 1m to 87600h", keep, 2*per)
+	}
+	return keep, nil
+}
+
 func newOnceCmd(g *globals) *cobra.Command {
 	var (
 		maxAttempts int
 		tail        int
+		per, keep   time.Duration
 		hf          healthFlags
 	)
 	c := &cobra.Command{
@@ -43,36 +79,39 @@ successfully once. The first caller to take the key's lease runs CMD; the others
 wait, and exit 0 when it is done, printing who did it and when. Later callers
 find it done and exit 0 at once. Use a key per deployment, such as
 "migrate-$VERSION": a key that is done stays done until 'azlease reset-once KEY'.
+With --per 24h the key is KEY/ and the start of the period this host's clock is
+in (UTC; periods start at multiples of --per since 1970: midnight for 24h), so a
+crontab line on every host runs CMD once a day however far apart they fire in
+it; keys older than --keep are deleted as runs go (exit 75 after --keep/2).
 
 If CMD fails, the caller that ran it exits with CMD's status, the failure is
-recorded with the end of CMD's stderr (--stderr-tail; CMD's stderr still reaches
-azlease's), and a waiting caller tries again, up to --max-attempts attempts in
-all (counting runners that died; the first caller's value is recorded with the
-key and wins); then every caller exits 80 with the recorded error, until the key
-is reset. If a runner dies, its lease expires and a waiter takes over. CMD may
-run more than once if a runner dies after its side effects and before it is
-recorded done: make it idempotent, or fence it with AZLEASE_EPOCH. A caller
-whose CMD exited 0 but whose completion is not known to be recorded (its lease
-was lost first, storage did not answer, or another caller completed the key
-meanwhile) says so and exits 81: CMD may run again elsewhere, or did.
+recorded with the end of CMD's stderr (--stderr-tail), and a waiting caller
+tries again, up to --max-attempts attempts in all (counting runners that died;
+the first caller's value is recorded with the key and wins); then every caller
+exits 80 with the recorded error, until the key is reset. If a runner dies, its
+lease expires and a waiter takes over. CMD may run more than once if a runner
+dies after its side effects and before it is recorded done: make it idempotent,
+or fence it with AZLEASE_EPOCH. A caller whose CMD exited 0 but whose completion
+is not known to be recorded exits 81: CMD may run again elsewhere, or did.
 
 CMD is stopped before the lease can pass to another caller, whatever CMD does
-with SIGTERM and whatever happens to azlease: if no renewal has moved the
-lease's validity deadline on, CMD's process group gets SIGTERM at the deadline
-minus --kill-after minus 1 s and SIGKILL 1 s before it, from a guardian process
-that acts even while azlease is paused, and at once if azlease dies. If the
-lease is lost while CMD runs, CMD's group gets SIGTERM at once, SIGKILL
---kill-after later, and azlease exits 79. A signal to a runner is forwarded to
-CMD (SIGKILL follows --kill-after later), and the attempt does not count if CMD
-then fails; a signal to a waiter makes it exit at once (128+N). After a signal,
-recording CMD's outcome and releasing the key take at most 6 s (two attempts)
-whether storage answers or not.`,
+with SIGTERM and whatever happens to azlease: unless a renewal moves the lease's
+validity deadline on, a guardian process sends CMD's group SIGTERM at the
+deadline minus --kill-after minus 1 s and SIGKILL 1 s before it, even while
+azlease is paused, and at once if azlease dies. A lease lost while CMD runs
+stops CMD (SIGTERM, SIGKILL --kill-after later; exit 79). A signal to a runner
+is forwarded to CMD, and the attempt does not count if CMD then fails; a signal
+to a waiter makes it exit at once (128+N). After a signal, recording CMD's
+outcome and releasing the key take at most 6 s whether storage answers or not.`,
 		Example: `  # In every pod's start-up: the database migration runs once per release, and
   # every pod continues only when it is done.
   azlease once "migrate-$RELEASE" -- ./migrate up && exec ./server
 
   # In a deployment pipeline with parallel jobs:
-  azlease once --max-attempts 1 "seed-$CI_PIPELINE_ID" -- make seed-data`,
+  azlease once --max-attempts 1 "seed-$CI_PIPELINE_ID" -- make seed-data
+
+  # crontab on every host: once a day, whichever host fires first
+  0 2 * * *  azlease once --per 24h nightly-report -- /usr/local/bin/report`,
 		Args: dashArgs("key"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {
@@ -84,10 +123,20 @@ whether storage answers or not.`,
 			case tail < 0 || tail > maxStderrTail:
 				return exitf(exitUsage, "invalid --stderr-tail %d: from 0 (off) to %d bytes", tail, maxStderrTail)
 			}
-			return g.once(c, args[0], args[1:], maxAttempts, tail, hf)
+			retention, err := perFlags(per, keep)
+			if err != nil {
+				return err
+			}
+			key := args[0]
+			if per > 0 {
+				key = periodKey(key, per, time.Now())
+			}
+			return g.once(c, key, args[1:], maxAttempts, tail, retention, hf)
 		},
 	}
 	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts in all, counting failed ones and ones whose runner died, before the key fails for good; the first caller's value is recorded with the key and wins")
+	c.Flags().DurationVar(&per, "per", 0, "run once per period of this length (whole seconds, 1s to 8760h): the key gets the period's start, as KEY/20261121T000000Z")
+	c.Flags().DurationVar(&keep, "keep", 0, "with --per: delete keys last written longer ago than this, from twice --per to 87600h (default 10 × --per, at least 1h)")
 	c.Flags().IntVar(&tail, "stderr-tail", defaultStderrTail, "bytes of the end of CMD's stderr to record with a failed attempt (0: none, and CMD's stderr is passed through untouched)")
 	hf.register(c, "holds")
 	return c
@@ -101,7 +150,7 @@ func attempts(n int) string {
 	return fmt.Sprintf("%d attempts", n)
 }
 
-func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts, tail int, hf healthFlags) error {
+func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts, tail int, retention time.Duration, hf healthFlags) error {
 	what := "once " + key
 	ctx, r := newRouter(context.Background())
 	defer r.close()
@@ -116,7 +165,7 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts,
 	defer hs.close()
 	opts := &azlease.DoOnceOptions{
 		Identity: g.identity, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval,
-		MaxAttempts: maxAttempts, Logger: g.log,
+		MaxAttempts: maxAttempts, Retention: retention, Logger: g.log,
 	}
 	if _, err := azlease.InspectOnce(ctx, cc, key, opts); err != nil {
 		if ie := r.interrupted(what); ie != nil {
@@ -178,6 +227,8 @@ func (g *globals) once(c *cobra.Command, key string, argv []string, maxAttempts,
 		return nil
 	case res != nil && res.signalled != nil:
 		return exitf(signalStatus(res.signalled), "%s: %s before the command ran", what, signalError{res.signalled})
+	case errors.Is(err, azlease.ErrOnceTooLate):
+		return exitf(exitNotAcquired, "%s: not taken within --keep/2 of the start (its record may have been deleted), so the command did not run", what)
 	case errors.As(err, &of):
 		limit := ""
 		if of.MaxAttempts > 0 && of.MaxAttempts != maxAttempts {
