@@ -74,13 +74,16 @@ func (o *once) late() error {
 	return nil
 }
 
-// expired reports whether a listed sibling may be deleted: not this call's
-// key, a DoOnce record (a valid marker, or none on a blob a DoOnce runner
-// leased), not leased, and last written more than Retention (and the
-// slack) before date, storage's clock when it listed it.
-func (o *once) expired(st Status, date time.Time) bool {
+// expired reports whether a blob listed under scope may be deleted: a
+// sibling of this call's key (not the key, not a key further down, such as
+// "job/a/b" for "job/x"), a DoOnce record (a valid marker, or none on a blob
+// a DoOnce runner leased), not leased, and last written more than Retention
+// (and the slack) before date, storage's clock when it listed it.
+func (o *once) expired(st Status, scope string, date time.Time) bool {
 	switch {
-	case st.Name == o.t.blob, st.Err != nil, st.etag == "", st.modified.IsZero():
+	case st.Name == o.t.blob, strings.Contains(strings.TrimPrefix(st.Name, scope), "/"):
+		return false
+	case st.Err != nil, st.etag == "", st.modified.IsZero():
 		return false
 	case st.State != "available" && st.State != "expired" && st.State != "broken":
 		return false // leased, breaking, or not said
@@ -155,7 +158,7 @@ func (o *once) sweep(ctx context.Context) int {
 		if deleted == retentionDeletes || sctx.Err() != nil {
 			break
 		}
-		if !o.expired(st, date) {
+		if !o.expired(st, scope, date) {
 			continue
 		}
 		bc := l.t.cc.NewBlobClient(st.Name)

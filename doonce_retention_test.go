@@ -89,8 +89,8 @@ func TestDoOnceRetentionBoundsBlobs(t *testing.T) {
 // TestDoOnceRetentionKeepsWhatIsInUse: a sweep deletes an expired record,
 // and keeps a record whose run is still in progress (leased), one written
 // again between the listing and the delete (the delete is conditional on
-// the ETag listed), one with a corrupt marker, and a blob that is not a
-// DoOnce record (a Mutex's).
+// the ETag listed), one with a corrupt marker, a blob that is not a DoOnce
+// record (a Mutex's), and a record a level further down (another family).
 func TestDoOnceRetentionKeepsWhatIsInUse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
@@ -98,7 +98,7 @@ func TestDoOnceRetentionKeepsWhatIsInUse(t *testing.T) {
 		cc := e.client("a")
 		opts := &azlease.DoOnceOptions{Identity: "a", Retention: time.Minute}
 		nop := func(context.Context, azlease.Token) error { return nil }
-		for _, k := range []string{"job/old-done", "job/old-rewritten", "job/old-corrupt"} {
+		for _, k := range []string{"job/old-done", "job/old-rewritten", "job/old-corrupt", "job/sub/old-done"} {
 			_, err := azlease.DoOnce(ctx, cc, k, opts, nop)
 			require.NoError(t, err)
 		}
@@ -143,8 +143,8 @@ func TestDoOnceRetentionKeepsWhatIsInUse(t *testing.T) {
 		require.True(t, res.Ran)
 		e.SetFaults(nil)
 		require.True(t, rewrote.Load(), "the sweep tried to delete old-rewritten")
-		assert.Equal(t, []string{"once/job/mutex", "once/job/new", "once/job/old-corrupt", "once/job/old-rewritten", "once/job/old-running"},
-			blobNames(t, cc, "once/job/"), "old-done deleted, the others kept")
+		assert.Equal(t, []string{"once/job/mutex", "once/job/new", "once/job/old-corrupt", "once/job/old-rewritten", "once/job/old-running", "once/job/sub/old-done"},
+			blobNames(t, cc, "once/job/"), "old-done deleted, the others kept (job/sub/ is not job/new's siblings)")
 		wg.Wait()
 	})
 }
