@@ -27,10 +27,12 @@ SEEDS     ?= 300
 TEST_SEEDS ?= 240
 
 # Modules of their own (their dependencies stay out of azlease's go.mod):
-# the metrics example, the fair-lock benchmark with its embedded etcd, and
+# the metrics example, the fair-lock benchmark with its embedded etcd,
 # internal/uitest, the browser test of azlease ui (chromedp, headless
-# Chromium); lint and test cover them too.
-EXAMPLE_MODULES ?= examples/metrics internal/lockbench internal/uitest
+# Chromium), gocronlock (the go-co-op/gocron adapter) and the scheduler
+# examples (gocron, robfig/cron, a goose migration on SQLite); lint and
+# test cover them too.
+EXAMPLE_MODULES ?= examples/metrics internal/lockbench internal/uitest gocronlock examples/gocron examples/cron examples/migrate
 
 export CGO_ENABLED := 1
 

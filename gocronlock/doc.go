@@ -28,13 +28,18 @@
 // Each tick is an [azlease.DoOnce] key, with DoOnce's guarantees: the first
 // replica to take the tick runs the job; a replica that fires later finds
 // it done and skips the job (Lock returns an error wrapping [ErrTickDone]);
-// one that fires while it runs waits, and skips it once it is done. If the
-// runner dies (or loses its lease) mid-run, a waiting replica runs the tick
-// again when the lease expires, up to MaxAttempts attempts in all (3), as
-// DoOnce does. A run whose job returned an error counts as the tick's run,
-// as gocron counts it: gocron does not run a failed job again until its
-// next tick, and neither do the other replicas. The tick's records are
-// deleted after Options.Retention, by the replicas as they run ticks.
+// one that fires while it runs waits, and skips it once it is done, or
+// gives up half a period after the tick ([ErrTickBusy]: gocron schedules a
+// job's next run only when Lock returns, so waiting longer would miss the
+// next tick). If the runner dies (or loses its lease) mid-run, a waiting
+// replica runs the tick again when the lease expires, as DoOnce does, up to
+// MaxAttempts attempts in all (3), if that is within the half period (the
+// lease's 15 s and a poll: periods of about 40 s and more); otherwise the
+// tick is lost and the next one runs as usual. A run whose job returned an
+// error counts as the tick's run, as gocron counts it: gocron does not run
+// a failed job again until its next tick, and neither do the other
+// replicas. The tick's records are deleted after Options.Retention, by the
+// replicas as they run ticks.
 //
 // Each run costs about 8 requests to storage (look, acquire, mark running,
 // mark done, release; a listing and up to 4 deletes of old ticks), and a

@@ -57,10 +57,11 @@ type Options struct {
 	// record), Prefix ("once/": a tick's key is Prefix + job name + "/" +
 	// tick, as 20261121T020000Z), MaxAttempts (3: attempts at a tick whose
 	// runners died), LeaseDuration (15 s: how soon a waiting replica takes
-	// over a tick whose runner died), PollInterval (2 s: how often a
-	// replica that fired while the tick runs looks again), Logger and
-	// metrics. Its Retention must be zero: set Options.Retention. Nil means
-	// DoOnce's defaults.
+	// over a tick whose runner died), PollInterval (how often a replica
+	// that fired while the tick runs looks again: zero means Period/10,
+	// from 100 ms to 2 s, so that it looks a few times in the half period
+	// it waits), Logger and metrics. Its Retention must be zero: set
+	// Options.Retention. Nil means DoOnce's defaults.
 	Once *azlease.DoOnceOptions
 }
 
@@ -85,6 +86,9 @@ func (o *Options) config() (config, error) {
 	}
 	if o.Once != nil {
 		c.once = *o.Once
+	}
+	if c.once.PollInterval == 0 {
+		c.once.PollInterval = min(max(o.Period/10, 100*time.Millisecond), 2*time.Second)
 	}
 	if c.once.Retention != 0 {
 		return c, optionError("Options.Once.Retention", "%v: must be zero; set Options.Retention", c.once.Retention)

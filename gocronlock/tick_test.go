@@ -108,6 +108,10 @@ func TestOptions(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, l.cfg.once.Retention, "%+v", tc.opts)
 	}
+	for period, poll := range map[time.Duration]time.Duration{time.Second: 100 * time.Millisecond, 5 * time.Second: 500 * time.Millisecond, time.Hour: 2 * time.Second} {
+		assert.Equal(t, poll, mustLocker(t, &Options{Period: period}).cfg.once.PollInterval, "the default poll for %v", period)
+	}
+	assert.Equal(t, time.Second, mustLocker(t, &Options{Period: time.Hour, Once: &azlease.DoOnceOptions{PollInterval: time.Second}}).cfg.once.PollInterval)
 	var oe *OptionError
 	assert.Equal(t, "<nil>", oe.Error())
 	var zero Locker
