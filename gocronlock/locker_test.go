@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -323,6 +324,37 @@ func TestElector(t *testing.T) {
 		assert.GreaterOrEqual(t, len(r.runs), n-4, "at most a few ticks missed around the change of leader")
 		assert.Len(t, hosts, 2, "the first leader, then its successor: %v", hosts)
 		t.Logf("%d runs over %d periods, by host %v", len(r.runs), n, hosts)
-		_ = errors.New
+	})
+}
+
+// TestOncePerTickFailedRun: a job that returns an error counts as its
+// tick's run, as gocron counts it: the other replicas skip the tick (the
+// record says done), gocron reports the error to the runner's
+// AfterJobRunsWithError listeners, and the next tick runs as usual.
+func TestOncePerTickFailedRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		r := &recorder{}
+		var failures atomic.Int32
+		first, last := fleetRun(t, fleetHosts[:3], 10, period, func(h host) gocron.Scheduler {
+			l, err := NewLocker(srv.Client(h.name), &Options{Period: period, Once: &azlease.DoOnceOptions{Identity: h.name}})
+			require.NoError(t, err)
+			clock := skewedClock{Clock: clockwork.NewRealClock(), skew: h.skew}
+			l.now = clock.Now
+			s, err := gocron.NewScheduler(gocron.WithClock(clock), gocron.WithDistributedLocker(recordingLocker{l, r}))
+			require.NoError(t, err)
+			_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() error {
+				r.add(runRecord{host: h.name, tick: l.Tick(clock.Now()), start: time.Now()})
+				return errors.New("the report failed")
+			}), gocron.WithName("report"), l.StartAt(), gocron.WithEventListeners(
+				gocron.AfterJobRunsWithError(func(_ uuid.UUID, _ string, err error) { failures.Add(1) })))
+			require.NoError(t, err)
+			s.Start()
+			return s
+		})
+		summary := checkOncePerTick(t, r, first, last, period)
+		assert.Equal(t, int32(len(r.runs)), failures.Load(), "gocron saw every failure")
+		assert.Zero(t, r.skipped["busy"]+r.skipped["other"], "nobody retried a failed tick: %v", r.skipped)
+		t.Log(summary)
 	})
 }
