@@ -84,7 +84,7 @@ func (l *Locker) Tick(now time.Time) time.Time {
 // fall on Offset + k × Period by this host's clock.
 func (l *Locker) StartAt() gocron.JobOption {
 	now := time.Now()
-	if l != nil {
+	if l != nil && l.now != nil {
 		now = l.now()
 	}
 	start := l.Tick(now)

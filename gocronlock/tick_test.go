@@ -63,6 +63,9 @@ func TestTick(t *testing.T) {
 	var nilLocker *Locker
 	assert.True(t, nilLocker.Tick(tick).IsZero())
 	assert.NotNil(t, nilLocker.StartAt(), "a nil Locker does not panic")
+	var zero Locker
+	assert.True(t, zero.Tick(tick).IsZero())
+	assert.NotNil(t, zero.StartAt(), "nor does the zero Locker")
 }
 
 // TestOptions: every field's bounds, named in the error.
