@@ -62,3 +62,18 @@ func TakeOverAs(ctx context.Context, l *Lease, st Status) (Token, error) {
 // HandOffID is the lease ID a hand-off of the term with epoch epoch to the
 // successor that announced the lease ID announced uses.
 func HandOffID(announced string, epoch uint64) string { return handOffID(announced, epoch) }
+
+// StopTimers disarms the deadline and renewal timers of lk's term, as if
+// its process had been paused and none of azlease's goroutines had run
+// since: the term's validity passes with nothing to notice it but the
+// clock (Term.Err and Valid check it themselves).
+func StopTimers(lk *Lock) {
+	k := lk.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.disarm(k.deadline)
+	k.disarm(k.renewal)
+	if k.phase == phaseWaiting {
+		k.phase = phaseIdle
+	}
+}

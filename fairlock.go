@@ -3,27 +3,22 @@ package azlease
 // Fair locks: a Mutex or Semaphore whose waiters are served in the order
 // they asked (the default; MutexOptions.Unordered turns it off). The queue
 // is in queue.go, the hand-off from holder to waiter in succession.go; this
-// file is the waiting and the unlocking.
+// file is the waiting and the unlocking. docs/design/fair-locks.md explains
+// the mechanism: who looks at what, when, and how a dead waiter is passed
+// over.
 //
 // A waiter that finds the lock free and nobody waiting takes it, as an
 // unordered one does. Otherwise it takes a ticket, joins the queue, and
-// waits:
-//   - the first in line polls the lock (one request; a Semaphore's slots
-//     with one listing) every HeadPollInterval: it takes the lock when the
-//     holder hands it over (the hand-off marker names its ticket), or when
-//     the lock is free (the holder crashed and its lease expired, or it
-//     released while the queue looked empty);
-//   - the one behind it polls the lock too, every head poll while the
-//     queue has just moved and less and less while it does not, and fast
-//     while it sees the lock handed to the first (timing.SecondWait): it
-//     notices when the first is served, takes the lock soon after a holder
-//     passes a dead first over and hands it on, and notices when the lock
-//     stays free while the first does not take it (then the first is dead,
-//     and it removes it);
-//   - the others list the queue, less often the further back they are.
-// A contended Unlock never frees the lease: it hands it to the first in
-// line (succession.go), so a waiter that arrives later, ordered or not,
-// cannot take it first.
+// waits: the first in line polls the lock every HeadPollInterval and takes
+// it when it is handed to it or free; the one behind it polls the lock
+// too, to take a hand-off passed on to it soon; the others list the queue
+// (with the lock's own blobs), less often the further back they are. Any
+// waiter, and a TryLock, that sees a slot of the lock stay free for longer
+// than the first in line takes to react passes the first over (marks it
+// missed), so the queue never sticks behind dead waiters. A contended
+// Unlock never frees the lease: it hands it to the first in line
+// (succession.go), so a waiter that arrives later, ordered or not, cannot
+// take it first.
 
 import (
 	"context"
@@ -31,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,7 +66,10 @@ var errRequeue = errors.New("azlease: removed from the queue")
 
 // lock waits for the lock in the queue's order; see the top of this file.
 func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
-	budget := f.slots[0].cfg.lease.duration
+	// A lease this waiter may have been granted when its wait ends (its
+	// take-over's Change Lease applied, its epoch not written yet) is
+	// given back even after ctx has ended: the queue waits for that lock.
+	ctx = context.WithValue(ctx, giveBackKey{}, true)
 	var last error
 	gaveUp := func() (*Lock, error) {
 		if last == nil {
@@ -80,11 +79,11 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 	}
 	// The lock free and nobody waiting: take it, as an unordered waiter.
 	for {
-		lk, queued, err := f.tryFree(ctx, budget)
+		lk, queued, err := f.tryFree(ctx, false)
 		if lk != nil {
 			return lk, nil
 		}
-		if err != nil && errors.Is(err, ErrTransient) {
+		if err != nil && retryable(err) {
 			last = err
 		}
 		if ctx.Err() != nil {
@@ -93,7 +92,7 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		if err == nil && queued {
 			break
 		}
-		if err != nil && !errors.Is(err, ErrTransient) {
+		if err != nil && !retryable(err) {
 			return nil, err
 		}
 		if err := f.unreachable(); err != nil {
@@ -104,11 +103,11 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		}
 	}
 	for {
-		w, err := f.join(ctx, budget)
+		w, err := f.join(ctx, f.slots[0].cfg.lease.duration)
 		switch {
 		case ctx.Err() != nil:
 			return gaveUp()
-		case err != nil && !errors.Is(err, ErrTransient):
+		case err != nil && !retryable(err):
 			return nil, err
 		case err != nil:
 			last = err
@@ -141,6 +140,16 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 	}
 }
 
+// retryable reports whether a failure met while waiting for a fair lock
+// leaves the waiter waiting: transient failures (retried until ctx ends or
+// storage has been unreachable for UnreachableTimeout), and a lock taken or
+// lost under a take-over (it looks again). Refusals for good
+// (ErrPermanent), ErrUnreachable and anything unexpected end the wait.
+func retryable(err error) bool {
+	return !errors.Is(err, ErrUnreachable) &&
+		(errors.Is(err, ErrTransient) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrLeaseHeld) || errors.Is(err, errHandOffGone))
+}
+
 // fairHook, when tests set it, is told of a waiter's events, on the
 // waiter's goroutine: "ticket" (its ticket taken), "joined" (its blob
 // created), "served", "left" (its ctx ended or it failed), "removed" (a
@@ -151,48 +160,66 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 var fairHook = func(event, lock string, ticket uint64) {}
 
 // tryFree takes a free slot if nobody waits: one look, and when a slot is
-// free, one listing of the queue. queued is true when the caller should
-// join the queue (everything held, or someone waits).
-func (f *fairLock) tryFree(ctx context.Context, budget time.Duration) (lk *Lock, queued bool, err error) {
+// free, one listing of the queue (which shows the slots too). queued is
+// true when the caller should join the queue (everything held, or someone
+// waits). With unstick (TryLock), a slot that is free while someone waits
+// is watched a little longer: if it stays free for longer than the first
+// waiter takes to react, the first is passed over (missed) and the queue
+// looked at again, all within 2 × AttemptTimeout. Waiters marked missed
+// do not count as waiting.
+func (f *fairLock) tryFree(ctx context.Context, unstick bool) (lk *Lock, queued bool, err error) {
 	try := 2 * f.cfg.lease.attemptTimeout
-	sts, err := f.look(ctx, try)
-	if err != nil {
-		return nil, false, err
-	}
-	free := -1
-	for i, st := range sts {
-		if !st.Leased {
-			free = i
-			break
-		}
-	}
-	if free < 0 {
-		return nil, true, nil
-	}
-	ws, err := f.q.waiters(ctx, time.Now().Add(try))
-	if err != nil {
-		return nil, false, err
-	}
-	if len(ws) > 0 {
-		return nil, true, nil
-	}
-	for i := free; i < len(sts); i++ {
-		if sts[i].Leased {
-			continue
-		}
-		m := f.slots[i]
-		l := m.newLease()
-		l.see(sts[i].Epoch)
-		lk, ok, err := m.tryLock(ctx, l, try, &sts[i])
-		switch {
-		case ok:
-			lk.fair = &fairState{f: f, took: time.Now()}
-			return lk, false, nil
-		case err != nil:
+	end := time.Now().Add(try)
+	var fw freeWatch
+	for {
+		sts, err := f.look(ctx, try)
+		if err != nil {
 			return nil, false, err
 		}
+		if !slices.ContainsFunc(sts, func(st Status) bool { return !st.Leased }) {
+			return nil, true, nil
+		}
+		v, err := f.q.list(ctx, time.Now().Add(try))
+		if err != nil {
+			return nil, false, err
+		}
+		if ws := effective(v.ws, noTicket); len(ws) > 0 {
+			if !unstick {
+				return nil, true, nil
+			}
+			// Someone waits while a slot is free: the first takes it
+			// within its reaction time if it is there.
+			passed, due := f.passStuck(ctx, ws[0], v.locks, v.sent, v.got, &fw)
+			switch {
+			case passed:
+				continue
+			case due.IsZero() || due.After(end):
+				return nil, true, nil
+			}
+			if !sleepCtx(ctx, time.Until(due)) {
+				return nil, false, context.Cause(ctx)
+			}
+			continue
+		}
+		for i := range v.locks {
+			st := v.locks[i]
+			if st.Leased {
+				continue
+			}
+			m := f.slots[i]
+			l := m.newLease()
+			l.see(st.Epoch)
+			lk, ok, err := m.tryLock(ctx, l, try, &st)
+			switch {
+			case ok:
+				lk.fair = &fairState{f: f, took: time.Now()}
+				return lk, false, nil
+			case err != nil:
+				return nil, false, err
+			}
+		}
+		return nil, true, nil
 	}
-	return nil, true, nil
 }
 
 // join takes a ticket and puts the waiter in the queue.
@@ -203,7 +230,7 @@ func (f *fairLock) join(ctx context.Context, budget time.Duration) (waiter, erro
 		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
 	}
 	fairHook("ticket", f.name, ticket)
-	w, err := f.q.join(ctx, limit, ticket, newLeaseID(), f.cfg.lease.identity)
+	w, err := f.q.join(ctx, limit, ticket, newLeaseID(), f.cfg.lease.identity, f.cfg.headPoll, f.cfg.poll)
 	if err != nil {
 		return waiter{}, fmt.Errorf("azlease: %s: joining the queue: %w", f.what, err)
 	}
@@ -225,19 +252,43 @@ type polling struct {
 	looked  time.Time // when it last looked at the lock right behind the first
 	handing handWatch // the hand-offs to others it saw right behind the first
 	retried string    // the last hand-off to it that it tried to take more than once (takeTurn)
+	free    freeWatch // the slots it saw free behind the first (passStuck)
 }
 
 // wait waits in the queue until w gets the lock, ctx ends, or something
 // fails for good; last keeps the last transient failure.
 func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, error) {
 	var (
-		pl      = polling{moved: time.Now()}
-		pos     = -1
-		first   uint64 // the first waiter's ticket, at the last listing
-		marked  bool
-		nearAt  time.Time // when it last came to be first or second in line
-		lastErr = func(err error) { *last = err }
+		pl     = polling{moved: time.Now()}
+		pos    = -1
+		first  uint64 // the first waiter's ticket, at the last listing
+		marked bool
+		nearAt time.Time // when it last came to be first or second in line
 	)
+	budget := f.slots[0].cfg.lease.duration
+	served := func(lk *Lock) *Lock {
+		lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
+		f.leave(ctx, w) // served: out of the queue
+		return lk
+	}
+	// retry keeps a failure that leaves the waiter waiting and pauses a
+	// head poll; it returns the error that ends the wait, if any.
+	retry := func(err error) error {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if !retryable(err) {
+			return err
+		}
+		*last = err
+		if err := f.unreachable(); err != nil {
+			return err
+		}
+		if !sleepCtx(ctx, timing.Jitter(f.cfg.headPoll, f.cfg.jitter, mrand.Float64())) {
+			return context.Cause(ctx)
+		}
+		return nil
+	}
 	var recent [4]time.Time // when the last four rounds began
 	for round := 0; ; round++ {
 		// A guard against spinning: four rounds within one head poll (the
@@ -247,20 +298,14 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			return nil, context.Cause(ctx)
 		}
 		recent[round%len(recent)] = time.Now()
-		ws, err := f.q.waiters(ctx, time.Now().Add(2*f.cfg.lease.attemptTimeout))
+		v, err := f.q.list(ctx, time.Now().Add(2*f.cfg.lease.attemptTimeout))
 		if err != nil {
-			if ctx.Err() != nil || !errors.Is(err, ErrTransient) {
+			if err := retry(err); err != nil {
 				return nil, err
-			}
-			lastErr(err)
-			if err := f.unreachable(); err != nil {
-				return nil, err
-			}
-			if !sleepCtx(ctx, timing.Jitter(f.cfg.headPoll, f.cfg.jitter, mrand.Float64())) {
-				return nil, context.Cause(ctx)
 			}
 			continue
 		}
+		ws := v.ws
 		p := -1
 		for _, x := range ws {
 			if x.Ticket == w.Ticket {
@@ -297,6 +342,29 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		case nearAt.IsZero():
 			nearAt = time.Now()
 		}
+		if p > 1 && slices.ContainsFunc(v.locks, func(st Status) bool { return st.Leased && st.Next == w.key }) {
+			// Handed the lock while it saw others ahead (they were passed
+			// over without its knowing): take it.
+			lk, _, err := f.takeTurn(ctx, w, v.locks, budget, &pl.retried)
+			if lk != nil {
+				return served(lk), nil
+			}
+			if err != nil {
+				if err := retry(err); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		var due time.Time
+		if p > 0 {
+			// Behind the first: pass it over if it leaves a free slot
+			// free for longer than it takes to react.
+			var passed bool
+			if passed, due = f.passStuck(ctx, ws[0], v.locks, v.sent, v.got, &pl.free); passed {
+				continue
+			}
+		}
 		switch p {
 		case 0:
 			if !marked {
@@ -307,25 +375,29 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 			lk, err := f.head(ctx, w, &pl, last)
 			if lk != nil {
-				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
-				f.leave(ctx, w) // served: out of the queue
-				return lk, nil
+				return served(lk), nil
 			}
 			if err != nil {
-				return nil, err
+				if err := retry(err); err != nil {
+					return nil, err
+				}
 			}
 		case 1:
 			lk, err := f.next(ctx, w, ws[0], &pl, last)
 			if lk != nil {
-				lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
-				f.leave(ctx, w)
-				return lk, nil
+				return served(lk), nil
 			}
 			if err != nil {
-				return nil, err
+				if err := retry(err); err != nil {
+					return nil, err
+				}
 			}
 		default:
-			if !sleepCtx(ctx, timing.QueueWait(p, time.Since(pl.moved), f.cfg.headPoll, f.cfg.poll)) {
+			d := timing.QueueWait(p, time.Since(pl.moved), f.cfg.headPoll, f.cfg.poll)
+			if !due.IsZero() {
+				d = min(d, max(time.Until(due), 0))
+			}
+			if !sleepCtx(ctx, d) {
 				return nil, context.Cause(ctx)
 			}
 		}
@@ -361,7 +433,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 			switch {
 			case lk != nil:
 				return lk, nil
-			case err != nil && ctx.Err() == nil && !errors.Is(err, ErrTransient):
+			case err != nil && (ctx.Err() != nil || !retryable(err)):
 				return nil, err
 			case err != nil:
 				*last = err
@@ -382,7 +454,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 				return nil, nil
 			}
 			epochs = cur
-		} else if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
+		} else if ctx.Err() != nil || !retryable(err) {
 			return nil, err
 		} else {
 			*last = err
@@ -406,10 +478,14 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 // and each try is a request that fails).
 const takeRetries = 2
 
-// takeTurn takes the lock if sts show it handed to w, or a slot free. It
-// reports passedOver when a slot names another successor than w (the
-// holder moved on, or w's place is in doubt).
+// takeTurn takes the lock if sts show it handed to w, or a slot free: each
+// slot handed to w in slot order, then the free ones. It reports
+// passedOver when it took none and a slot names another successor than w
+// (the holder moved on, or w's place is in doubt), or names w but could not
+// be taken yet (its holder has not changed the lease to the hand-off's ID).
 func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget time.Duration, retried *string) (lk *Lock, passedOver bool, err error) {
+	notYet := false
+	var failed error // the last failure of a slot handed to w
 	for i := range sts {
 		st := sts[i]
 		if !st.Leased || st.Next != w.key {
@@ -439,9 +515,11 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 				}
 				continue
 			case errors.Is(err, ErrLeaseHeld):
-				return nil, true, nil
-			default:
+				notYet = true // another slot may be handed to w, or free
+			case ctx.Err() != nil:
 				return nil, false, err
+			default:
+				failed = err // another slot may still be taken
 			}
 			break
 		}
@@ -457,37 +535,44 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 		switch {
 		case ok:
 			return lk, false, nil
-		case err != nil:
+		case err != nil && ctx.Err() != nil:
 			return nil, false, err
+		case err != nil:
+			failed = err
 		}
+	}
+	if failed != nil {
+		return nil, false, failed
 	}
 	for _, st := range sts {
 		if st.Leased && st.Next != "" && st.Next != w.key {
 			return nil, true, nil
 		}
 	}
-	return nil, false, nil
+	return nil, notYet, nil
 }
 
 // next is the polling of the waiter right behind the first: it returns the
 // lock (handed to it: the first left), an error, or neither when the queue
 // should be listed again (it moved, or the first seems dead and was
-// removed).
+// passed over).
 //
 // It looks as timing.SecondWait says: every quarter head poll for a while
 // when it sees the lock handed to another waiter (the first, which may be
 // dead; pl.handing); for 10 head polls after the queue moved, every head
 // poll counted from its last look at the lock (pl.looked, which it
 // updates), so that a listing in between does not delay it; then less and
-// less often.
+// less often; and when a slot shows free, again once the first has had its
+// time to take it (passStuck).
 func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
-	var (
-		epochs    []uint64
-		freeSince time.Time
-	)
+	var epochs []uint64
+	due := pl.free.due(first, f.cfg)
 	for polls := 0; ; polls++ {
 		wait, fast := timing.SecondWait(time.Now(), pl.moved, pl.looked, pl.handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin)
+		if !due.IsZero() {
+			wait, fast = min(wait, max(time.Until(due), 0)), true
+		}
 		if !sleepCtx(ctx, wait) {
 			return nil, context.Cause(ctx)
 		}
@@ -495,9 +580,10 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 			return nil, nil // this look is a listing of the queue
 		}
 		pl.looked = time.Now()
+		sent := time.Now()
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, ErrTransient) {
+			if ctx.Err() != nil || !retryable(err) {
 				return nil, err
 			}
 			*last = err
@@ -506,20 +592,14 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 			}
 			continue
 		}
-		for _, st := range sts {
-			if st.Leased && st.Next == w.key {
-				lk, _, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
-				if lk != nil || err != nil {
-					return lk, err
-				}
-				return nil, nil
-			}
+		got := time.Now()
+		if slices.ContainsFunc(sts, func(st Status) bool { return st.Leased && st.Next == w.key }) {
+			lk, _, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
+			return lk, err
 		}
 		cur := make([]uint64, len(sts))
-		allFree := true
 		for i, st := range sts {
 			cur[i] = st.Epoch
-			allFree = allFree && !st.Leased
 		}
 		pl.handing.saw(sts)
 		if epochs != nil && !equalEpochs(epochs, cur) {
@@ -527,23 +607,92 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 			return nil, nil // someone took a slot: the first, probably
 		}
 		epochs = cur
-		switch {
-		case !allFree:
-			freeSince = time.Time{}
-		case freeSince.IsZero():
-			freeSince = time.Now()
-		case time.Since(freeSince) > 2*f.cfg.headPoll+minHandOffMargin:
-			// The lock stayed free while the first waiter, which polls
-			// every HeadPollInterval, did not take it: it is dead (or cut
-			// off, or has not noticed yet that it is first). Mark it
-			// missed, so that this waiter acts as the first.
-			f.cfg.lease.log.Debug("azlease: the first waiter does not take a free lock; passing it over", slog.Uint64("ticket", first.Ticket))
-			if marked, _, _ := f.q.miss(ctx, first); marked {
-				fairHook("missed", f.name, first.Ticket)
-			}
+		var passed bool
+		if passed, due = f.passStuck(ctx, first, sts, sent, got, &pl.free); passed {
 			return nil, nil
 		}
 	}
+}
+
+// freeWatch is what a waiter (or a TryLock) behind the first in line
+// saw of the lock's free slots while that waiter was first: since when
+// each was free at the epoch it had (passStuck).
+type freeWatch struct {
+	first uint64 // the first waiter's ticket
+	slots map[string]freeSeen
+}
+
+// freeSeen is a slot seen free: at which epoch, and the end of the first
+// look that saw it so.
+type freeSeen struct {
+	epoch uint64
+	since time.Time
+}
+
+// saw records a look at the slots, sent at sent and answered at got, while
+// first was first in line, and returns how long one of them has surely
+// stayed free since a look saw it free, at one epoch (no term began on it
+// in between): from the end of that look to the start of this one.
+func (fw *freeWatch) saw(first uint64, sts []Status, sent, got time.Time) time.Duration {
+	if fw.slots == nil || fw.first != first {
+		*fw = freeWatch{first: first, slots: map[string]freeSeen{}}
+	}
+	var longest time.Duration
+	for _, st := range sts {
+		prev, ok := fw.slots[st.Name]
+		switch {
+		case st.Leased:
+			delete(fw.slots, st.Name)
+		case ok && prev.epoch == st.Epoch:
+			longest = max(longest, sent.Sub(prev.since))
+		default:
+			fw.slots[st.Name] = freeSeen{epoch: st.Epoch, since: got}
+		}
+	}
+	return longest
+}
+
+// due is when a look would find a slot free for longer than first's
+// reaction time (its paces, or cfg's when its entry does not say), or zero
+// when no slot was seen free while it was first.
+func (fw *freeWatch) due(first waiter, cfg holdConfig) time.Time {
+	if fw.first != first.Ticket {
+		return time.Time{}
+	}
+	var at time.Time
+	for _, s := range fw.slots {
+		if d := s.since.Add(first.reaction(cfg) + time.Millisecond); at.IsZero() || d.Before(at) {
+			at = d
+		}
+	}
+	return at
+}
+
+// reaction is how long a slot may stay free while w, first in line, is
+// there and does not take it (timing.PassOverFree, with w's paces).
+func (w waiter) reaction(cfg holdConfig) time.Duration {
+	head, poll := w.paces(cfg)
+	return timing.PassOverFree(head, poll, minHandOffMargin, w.Head)
+}
+
+// passStuck is the rule that keeps a fair queue from sticking behind dead
+// waiters, applied by whoever is behind the first in line (or a TryLock):
+// sts, a look at the lock's slots sent at sent and answered at got, is fed
+// to fw; once a slot has stayed free for longer than first's reaction time
+// while it was first, first is passed over (marked missed, conditional on
+// its entry as listed: one that has written since is there, and keeps its
+// place) and passed reports it, for the caller to look at the queue again.
+// Otherwise due is when to look again to tell (zero: no slot is free).
+func (f *fairLock) passStuck(ctx context.Context, first waiter, sts []Status, sent, got time.Time, fw *freeWatch) (passed bool, due time.Time) {
+	if fw.saw(first.Ticket, sts, sent, got) <= first.reaction(f.cfg) {
+		return false, fw.due(first, f.cfg)
+	}
+	f.cfg.lease.log.Debug("azlease: the first waiter does not take a free lock; passing it over", slog.Uint64("ticket", first.Ticket))
+	if marked, _, _ := f.q.miss(ctx, first); marked {
+		fairHook("missed", f.name, first.Ticket)
+	}
+	*fw = freeWatch{}
+	return true, time.Time{}
 }
 
 // handWatch is what the waiter right behind the first knows of the
@@ -592,29 +741,32 @@ const maxExtraHandOffs = 4
 // unlockFair is Unlock for a Lock of a fair lock whose term ended cleanly:
 // it hands the lease to the first waiter in line (and on, to the next, if
 // one does not take it), or releases it when nobody waits. handed is false
-// when the caller should release as an unordered lock does.
+// when the caller should release as an unordered lock does (nobody waits,
+// the queue could not be listed, or the term's validity passed before the
+// hand-off could begin).
 func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	fs := lk.fair
 	f := fs.f
-	ws, now, err := f.q.waitersAt(ctx, time.Now().Add(f.cfg.lease.attemptTimeout))
+	v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout))
 	if err != nil {
 		lk.lease.cfg.log.Debug("azlease: could not list the lock's queue; releasing", slog.Any("error", err))
 		return false, nil
 	}
 	held := time.Since(fs.took)
+	slot := slices.IndexFunc(f.slots, func(m *Mutex) bool { return m.t.blob == lk.Name() })
 	// candidates are the waiters a hand-off may go to, first in line first:
 	// all but this holder's own entry and those marked missed (evicting,
-	// from the first listing, those missed and silent for long).
-	candidates := func(ws []waiter, now time.Time) []waiter {
-		out := make([]waiter, 0, len(ws))
-		for _, w := range ws {
+	// from the first listing, those missed and silent for long: longer
+	// than their own pace lets a live waiter be).
+	candidates := func(v queueView, evict bool) []waiter {
+		out := make([]waiter, 0, len(v.ws))
+		for _, w := range v.ws {
 			switch {
 			case w.key == fs.key:
 				// this holder's own entry, not removed yet
 			case w.Missed:
-				// Passed over before and silent since: dead once it has
-				// not looked for longer than any live waiter goes without.
-				if !now.IsZero() && !w.modified.IsZero() && now.Sub(w.modified) > 2*timing.MaxQueueLook(f.cfg.poll) {
+				_, poll := w.paces(f.cfg)
+				if evict && !v.date.IsZero() && !w.modified.IsZero() && v.date.Sub(w.modified) > 2*timing.MaxQueueLook(poll) {
 					if f.q.remove(ctx, w, true) == nil {
 						fairHook("evicted", f.name, w.Ticket)
 					}
@@ -625,7 +777,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		}
 		return out
 	}
-	pending := candidates(ws, now)
+	pending := candidates(v, true)
 	if len(pending) == 0 {
 		return false, nil
 	}
@@ -638,8 +790,8 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	left := len(pending) + maxExtraHandOffs
 	next := func() (successor, bool) {
 		if len(tried) > 0 {
-			if ws, err := f.q.waiters(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
-				pending = candidates(ws, time.Time{})
+			if v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
+				pending = candidates(v, false)
 			}
 		}
 		for _, w := range pending {
@@ -648,25 +800,50 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 			}
 			left--
 			tried[w.Ticket] = w.etag
-			wait := f.cfg.headPoll
+			head, poll := w.paces(f.cfg)
+			wait := head
 			if !w.Head {
-				wait = timing.HandOffWait(held, fs.wasHead, f.cfg.headPoll, f.cfg.poll)
+				wait = timing.HandOffWait(held, fs.wasHead, head, poll)
 			}
-			return successor{key: w.key, id: w.id, wait: wait, passed: func() { lk.passOver(ctx, w) }}, true
+			s := successor{key: w.key, id: w.id, holder: w.Holder, wait: wait, passed: func() { lk.passOver(ctx, w) }}
+			if len(f.slots) > 1 && slot >= 0 {
+				// A Semaphore's waiter may be served by another slot
+				// meanwhile (two holders unlocking at once hand theirs to
+				// the same first waiter): the holder's looks list the
+				// slots and the queue, and move on as soon as the
+				// waiter's entry is gone, without marking it.
+				s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
+					v, err := f.q.list(ctx, limit)
+					if err != nil {
+						return Status{}, false, err
+					}
+					here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
+					return v.locks[slot], !here, nil
+				}
+			}
+			return s, true
 		}
 		return successor{}, false
 	}
 	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, next)
-	if err != nil {
-		if errors.Is(err, errHandOffLost) {
-			return true, err
-		}
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		// Its validity passed before the hand-off began (nothing was
+		// sent): release what may still be held, as an unordered lock.
+		return false, nil
+	case err != nil:
 		return true, err
 	}
-	if out.taker != "" {
-		lk.lease.cfg.log.Info("azlease: unlocked; handed to the next waiter", slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed)))
-	} else {
-		lk.lease.cfg.log.Info("azlease: unlocked; no waiter took the lock", slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed)))
+	log, epoch, passed := lk.lease.cfg.log, slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed))
+	switch {
+	case out.taker != "":
+		log.Info("azlease: unlocked; handed to the next waiter", epoch, passed)
+	case out.lost == lostHeld:
+		log.Warn("azlease: unlocked; the hand-off ended with the lease under an ID no term shows (a waiter took it and did not start its term): the lock frees itself when the lease expires", epoch, passed)
+	case out.lost != "":
+		log.Info("azlease: unlocked; the lease was "+out.lost+" during the hand-off, nobody took it: the queue's first takes the free lock", epoch, passed)
+	default:
+		log.Info("azlease: unlocked; no waiter took the lock", epoch, passed)
 	}
 	return true, nil
 }
@@ -686,7 +863,8 @@ func (lk *Lock) passOver(ctx context.Context, w waiter) {
 	cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
 	defer cancel()
 	if marked, cur, changed := f.q.miss(cctx, w); !marked && changed {
-		time.Sleep(f.cfg.headPoll + minHandOffMargin)
+		head, _ := w.paces(f.cfg)
+		time.Sleep(head + minHandOffMargin)
 		cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
 		defer cancel()
 		if st, err := lk.lease.inspect(cctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil && st.Epoch > lk.Epoch() {

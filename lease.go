@@ -313,6 +313,11 @@ func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, h
 // caller's deadline: what it would free expires on its own within a lease
 // duration.
 func (l *Lease) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+	if ctx.Value(giveBackKey{}) != nil {
+		// A fair lock's waiter: its queue waits for what it would free.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.attemptTimeout)
+		return cctx, cancel, true
+	}
 	if ctx.Err() != nil {
 		if ctx.Value(cleanUpAfterCancelKey{}) == nil {
 			return nil, nil, false
@@ -337,6 +342,13 @@ const answerGuard = time.Millisecond
 // cleanUpAfterCancelKey marks a context whose cancellation means "stop
 // gracefully": clean-up requests are still made, bounded by AttemptTimeout.
 type cleanUpAfterCancelKey struct{}
+
+// giveBackKey marks the context of a fair lock's waiter: a lease it may
+// hold without a term when its operation fails (a take-over whose Change
+// Lease was applied, an acquisition whose epoch write failed) is given back
+// within one AttemptTimeout, even when its ctx has ended or is about to,
+// rather than left to block the queue until it expires.
+type giveBackKey struct{}
 
 // releaseStale releases a stale lease ID, one that may hold the lease
 // without a term, within what the caller's context leaves

@@ -104,7 +104,7 @@ func NewMutex(cc *container.Client, name string, opts *MutexOptions) (*Mutex, er
 	m := &Mutex{t: t, cfg: cfg, health: new(storageHealth)}
 	if !cfg.unordered {
 		m.fair = &fairLock{
-			name: name, q: newQueue(t, cfg.lease, m.health), cfg: cfg, slots: []*Mutex{m},
+			name: name, q: newQueue(t, []string{t.blob}, cfg.lease, m.health), cfg: cfg, slots: []*Mutex{m},
 			look: func(ctx context.Context, budget time.Duration) ([]Status, error) {
 				st, err := m.newLease().inspect(ctx, time.Now().Add(budget))
 				return []Status{st}, err
@@ -155,7 +155,7 @@ func (m *Mutex) TryLock(ctx context.Context) (lock *Lock, ok bool, err error) {
 		return nil, false, err
 	}
 	if m.fair != nil {
-		lk, _, err := m.fair.tryFree(ctx, m.cfg.lease.duration)
+		lk, _, err := m.fair.tryFree(ctx, true)
 		return lk, lk != nil, err
 	}
 	l := m.newLease()
@@ -372,6 +372,11 @@ func (lk *Lock) stopLocked() {
 	if lk.stopped {
 		return
 	}
+	// A term whose validity passed before this call ended then, even if
+	// no azlease goroutine has run since (its process was paused, and the
+	// deadline timer has not fired yet): Err ends it with
+	// ErrDeadlinePassed, so that it counts as lost below, not stopped.
+	_ = lk.Term.Err()
 	if lk.maxHold != nil && !lk.maxHold.Stop() {
 		<-lk.maxHoldFired // it fired: wait for it, as for every goroutine azlease starts
 	}

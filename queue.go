@@ -11,9 +11,17 @@ package azlease
 //   - NAME/queue/<ticket, 20 digits> is a waiter: created with its ticket,
 //     its metadata holds the lease ID it announced (a holder hands the lock
 //     to an ID derived from it: succession.go), its identity, when it began
-//     to wait (its wall clock, for display), and, once it is first in line
-//     and polls the lock every HeadPollInterval, when that began (the head
-//     mark). List Blobs returns them in name order, which is ticket order.
+//     to wait (its wall clock, for display), the poll intervals it runs
+//     with (so that others judge its silence by its own pace), and, once it
+//     is first in line and polls the lock every HeadPollInterval, when that
+//     began (the head mark). List Blobs returns them in name order, which
+//     is ticket order.
+//
+// The queue is listed with the lock's own blobs (a Mutex's lock blob, a
+// Semaphore's slots): one List Blobs request under the longest prefix
+// they share with the queue, which tells every waiter the lock's lease
+// state at no extra request (blobs that merely share the prefix are left
+// out).
 //
 // Waiter blobs have no lease: waiting costs no renewals. A waiter that
 // gives up deletes its blob. One that dies leaves it: when its turn comes
@@ -32,6 +40,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +62,7 @@ const (
 	metaWaiterSince   = "azleasesince"      // a waiter: when it began to wait (ms since 1970, its clock)
 	metaWaiterHead    = "azleasehead"       // a waiter: when it began to poll as the first in line
 	metaWaiterMissed  = "azleasemissed"     // a waiter: its turn came and it did not take the lock
+	metaWaiterPoll    = "azleasepoll"       // a waiter: its HeadPollInterval and PollInterval, in ms ("200,1000")
 	queueSuffix       = "/queue"
 	ticketDigits      = 20
 	maxTicketAttempts = 20 // conditional writes tried for one ticket before giving up
@@ -89,24 +99,49 @@ type waiter struct {
 	id       string      // the lease ID it announced
 	etag     azcore.ETag // as listed, for conditional writes and deletes
 	modified time.Time   // its blob's Last-Modified, storage's clock
+	// headPoll and poll are the intervals it waits with (its
+	// MutexOptions), zero when its entry does not say (an older version).
+	headPoll, poll time.Duration
+}
+
+// paces returns w's head poll and poll intervals, or, when its entry does
+// not say, the reader's own (cfg).
+func (w waiter) paces(cfg holdConfig) (headPoll, poll time.Duration) {
+	headPoll, poll = w.headPoll, w.poll
+	if headPoll <= 0 {
+		headPoll = cfg.headPoll
+	}
+	if poll <= 0 {
+		poll = cfg.poll
+	}
+	return headPoll, poll
 }
 
 // queue is the waiting queue of one fair lock.
 type queue struct {
-	lock    string // the lock's name
-	ops     *Lease // requests on the counter blob (its loop, health and metrics)
-	lister  *Lease // listings of the waiters
+	lock    string   // the lock's name
+	locks   []string // the lock's blobs, in slot order (nil: list the queue alone)
+	prefix  string   // what a listing asks for: the longest prefix of the queue and the lock's blobs
+	ops     *Lease   // requests on the counter blob (its loop, health and metrics)
+	lister  *Lease   // listings of the waiters
 	counter *blob.Client
 }
 
-func newQueue(t target, cfg leaseConfig, health *storageHealth) *queue {
+// newQueue returns the queue of the fair lock t names; locks are the lock's
+// blobs (a Mutex's own, a Semaphore's slots), which its listings return
+// too (none: the queue alone).
+func newQueue(t target, locks []string, cfg leaseConfig, health *storageHealth) *queue {
 	ct := t
 	ct.blob = t.blob + queueSuffix
 	ops := newLease(ct, cfg)
 	ops.health = health
-	lister := newListLease(t, QueueName(t.blob), cfg)
+	prefix := QueueName(t.blob)
+	if len(locks) > 0 {
+		prefix = commonPrefix(append([]string{prefix}, locks...))
+	}
+	lister := newListLease(t, prefix, cfg)
 	lister.health = health
-	return &queue{lock: t.blob, ops: ops, lister: lister, counter: ops.bc}
+	return &queue{lock: t.blob, locks: locks, prefix: prefix, ops: ops, lister: lister, counter: ops.bc}
 }
 
 // ticketKey is a ticket as a waiter's blob name and the hand-off marker
@@ -235,13 +270,14 @@ func (q *queue) advance(ctx context.Context, limit time.Time, none bool, cur uin
 }
 
 // join puts a waiter with ticket into the queue: its blob, created only if
-// absent, with the lease ID it announces and its identity.
-func (q *queue) join(ctx context.Context, limit time.Time, ticket uint64, announced, identity string) (waiter, error) {
+// absent, with the lease ID it announces, its identity and the intervals
+// it polls with.
+func (q *queue) join(ctx context.Context, limit time.Time, ticket uint64, announced, identity string, headPoll, poll time.Duration) (waiter, error) {
 	l := q.ops
 	key := ticketKey(ticket)
 	name := QueueName(q.lock) + key
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	w := waiter{Waiter: Waiter{Ticket: ticket, Holder: identity, Since: now}, name: name, key: key, id: announced}
+	w := waiter{Waiter: Waiter{Ticket: ticket, Holder: identity, Since: now}, name: name, key: key, id: announced, headPoll: headPoll, poll: poll}
 	md := waiterMetadata(w)
 	bbc := l.t.cc.NewBlockBlobClient(name)
 	err := l.loopOn(ctx, "write", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
@@ -270,30 +306,66 @@ func (q *queue) join(ctx context.Context, limit time.Time, ticket uint64, announ
 	return w, err
 }
 
+// queueView is one listing of a queue: its waiters in ticket order, and
+// the lock's blobs as the same request found them.
+type queueView struct {
+	ws []waiter
+	// locks are the lock's blobs, in slot order (Exists false for one not
+	// created yet); nil when the queue lists the queue alone.
+	locks []Status
+	// date is storage's clock when it answered (zero if unknown), to tell
+	// how long ago a waiter's blob last changed.
+	date time.Time
+	// sent and got are when the listing was sent and answered, on the
+	// local clock.
+	sent, got time.Time
+}
+
 // waiters lists the queue, in ticket order.
 func (q *queue) waiters(ctx context.Context, limit time.Time) ([]waiter, error) {
-	ws, _, err := q.waitersAt(ctx, limit)
-	return ws, err
+	v, err := q.list(ctx, limit)
+	return v.ws, err
 }
 
-// waitersAt lists the queue, and returns storage's clock when it answered
-// (zero if unknown), to tell how long ago a waiter's blob last changed.
-func (q *queue) waitersAt(ctx context.Context, limit time.Time) ([]waiter, time.Time, error) {
-	sts, date, err := q.lister.listPrefixAt(ctx, QueueName(q.lock), limit)
+// list lists the queue and the lock's blobs with one request (one per
+// 5,000 blobs under q.prefix).
+func (q *queue) list(ctx context.Context, limit time.Time) (queueView, error) {
+	v := queueView{sent: time.Now()}
+	sts, date, err := q.lister.listPrefixAt(ctx, q.prefix, limit)
+	v.got = time.Now()
 	if err != nil {
-		return nil, time.Time{}, err
+		return v, err
 	}
-	out := make([]waiter, 0, len(sts))
-	for _, st := range sts {
-		if w, ok := parseWaiter(q.lock, st); ok {
-			out = append(out, w)
+	v.date = date
+	v.ws = make([]waiter, 0, len(sts))
+	if q.locks != nil {
+		v.locks = make([]Status, len(q.locks))
+		for i, n := range q.locks {
+			v.locks[i] = Status{Name: n}
 		}
 	}
-	return out, date, nil
+	entries := QueueName(q.lock)
+	for _, st := range sts {
+		if strings.HasPrefix(st.Name, entries) {
+			if w, ok := parseWaiter(q.lock, st); ok {
+				v.ws = append(v.ws, w)
+			}
+			continue
+		}
+		if i := slices.Index(q.locks, st.Name); i >= 0 {
+			v.locks[i] = st
+		}
+	}
+	return v, nil
 }
 
+// noTicket is no waiter's ticket: effective's self for a caller that is
+// not in the queue.
+const noTicket = ^uint64(0)
+
 // effective returns the waiters that take part in hand-offs: all but those
-// marked missed, except self (its own entry, whatever its marks).
+// marked missed, except self (its own entry, whatever its marks; noTicket
+// for none).
 func effective(ws []waiter, self uint64) []waiter {
 	out := make([]waiter, 0, len(ws))
 	for _, w := range ws {
@@ -331,7 +403,32 @@ func parseWaiter(lock string, st Status) (waiter, bool) {
 	if v, ok := lookup(st.raw, metaWaiterMissed); ok && v != "" {
 		w.Missed = true
 	}
+	if v, ok := lookup(st.raw, metaWaiterPoll); ok {
+		w.headPoll, w.poll = parsePaces(v)
+	}
 	return w, true
+}
+
+// formatPaces is the metaWaiterPoll value for the intervals head and poll.
+func formatPaces(head, poll time.Duration) string {
+	return strconv.FormatInt(head.Milliseconds(), 10) + "," + strconv.FormatInt(poll.Milliseconds(), 10)
+}
+
+// parsePaces reads a metaWaiterPoll value; an interval it cannot read, or
+// outside what MutexOptions allow, is zero (the reader's own is used).
+func parsePaces(v string) (head, poll time.Duration) {
+	h, p, ok := strings.Cut(v, ",")
+	if !ok {
+		return 0, 0
+	}
+	parse := func(s string, lo time.Duration) time.Duration {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ms <= 0 || ms > MaxPollInterval.Milliseconds() {
+			return 0
+		}
+		return max(time.Duration(ms)*time.Millisecond, lo)
+	}
+	return parse(h, 20*time.Millisecond), parse(p, 100*time.Millisecond)
 }
 
 // markHead writes the head mark on w's blob (keeping its other metadata,
@@ -363,11 +460,15 @@ func (q *queue) markMissed(ctx context.Context, w waiter) error {
 // announced, its holder's name and since when it waits, without a head or
 // missed mark.
 func waiterMetadata(w waiter) map[string]*string {
-	return map[string]*string{
+	md := map[string]*string{
 		metaWaiterID:     to.Ptr(w.id),
 		metaWaiterHolder: to.Ptr(url.QueryEscape(w.Holder)),
 		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
 	}
+	if w.headPoll > 0 && w.poll > 0 {
+		md[metaWaiterPoll] = to.Ptr(formatPaces(w.headPoll, w.poll))
+	}
+	return md
 }
 
 func (q *queue) setWaiter(ctx context.Context, w waiter, md map[string]*string) error {
@@ -491,7 +592,7 @@ func InspectQueue(ctx context.Context, cc *container.Client, name string) ([]Wai
 		return nil, err
 	}
 	cfg, _ := (*LeaseOptions)(nil).config("")
-	q := newQueue(t, cfg, new(storageHealth))
+	q := newQueue(t, nil, cfg, new(storageHealth))
 	ws, err := q.waiters(ctx, time.Now().Add(2*cfg.attemptTimeout))
 	if err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ func TestMissSettledBeforeReported(t *testing.T) {
 		limit := time.Now().Add(time.Minute)
 		ticket, err := q.take(ctx, limit)
 		require.NoError(t, err)
-		w, err := q.join(ctx, limit, ticket, newLeaseID(), "first")
+		w, err := q.join(ctx, limit, ticket, newLeaseID(), "first", m.cfg.headPoll, m.cfg.poll)
 		require.NoError(t, err)
 
 		const lateBy = 10 * time.Second

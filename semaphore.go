@@ -103,8 +103,12 @@ func NewSemaphore(cc *container.Client, name string, n int, opts *MutexOptions) 
 		if err != nil {
 			return nil, err
 		}
+		locks := make([]string, n)
+		for i, m := range s.slots {
+			locks[i] = m.t.blob
+		}
 		s.fair = &fairLock{
-			name: name, q: newQueue(t, cfg.lease, s.health), cfg: cfg, slots: s.slots,
+			name: name, q: newQueue(t, locks, cfg.lease, s.health), cfg: cfg, slots: s.slots,
 			look: func(ctx context.Context, budget time.Duration) ([]Status, error) {
 				if n == 1 {
 					st, err := s.slots[0].newLease().inspect(ctx, time.Now().Add(budget))
@@ -157,7 +161,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (lock *Lock, ok bool, err er
 		return nil, false, err
 	}
 	if s.fair != nil {
-		lk, _, err := s.fair.tryFree(ctx, s.cfg.lease.duration)
+		lk, _, err := s.fair.tryFree(ctx, true)
 		return lk, lk != nil, err
 	}
 	n := len(s.slots)

@@ -54,6 +54,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+
+	"github.com/azlease/azlease/internal/timing"
 )
 
 // successor is a candidate for a hand-off.
@@ -63,29 +65,55 @@ type successor struct {
 	key string
 	// id is the lease ID it announced (its Lease's NextLeaseID).
 	id string
+	// holder is its identity, as its term's record will name it ("":
+	// unknown), to tell its term from another's (handOnOutcome).
+	holder string
 	// wait is how long it may take to notice the marker and change the
 	// lease to its own ID: its poll interval, while it polls the lock
 	// blob. The holder adds a margin for requests in flight.
 	wait time.Duration
 	// passed, when not nil, is called when it did not take the lease in
-	// time (a fair lock removes it from its queue).
+	// time (a fair lock marks it missed in its queue).
 	passed func()
 	// why is the reason of the hand-over, as the marker records it
 	// (handOverChange): an Elector's ("stop", "yield", …), or "" for a
 	// fair lock's queue.
 	why string
+	// look, when not nil, reads the lock blob for the holder's wait in
+	// place of Get Blob Properties, and reports whether the successor has
+	// left (it will not take the lease: it was served elsewhere, or gone):
+	// the holder then moves on at once, without calling passed.
+	look func(ctx context.Context, limit time.Time) (st Status, left bool, err error)
 }
 
 // handOnOutcome is how a hand-off ended.
 type handOnOutcome struct {
-	// taker is the key of the successor that took the lease, or "".
+	// taker is the key of the successor that took the lease (its term's
+	// epoch shows in the lock blob), or "".
 	taker string
 	// released is true when nobody took it and it was released (or it was
 	// no longer present: expired or broken).
 	released bool
 	// passed lists the keys of the successors that did not take it in time.
 	passed []string
+	// lost says how the lease left the hand-off's hands when nobody it was
+	// handed to took it: lostExpired, lostBroken, lostReleased, lostTaken
+	// (a newer term than the hand-off's, not its successor's) or lostHeld;
+	// "" otherwise.
+	lost string
 }
+
+// The ways a hand-off can lose its lease with nobody it was handed to
+// taking it (handOnOutcome.lost).
+const (
+	lostExpired  = "expired"
+	lostBroken   = "broken"
+	lostReleased = "released" // by someone else: a successor that gave its ID back
+	lostTaken    = "taken by another holder"
+	// lostHeld: held under an ID no term shows (a successor changed the
+	// lease to its own and did not write its epoch); it expires.
+	lostHeld = "held under an unknown ID"
+)
 
 // errHandOffLost means the lease was not this Lease's any more when the
 // hand-off began: nothing was handed on.
@@ -122,6 +150,13 @@ func (l *Lease) handOn(ctx context.Context, id string, succs []successor) (handO
 // the first, and the next each time one did not take the lease in time
 // (after its passed), until it reports none left. A fair lock picks each
 // from the queue as it is then (a waiter passed over may be back).
+//
+// Change Lease does not renew the lease, so a chain that waits for many
+// successors renews it, under the hand-off's ID, before a wait it might
+// not outlive: the lock stays handed on, never free, however long the
+// chain. When the lease leaves the chain's hands (a request refused for
+// the ID), it reads the lock blob to tell a successor that took it from a
+// lease that expired, was broken, or was taken by another holder.
 func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successor, bool)) (handOnOutcome, error) {
 	var out handOnOutcome
 	l.opMu.Lock()
@@ -147,11 +182,38 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 	m := &marker{rec: rec, md: md, etag: etag}
 	handed := rec.epoch // the epoch the successor reads beside the marker: handOffID's
 	cur := own
-	var prev successor // the last successor the lease was changed to
+	leaseUntil := validUntil // the lease under cur lasts at least until then
+	renewing := false        // a renewal was sent under cur: one applied late must be settled
+	var prev successor       // the last successor the lease was changed to
+	// lostUnder ends the chain when a request under cur was refused for
+	// the ID (ErrLeaseLost): before anything was handed on, nothing was;
+	// after, the lock blob tells what became of the lease.
+	lostUnder := func(err error) (handOnOutcome, error) {
+		if cur == own {
+			return out, fmt.Errorf("%w: %w", errHandOffLost, err)
+		}
+		return l.chainLost(ctx, out, epoch, cur, prev, renewing), nil
+	}
 	for {
 		s, ok := next()
 		if !ok {
 			break
+		}
+		// 0. The lease, alive through this successor's turn: the marker,
+		// the change and the wait, with an attempt's time to spare.
+		if time.Until(leaseUntil) < s.wait+awaitLook+l.cfg.attemptTimeout {
+			renewing = true
+			send, rerr := l.renewHandOff(ctx, cur)
+			switch {
+			case rerr == nil:
+				leaseUntil = timing.ValidUntil(send, l.cfg.duration, l.cfg.margin)
+			case errors.Is(rerr, ErrLeaseLost):
+				return lostUnder(rerr)
+			case ctx.Err() != nil:
+				return out, rerr
+			}
+			// Otherwise go on: the lease may still last; a refusal
+			// below tells.
 		}
 		// 1. The marker, under the lease as it is now.
 		m.rec.successor = s.key
@@ -162,13 +224,8 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		werr := l.writeMarker(ctx, cur, m)
 		switch {
 		case werr == nil:
-		case cur != own && errors.Is(werr, ErrLeaseLost):
-			// The previous successor changed the lease to its own ID after
-			// all: it took it.
-			out.taker = prev.key
-			return out, nil
 		case errors.Is(werr, ErrLeaseLost):
-			return out, fmt.Errorf("%w: %w", errHandOffLost, werr)
+			return lostUnder(werr)
 		default:
 			l.abandonHandOff(ctx, cur)
 			return out, werr
@@ -180,15 +237,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		rtt := time.Since(start)
 		switch {
 		case cerr == nil:
-			cur, prev = to, s
-		case bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
-			out.released = true // it expired meanwhile: free for the queue's head
-			return out, nil
-		case cur != own && errors.Is(cerr, ErrLeaseLost):
-			out.taker = prev.key
-			return out, nil
-		case errors.Is(cerr, ErrLeaseLost):
-			return out, fmt.Errorf("%w: %w", errHandOffLost, cerr)
+			cur, prev, renewing = to, s, false
+		case errors.Is(cerr, ErrLeaseLost) || bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
+			return lostUnder(cerr)
 		default:
 			l.abandonHandOff(ctx, cur)
 			return out, cerr
@@ -196,7 +247,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		// 3. Its term, within its wait and a margin for requests in flight:
 		// four round trips as the two requests above measured them.
 		margin := max(minHandOffMargin, 2*rtt)
-		took, gone, err := l.awaitTaker(ctx, epoch, time.Now().Add(s.wait+margin))
+		took, gone, left, err := l.awaitTaker(ctx, epoch, time.Now().Add(s.wait+margin), s.look)
 		switch {
 		case err != nil:
 			return out, err
@@ -204,10 +255,15 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			out.taker = s.key
 			return out, nil
 		case gone:
-			out.released = true
-			return out, nil
+			// No lease any more: the successor took it and released it
+			// already, or gave it back, or it expired or was broken.
+			return l.chainLost(ctx, out, epoch, cur, prev, false), nil
 		}
 		out.passed = append(out.passed, s.key)
+		if left {
+			l.cfg.log.Debug("azlease: successor left; passing the lease on", slog.String("successor", s.key))
+			continue
+		}
 		l.cfg.log.Debug("azlease: successor did not take the lease in time; passing it on", slog.String("successor", s.key))
 		if s.passed != nil {
 			s.passed()
@@ -221,14 +277,78 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 	end.endedBy, end.ended = ChangeReleased, stopped
 	m.rec.setCur(end)
 	if werr := l.writeMarker(ctx, cur, m); cur != own && errors.Is(werr, ErrLeaseLost) {
-		out.taker = prev.key
-		return out, nil
+		return lostUnder(werr)
 	}
-	if err := l.releaseID(ctx, cur, time.Now().Add(l.cfg.attemptTimeout), true); err != nil {
+	if err := l.releaseID(ctx, cur, time.Now().Add(l.cfg.attemptTimeout), cur == own); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			return lostUnder(err)
+		}
 		return out, err
 	}
 	out.released = true
 	return out, nil
+}
+
+// chainLost settles how a hand-on chain ended when its lease was no longer
+// under cur, the ID it last handed it to (prev): it reads the lock blob.
+// A newer term than the hand-off's (epoch) is prev's when its record names
+// prev's holder (or prev's holder is unknown); a lease held with the
+// hand-off's epoch may be prev's term starting (its Change applied, its
+// epoch not written yet), so it waits a few round trips for the epoch
+// before calling it held by an unknown ID. renewing says a renewal under
+// cur may still be applied late: if the lease expired under cur, cur is
+// released, so that it cannot be revived.
+func (l *Lease) chainLost(ctx context.Context, out handOnOutcome, epoch uint64, cur string, prev successor, renewing bool) handOnOutcome {
+	ctx = context.WithoutCancel(ctx)
+	st, err := l.inspect(ctx, time.Now().Add(l.cfg.attemptTimeout))
+	if err == nil && st.Leased && st.Epoch <= epoch {
+		// Changed by prev at the last moment, or by someone else: give
+		// the epoch write a few attempts' time.
+		if took, _, _, _ := l.awaitTaker(ctx, epoch, time.Now().Add(2*l.cfg.attemptTimeout), nil); took {
+			st, err = l.inspect(ctx, time.Now().Add(l.cfg.attemptTimeout))
+		}
+	}
+	switch {
+	case err != nil:
+		out.lost = lostHeld // unknown: say the least
+	case st.Epoch > epoch && (prev.holder == "" || st.Holder == prev.holder):
+		out.taker = prev.key
+	case st.Epoch > epoch:
+		out.lost = lostTaken
+	case st.Leased:
+		out.lost = lostHeld
+	default:
+		out.released = true
+		switch st.State {
+		case "broken":
+			out.lost = lostBroken
+		case "expired":
+			out.lost = lostExpired
+			if renewing {
+				_ = l.releaseID(ctx, cur, time.Now().Add(l.cfg.attemptTimeout), true)
+			}
+		default:
+			out.lost = lostReleased
+		}
+	}
+	return out
+}
+
+// renewHandOff renews the lease under the hand-off ID id (or the term's
+// own, before the first change), for at most AttemptTimeout, and returns
+// the send instant of the renewal that succeeded. Only the holder that
+// handed the lease on knows id, and no term ever has it: a renewal (even
+// one applied late) acts on this hand-off's lease or on nothing (Azure
+// refuses an ID the lease does not have, and a released lease).
+func (l *Lease) renewHandOff(ctx context.Context, id string) (send time.Time, err error) {
+	err = l.loop(ctx, "renew", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, now time.Time) (bool, error) {
+		_, err := l.leaseClient(id).RenewLease(actx, nil)
+		if err == nil {
+			send = now
+		}
+		return l.handOffEnd(ctx, "renew", err)
+	})
+	return send, err
 }
 
 // abandonHandOff gives up a hand-off that storage did not let go on: the
@@ -343,29 +463,42 @@ func (l *Lease) changeID(ctx context.Context, from, to string, limit time.Time) 
 // released it already, or it expired). Its last look is at the deadline.
 // Each look may take until the deadline, and at least awaitLook: bounded by
 // the deadline alone, no look would be sent in its last timing.MinAttempt,
-// and a successor that took the lease then would be passed over.
-func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time) (took, gone bool, err error) {
+// and a successor that took the lease then would be passed over. look,
+// when not nil, makes each look (successor.look) and reports that the
+// successor left (left: it will not take the lease).
+func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time, look func(context.Context, time.Time) (Status, bool, error)) (took, gone, left bool, err error) {
 	step := min(max(time.Until(deadline)/8, 10*time.Millisecond), 100*time.Millisecond)
 	for {
 		limit := deadline
 		if soon := time.Now().Add(awaitLook); soon.After(limit) {
 			limit = soon
 		}
-		st, ierr := l.inspect(ctx, limit)
+		var (
+			st   Status
+			away bool
+			ierr error
+		)
+		if look != nil {
+			st, away, ierr = look(ctx, limit)
+		} else {
+			st, ierr = l.inspect(ctx, limit)
+		}
 		switch {
 		case ierr != nil && ctx.Err() != nil:
-			return false, false, ierr
+			return false, false, false, ierr
 		case ierr == nil && st.Epoch > epoch:
-			return true, false, nil
+			return true, false, false, nil
 		case ierr == nil && !st.Leased:
-			return false, true, nil
+			return false, true, false, nil
+		case ierr == nil && away:
+			return false, false, true, nil
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return false, false, nil
+		rest := time.Until(deadline)
+		if rest <= 0 {
+			return false, false, false, nil
 		}
-		if !sleepCtx(ctx, min(step, left)) {
-			return false, false, context.Cause(ctx)
+		if !sleepCtx(ctx, min(step, rest)) {
+			return false, false, false, context.Cause(ctx)
 		}
 	}
 }

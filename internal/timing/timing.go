@@ -239,3 +239,19 @@ func MaxQueueLook(poll time.Duration) time.Duration { return 150 * poll }
 func HandOffWait(held, wasHead, head, poll time.Duration) time.Duration {
 	return min(max(2*max(held, wasHead), head), max(2*poll, head))
 }
+
+// PassOverFree is how long a slot of a fair lock stays free, while the
+// first waiter in line does not take it, before a waiter behind it (or a
+// TryLock) passes the first over (marks it missed). A first waiter that has
+// said it polls as the first (marked: its head mark) takes a free slot at
+// its next look: two of its head polls (head) and margin for requests in
+// flight. One that has not may not know yet that it is first: it learns it
+// at its next look as the waiter right behind the first, within
+// QueueCap(1, poll) (2 × poll) more.
+func PassOverFree(head, poll, margin time.Duration, marked bool) time.Duration {
+	d := 2*head + margin
+	if !marked {
+		d += QueueCap(1, poll)
+	}
+	return d
+}
