@@ -12,9 +12,19 @@ package azlease_test
 // still waiting, unless that one was passed over while it did not look (the
 // library's hook reported it "missed"), which is counted apart; in clean
 // seeds there is no pass-over at all.
+//
+// A fourth of the seeds are hosts that die whole (issue 36): the waiters
+// run on two to four hosts, and a host's death kills its holder and its
+// waiters at once, on a clean network; one more host's five to eight
+// waiters ask together and die together, ahead of live ones. Another fourth plays
+// the same on a Semaphore of two or three slots. Besides exclusion and
+// order, those seeds check that the queue never sticks: no live waiter
+// waits while a slot stays free for longer than a bound derived from the
+// options (livenessBound).
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -29,6 +39,7 @@ import (
 
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/internal/timing"
 )
 
 // fairScenario is one seed's world.
@@ -44,9 +55,29 @@ type fairScenario struct {
 	length    time.Duration
 	badStart  time.Duration
 	badLen    time.Duration
+	// hosts, when not zero, makes the seed one of hosts that die whole:
+	// waiter i runs on host host[i]; events are "hostdeath"; the network
+	// is clean.
+	hosts int
+	host  []int
+	// slots is 1 for a Mutex, more for a Semaphore of that many slots.
+	slots int
+	// pile is how many waiters of one more host ask together at pileAt
+	// and die together at pileDie (an event "piledeath"), for good.
+	pile   int
+	pileAt time.Duration
 }
 
+// newFairScenario draws seed's scenario: seeds 2 and 3 of every 4 are
+// hosts that die whole (on a Mutex, then a Semaphore), the others the
+// original mix (a third clean).
 func newFairScenario(seed uint64) fairScenario {
+	switch seed % 4 {
+	case 2:
+		return newHostsScenario(seed, 1)
+	case 3:
+		return newHostsScenario(seed, 2+int(seed/4%2))
+	}
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
 	sc := fairScenario{
 		seed:      seed,
@@ -77,10 +108,68 @@ func newFairScenario(seed uint64) fairScenario {
 		sc.events = append(sc.events, event{at: at, kind: kind, node: rng.IntN(nodes), dur: d})
 	}
 	sc.events, sc.badStart, sc.badLen = addOperatorTrouble(rng, sc.events, sc.length, sc.opts.LeaseDuration)
+	sc.slots = 1
 	return sc
 }
 
+// newHostsScenario draws a scenario of hosts that die whole, on a lock of
+// slots slots (see the top of this file).
+func newHostsScenario(seed uint64, slots int) fairScenario {
+	rng := rand.New(rand.NewPCG(seed, 0xdead))
+	sc := fairScenario{
+		seed:      seed,
+		waiters:   4 + rng.IntN(4),
+		hosts:     2 + rng.IntN(3),
+		slots:     slots,
+		clockRate: 1,
+		length:    3 * time.Minute,
+	}
+	sc.opts.LeaseDuration = time.Duration([]int{15, 15, 20, 30}[rng.IntN(4)]) * time.Second
+	sc.opts.PollInterval = time.Second
+	sc.opts.HeadPollInterval = time.Duration([]int{0, 0, 100, 500}[rng.IntN(4)]) * time.Millisecond
+	sc.host = make([]int, sc.waiters)
+	for i := range sc.host {
+		sc.host[i] = i % sc.hosts // every host runs one at least
+	}
+	rng.Shuffle(len(sc.host), func(i, j int) { sc.host[i], sc.host[j] = sc.host[j], sc.host[i] })
+	sc.pile = 5 + rng.IntN(4)
+	sc.pileAt = time.Duration(30+rng.IntN(60)) * time.Second
+	sc.events = append(sc.events, event{at: sc.pileAt + time.Duration(2+rng.IntN(6))*time.Second, kind: "piledeath"})
+	for at := 20 * time.Second; at < sc.length-time.Minute; at += time.Duration(20+rng.IntN(40)) * time.Second {
+		sc.events = append(sc.events, event{at: at, kind: "hostdeath", node: rng.IntN(sc.hosts), dur: time.Duration(5+rng.IntN(40)) * time.Second})
+	}
+	sortEvents(sc.events)
+	return sc
+}
+
+// headPoll is the scenario's HeadPollInterval as the library takes it.
+func (sc fairScenario) headPoll() time.Duration {
+	if sc.opts.HeadPollInterval == 0 {
+		return min(200*time.Millisecond, sc.opts.PollInterval)
+	}
+	return sc.opts.HeadPollInterval
+}
+
+// livenessBound is the longest a live waiter may wait while a slot of the
+// lock is free (hosts seeds): a dead holder's lease expires within its
+// duration; a holder's hand-on chain waits up to 2 × PollInterval and a
+// head poll for each dead waiter it hands the lock to; a waiter listing the
+// queue looks at the lock within QueueCap of its position; and each dead
+// waiter ahead is passed over once the slot has stayed free for its
+// reaction time (timing.PassOverFree), found by looks a position's head
+// polls apart, with a second for round trips.
+func (sc fairScenario) livenessBound() time.Duration {
+	n := sc.waiters + sc.pile
+	head, poll := sc.headPoll(), sc.opts.PollInterval
+	each := 2*poll + head + timing.PassOverFree(head, poll, 50*time.Millisecond, false) + time.Duration(n)*head + time.Second
+	return sc.opts.LeaseDuration + timing.QueueCap(n, poll) + time.Duration(n)*each
+}
+
 func (sc fairScenario) String() string {
+	if sc.hosts > 0 {
+		return fmt.Sprintf("seed %d: hosts that die, %d waiters on %d hosts and a pile of %d at %v, %d slots, lease %v, poll %v, head poll %v, %d events",
+			sc.seed, sc.waiters, sc.hosts, sc.pile, sc.pileAt, sc.slots, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.HeadPollInterval, len(sc.events))
+	}
 	if sc.clean {
 		return fmt.Sprintf("seed %d: clean, %d waiters, unordered %v, lease %v, poll %v, head poll %v",
 			sc.seed, sc.waiters, sc.unordered, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.HeadPollInterval)
@@ -474,11 +563,17 @@ type fairStats struct {
 	mutexStats
 	order fairOrder
 	clean bool
+	// Hosts seeds: the longest a live waiter waited while a slot was free,
+	// the bound, and the stretches beyond it.
+	longest time.Duration
+	bound   time.Duration
+	stuck   []string
 }
 
 // simWaiter is a fair (or the unordered) waiter's state that events act on.
 type simWaiter struct {
 	name string
+	host int // its host, in a hosts seed (-1: the pile)
 	mu   sync.Mutex
 	// cancel ends the Lock call in progress, or the work under the lock.
 	cancel context.CancelFunc
@@ -490,14 +585,64 @@ type simWaiter struct {
 	killed    bool
 }
 
+// fairTerms are the terms believed, by lock blob (a Semaphore's slots).
+type fairTerms struct {
+	mu    sync.Mutex
+	terms map[string][]believed
+}
+
+func (f *fairTerms) record(blob string, b believed) {
+	f.mu.Lock()
+	f.terms[blob] = append(f.terms[blob], b)
+	f.mu.Unlock()
+}
+
+// fairHooks routes the library's fair-lock hook to the recorder of the
+// seed whose lock it names: seeds run in parallel, each on a lock named
+// after it (routeFairHooks).
+var fairHooks sync.Map // lock name → *fairRecorder
+
+// routeFairHooks installs the hook that routes events to fairHooks, for
+// the whole of t (its parallel subtests included).
+func routeFairHooks(t *testing.T) {
+	restore := azlease.SetFairHook(func(event, lock string, ticket uint64) {
+		if r, ok := fairHooks.Load(lock); ok {
+			r.(*fairRecorder).hook(event, lock, ticket)
+		}
+	})
+	t.Cleanup(restore)
+}
+
+// fairRun is one run of a scenario: what the waiters share.
+type fairRun struct {
+	t     *testing.T
+	sc    fairScenario
+	c     *cluster
+	rec   *fairRecorder
+	terms *fairTerms
+	end   time.Time
+	smu   sync.Mutex
+	st    *fairStats
+	// newLock starts a process of the waiter name: its Lock (a Mutex's
+	// Lock or a Semaphore's Acquire).
+	newLock func(name string, unordered bool) func(context.Context) (*azlease.Lock, error)
+}
+
+func (r *fairRun) count(f func(*mutexStats)) {
+	r.smu.Lock()
+	f(&r.st.mutexStats)
+	r.smu.Unlock()
+}
+
 // runFairScenario plays sc. It must run inside a synctest bubble.
 func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	c := newCluster(t, azlease.ElectorOptions{})
+	c.blob = fmt.Sprintf("fair-%d", sc.seed) // a lock of its own, for the hook's routing
 	c.work = &workCounter{}
 	c.emu.SetClockRate(sc.clockRate)
 	rec := newFairRecorder(c.blob)
-	restore := azlease.SetFairHook(rec.hook)
-	defer restore()
+	fairHooks.Store(c.blob, rec)
+	defer fairHooks.Delete(c.blob)
 	mix := newFaultMix(sc.seed, sc.faultRate, sc.opts.LeaseDuration, false)
 	t0 := time.Now()
 	if sc.badLen > 0 {
@@ -508,51 +653,97 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
 		reqs.see(r)
 		switch {
-		case sc.clean:
+		case sc.clean || sc.hosts > 0:
 			return azleasetest.Fault{}
 		case outage.Load():
 			return azleasetest.Fault{Action: azleasetest.Fail}
 		}
 		return mix.draw(r)
 	})
-	end := t0.Add(sc.length)
-
 	var st fairStats
 	st.clean = sc.clean
-	var smu sync.Mutex
-	count := func(f func(*mutexStats)) {
-		smu.Lock()
-		f(&st.mutexStats)
-		smu.Unlock()
-	}
-	newMutex := func(name string, unordered bool) *azlease.Mutex {
+	run := &fairRun{t: t, sc: sc, c: c, rec: rec, terms: &fairTerms{terms: map[string][]believed{}}, end: t0.Add(sc.length), st: &st}
+	run.newLock = func(name string, unordered bool) func(context.Context) (*azlease.Lock, error) {
 		o := sc.opts
 		o.Identity, o.Unordered = name, unordered
+		if sc.slots > 1 {
+			s, err := azlease.NewSemaphore(c.emu.client(name), c.blob, sc.slots, &o)
+			require.NoError(t, err)
+			return s.Acquire
+		}
 		m, err := azlease.NewMutex(c.emu.client(name), c.blob, &o)
 		require.NoError(t, err)
-		return m
+		return m.Lock
 	}
 	nodes := make([]*simWaiter, sc.waiters)
 	var clients sync.WaitGroup
 	for i := range nodes {
 		w := &simWaiter{name: fmt.Sprintf("w%d", i)}
+		if sc.hosts > 0 {
+			w.host = sc.host[i]
+			w.name = fmt.Sprintf("h%dw%d", w.host, i)
+		}
 		nodes[i] = w
 		rng := rand.New(rand.NewPCG(sc.seed, uint64(i)))
-		clients.Go(func() { fairWaiterLoop(t, c, sc, rec, w, rng, newMutex, count, end) })
+		clients.Go(func() { run.waiterLoop(w, rng, false) })
 	}
 	if sc.unordered {
 		w := &simWaiter{name: "u0"}
 		nodes = append(nodes, w)
 		rng := rand.New(rand.NewPCG(sc.seed, 0x75))
-		clients.Go(func() { fairWaiterLoop(t, c, sc, nil, w, rng, newMutex, count, end) })
+		clients.Go(func() { run.waiterLoop(w, rng, true) })
+	}
+	var pile []*simWaiter
+	for i := range sc.pile {
+		w := &simWaiter{name: fmt.Sprintf("pile%d", i), host: -1}
+		pile = append(pile, w)
+		rng := rand.New(rand.NewPCG(sc.seed, 0x1000+uint64(i)))
+		clients.Go(func() { run.pileLoop(w, rng, t0.Add(sc.pileAt)) })
 	}
 
 	var pending sync.WaitGroup
+	// kill kills ws at once, as one host that dies: cut off first, so that
+	// nothing they do on the way out reaches storage; down that long (a
+	// holder's until its lease has surely expired, so that no renewal of
+	// the abandoned lock gets through).
+	kill := func(ws []*simWaiter, down time.Duration) {
+		var dead []*simWaiter
+		for _, w := range ws {
+			w.mu.Lock()
+			if !w.downUntil.After(time.Now()) {
+				c.partition(w.name, azleasetest.Hang)
+				dead = append(dead, w)
+			}
+			w.mu.Unlock()
+		}
+		for _, w := range dead {
+			w.mu.Lock()
+			d := down
+			if w.holding {
+				d = max(d, sc.opts.LeaseDuration*2)
+			}
+			w.downUntil, w.killed = time.Now().Add(d), true
+			if w.call != nil {
+				rec.crash(w.call)
+			}
+			if w.cancel != nil {
+				w.cancel()
+			}
+			w.mu.Unlock()
+			pending.Go(func() {
+				time.Sleep(d)
+				c.heal(w.name)
+			})
+		}
+	}
 	for _, ev := range sc.events {
 		time.Sleep(time.Until(t0.Add(ev.at)))
-		if ev.kind == "outage" || ev.kind == "break" {
+		switch ev.kind {
+		case "outage", "break", "piledeath":
 			rec.note("event: %s for %v", ev.kind, ev.dur)
-		} else {
+		case "hostdeath":
+			rec.note("event: host %d dies for %v", ev.node, ev.dur)
+		default:
 			rec.note("event: %s %s for %v", ev.kind, nodes[ev.node].name, ev.dur)
 		}
 		switch ev.kind {
@@ -568,32 +759,17 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 				c.heal(w.name)
 			})
 		case "crash":
-			w := nodes[ev.node]
-			w.mu.Lock()
-			down := ev.dur
-			if w.downUntil.After(time.Now()) {
-				w.mu.Unlock()
-				continue // down already
+			kill(nodes[ev.node:ev.node+1], ev.dur)
+		case "hostdeath":
+			var host []*simWaiter
+			for _, w := range nodes {
+				if w.host == ev.node {
+					host = append(host, w)
+				}
 			}
-			if w.holding {
-				// Dead while holding: cut off until its lease has surely
-				// expired, so that no renewal of the abandoned lock
-				// gets through.
-				down = max(down, sc.opts.LeaseDuration*2)
-			}
-			w.downUntil, w.killed = time.Now().Add(down), true
-			if w.call != nil {
-				rec.crash(w.call)
-			}
-			c.partition(w.name, azleasetest.Hang) // first: nothing it does on the way out reaches storage
-			if w.cancel != nil {
-				w.cancel()
-			}
-			w.mu.Unlock()
-			pending.Go(func() {
-				time.Sleep(down)
-				c.heal(w.name)
-			})
+			kill(host, ev.dur)
+		case "piledeath":
+			kill(pile, sc.length) // for good: they never come back
 		case "outage":
 			outage.Store(true)
 			time.Sleep(min(ev.dur, 10*time.Second))
@@ -606,6 +782,7 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	pending.Wait()
 	clients.Wait()
 	c.stopAll()
+	runEnd := time.Now()
 
 	mix.mu.Lock()
 	st.requests = mix.requests
@@ -614,14 +791,10 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	mix.mu.Unlock()
 	st.work = c.work.snapshot()
 	var checkErr error
-	st.outside, st.overlaps, st.epochs, checkErr = c.violations()
+	st.outside, st.overlaps, st.epochs, checkErr = fairViolations(c, run.terms)
 	st.order = rec.check(t0)
-	headPoll := sc.opts.HeadPollInterval
-	if headPoll == 0 {
-		headPoll = 200 * time.Millisecond
-	}
 	var missedReport []string
-	st.order.asleep, st.order.looking, missedReport = rec.classifyMissed(reqs, headPoll)
+	st.order.asleep, st.order.looking, missedReport = rec.classifyMissed(reqs, sc.headPoll())
 	if sc.clean {
 		st.order.report = append(st.order.report, missedReport...)
 	}
@@ -630,7 +803,11 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 		require.NoError(t, err)
 		require.Empty(t, q, "%v: every waiter left the queue", sc)
 	}
-	if debugSim && (checkErr != nil || st.work.stale > 0 || st.order.violated > 0 || (sc.clean && st.order.missed > 0)) {
+	if sc.hosts > 0 {
+		st.bound = sc.livenessBound()
+		st.longest, st.stuck = stuckWaits(sc.slots, run.terms, rec, st.bound, t0, runEnd)
+	}
+	if debugSim && (checkErr != nil || st.work.stale > 0 || st.order.violated > 0 || (sc.clean && st.order.missed > 0) || len(st.stuck) > 0) {
 		t.Logf("%v: faults injected:\n%s", sc, strings.Join(faultLog, "\n"))
 		t.Logf("%v: %v", sc, checkErr)
 		t.Logf("%v: the waiters' events:\n%s", sc, strings.Join(rec.log, "\n"))
@@ -638,14 +815,107 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	return st
 }
 
-// fairWaiterLoop is one waiter: it asks at random times, gives up when its
+// fairViolations checks every lock blob's believed terms against its
+// grants (a Semaphore's slots one by one): none outside its lease, no two
+// overlapping, epochs growing.
+func fairViolations(c *cluster, terms *fairTerms) (outside, overlaps, epochs int, err error) {
+	terms.mu.Lock()
+	defer terms.mu.Unlock()
+	var errs []error
+	for blob, ts := range terms.terms {
+		err := azleasetest.CheckIntervals(c.emu.Grants(testContainer, blob), intervalsOf(ts))
+		if err == nil {
+			continue
+		}
+		var ee *azleasetest.ExclusionError
+		if !errors.As(err, &ee) {
+			c.t.Errorf("the interval checker failed: %v", err)
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", blob, err))
+		outside += ee.Count(azleasetest.OutsideGrant) + ee.Count(azleasetest.EndsBeforeStart)
+		overlaps += ee.Count(azleasetest.Overlap)
+		epochs += ee.Count(azleasetest.EpochBackwards)
+	}
+	return outside, overlaps, epochs, errors.Join(errs...)
+}
+
+// stuckWaits finds, for every call that was never killed, the stretches
+// during which it waited while the lock had a free slot (fewer terms
+// believed than slots), and returns the longest and those longer than
+// bound. A term's lease outlives its belief when its holder died; the
+// bound counts that.
+func stuckWaits(slots int, terms *fairTerms, rec *fairRecorder, bound time.Duration, t0, end time.Time) (longest time.Duration, stuck []string) {
+	type edge struct {
+		at time.Time
+		d  int
+	}
+	var edges []edge
+	terms.mu.Lock()
+	for _, ts := range terms.terms {
+		for _, b := range ts {
+			edges = append(edges, edge{b.start, 1}, edge{b.end, -1})
+		}
+	}
+	terms.mu.Unlock()
+	slices.SortStableFunc(edges, func(a, b edge) int { return a.at.Compare(b.at) })
+	var free [][2]time.Time // stretches with a free slot
+	active, from := 0, t0
+	for _, e := range edges {
+		if active < slots && e.at.After(from) {
+			free = append(free, [2]time.Time{from, e.at})
+		}
+		active += e.d
+		from = e.at
+	}
+	if active < slots && end.After(from) {
+		free = append(free, [2]time.Time{from, end})
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, c := range rec.calls {
+		if !c.crashed.IsZero() {
+			continue
+		}
+		cend := c.end
+		if cend.IsZero() {
+			cend = end
+		}
+		if c.deadline.Before(cend) {
+			cend = c.deadline
+		}
+		for _, f := range free {
+			a, b := f[0], f[1]
+			if c.start.After(a) {
+				a = c.start
+			}
+			if cend.Before(b) {
+				b = cend
+			}
+			if d := b.Sub(a); d > longest {
+				longest = d
+			}
+			if b.Sub(a) > bound {
+				stuck = append(stuck, fmt.Sprintf("%s waited from %v to %v while a slot was free (%v, beyond %v)", c.waiter, a.Sub(t0), b.Sub(t0), b.Sub(a), bound))
+			}
+		}
+	}
+	return longest, stuck
+}
+
+// waiterLoop is one waiter: it asks at random times, gives up when its
 // ctx ends (sometimes soon), holds the lock for a random length (zero
 // included) while working through its term, and unlocks; killed, it stays
-// down and starts again as a new process. rec is nil for the unordered one.
-func fairWaiterLoop(t *testing.T, c *cluster, sc fairScenario, rec *fairRecorder, w *simWaiter, rng *rand.Rand,
-	newMutex func(string, bool) *azlease.Mutex, count func(func(*mutexStats)), end time.Time) {
-	m := newMutex(w.name, rec == nil)
-	for time.Now().Before(end) {
+// down and starts again as a new process. An unordered waiter is not
+// recorded.
+func (r *fairRun) waiterLoop(w *simWaiter, rng *rand.Rand, unordered bool) {
+	rec := r.rec
+	if unordered {
+		rec = nil
+	}
+	lock := r.newLock(w.name, unordered)
+	for time.Now().Before(r.end) {
 		// Ask again at once, soon, or a while later.
 		switch rng.IntN(3) {
 		case 0:
@@ -661,101 +931,129 @@ func fairWaiterLoop(t *testing.T, c *cluster, sc fairScenario, rec *fairRecorder
 			w.mu.Lock()
 		}
 		if w.killed {
-			m = newMutex(w.name, rec == nil) // a new process: no memory of the old one
+			lock = r.newLock(w.name, unordered) // a new process: no memory of the old one
 			w.killed = false
 		}
 		limit := 3 * time.Minute
+		if r.sc.hosts > 0 {
+			limit = 20 * time.Minute // waits until served: a stuck queue shows
+		}
 		if rng.IntN(5) == 0 {
 			limit = time.Duration(1+rng.IntN(20)) * time.Second // gives up while queued
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), limit)
-		deadline, _ := ctx.Deadline()
-		var call *fairCall
-		if rec != nil {
-			call = rec.begin(w.name, deadline)
-		}
-		w.cancel, w.call = cancel, call
 		w.mu.Unlock()
+		r.lockOnce(w, rng, lock, limit, rec)
+	}
+}
 
-		lk, err := m.Lock(ctx)
-		if rec != nil {
-			rec.end(call, err == nil)
-		}
-		cancel()
-		w.mu.Lock()
-		w.cancel, w.call = nil, nil
-		if err != nil {
-			w.mu.Unlock()
-			count(func(s *mutexStats) { s.gaveUp++ })
-			continue
-		}
-		wctx, wcancel := context.WithCancel(lk.Context())
-		w.cancel, w.holding = wcancel, true
-		w.mu.Unlock()
+// pileLoop is a waiter of the pile: it asks at at, with the others, and
+// waits until served (once) or killed.
+func (r *fairRun) pileLoop(w *simWaiter, rng *rand.Rand, at time.Time) {
+	time.Sleep(time.Until(at))
+	r.lockOnce(w, rng, r.newLock(w.name, false), 20*time.Minute, r.rec)
+}
 
-		b := believed{node: w.name, epoch: lk.Epoch(), leaseID: lk.Token().LeaseID, start: time.Now()}
-		rec.note("%s holds, epoch %d", w.name, lk.Epoch())
-		var hold time.Duration
-		switch rng.IntN(10) {
-		case 0, 1, 2:
-		case 3, 4, 5, 6:
-			hold = time.Duration(rng.IntN(1000)) * time.Millisecond
-		case 7, 8:
-			hold = time.Duration(1000+rng.IntN(9000)) * time.Millisecond
-		default:
-			hold = time.Duration(rng.Int64N(int64(2 * sc.opts.LeaseDuration)))
-		}
-		if hold > 0 {
-			hctx, hcancel := context.WithTimeout(wctx, hold)
-			c.work.run(hctx, lk.Term, w.name)
-			hcancel()
-		}
-		b.end = time.Now()
-		if vu := lk.ValidUntil(); vu.Before(b.end) {
-			b.end = vu
-		}
-		lost := lk.Context().Err() != nil
-		b.cause = context.Cause(lk.Context())
-		c.record(b)
-		wcancel()
-		w.mu.Lock()
-		w.cancel, w.holding = nil, false
-		dead := w.killed
+// lockOnce makes one Lock call with a ctx of limit, holds the lock it got,
+// and unlocks it (unless killed meanwhile); rec is nil for the unordered
+// waiter.
+func (r *fairRun) lockOnce(w *simWaiter, rng *rand.Rand, lock func(context.Context) (*azlease.Lock, error), limit time.Duration, rec *fairRecorder) {
+	w.mu.Lock()
+	if w.killed {
 		w.mu.Unlock()
-		count(func(s *mutexStats) {
-			s.locks++
-			if lost {
-				s.lost++
-			}
-		})
-		if dead {
-			continue // no Unlock: its lease expires
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	deadline, _ := ctx.Deadline()
+	var call *fairCall
+	if rec != nil {
+		call = rec.begin(w.name, deadline)
+	}
+	w.cancel, w.call = cancel, call
+	w.mu.Unlock()
+
+	lk, err := lock(ctx)
+	if rec != nil {
+		rec.end(call, err == nil)
+	}
+	cancel()
+	w.mu.Lock()
+	w.cancel, w.call = nil, nil
+	if err != nil {
+		w.mu.Unlock()
+		r.count(func(s *mutexStats) { s.gaveUp++ })
+		return
+	}
+	wctx, wcancel := context.WithCancel(lk.Context())
+	w.cancel, w.holding = wcancel, true
+	w.mu.Unlock()
+
+	b := believed{node: w.name, epoch: lk.Epoch(), leaseID: lk.Token().LeaseID, start: time.Now()}
+	r.rec.note("%s holds %s, epoch %d", w.name, lk.Name(), lk.Epoch())
+	var hold time.Duration
+	switch rng.IntN(10) {
+	case 0, 1, 2:
+	case 3, 4, 5, 6:
+		hold = time.Duration(rng.IntN(1000)) * time.Millisecond
+	case 7, 8:
+		hold = time.Duration(1000+rng.IntN(9000)) * time.Millisecond
+	default:
+		hold = time.Duration(rng.Int64N(int64(2 * r.sc.opts.LeaseDuration)))
+		if r.sc.hosts > 0 {
+			hold = time.Duration(rng.Int64N(int64(10 * time.Second))) // the queue keeps moving
 		}
-		rec.note("%s unlocks", w.name)
-		uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
-		uerr := lk.Unlock(uctx)
-		ucancel()
-		rec.note("%s unlocked: %v", w.name, uerr)
-		if uerr != nil {
-			count(func(s *mutexStats) { s.unlockErr++ })
+	}
+	if hold > 0 {
+		hctx, hcancel := context.WithTimeout(wctx, hold)
+		r.c.work.run(hctx, lk.Term, w.name)
+		hcancel()
+	}
+	b.end = time.Now()
+	if vu := lk.ValidUntil(); vu.Before(b.end) {
+		b.end = vu
+	}
+	lost := lk.Context().Err() != nil
+	b.cause = context.Cause(lk.Context())
+	r.terms.record(lk.Name(), b)
+	wcancel()
+	w.mu.Lock()
+	w.cancel, w.holding = nil, false
+	dead := w.killed
+	w.mu.Unlock()
+	r.count(func(s *mutexStats) {
+		s.locks++
+		if lost {
+			s.lost++
 		}
+	})
+	if dead {
+		return // no Unlock: its lease expires
+	}
+	r.rec.note("%s unlocks", w.name)
+	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+	uerr := lk.Unlock(uctx)
+	ucancel()
+	r.rec.note("%s unlocked: %v", w.name, uerr)
+	if uerr != nil {
+		r.count(func(s *mutexStats) { s.unlockErr++ })
 	}
 }
 
 // fairSeeds is how many seeds the fair lock simulation runs: -seeds, else
-// a fortieth of simSeeds, at least 6 (make test: 6, about 25 s with -race;
-// a seed plays five minutes of up to nine clients polling every 100 to
-// 500 ms).
+// a thirtieth of simSeeds, at least 8 (make test: 8: two of each kind; the
+// seeds run in parallel; a seed plays five minutes of up to fourteen
+// clients polling every 100 to 500 ms).
 func fairSeeds() int {
 	if *seedsFlag > 0 {
 		return *seedsFlag
 	}
-	return max(simSeeds()/40, 6)
+	return max(simSeeds()/30, 8)
 }
 
-// TestFairLockSimulation plays random scenarios of a fair Mutex in fake
-// time (see the top of this file) and checks exclusion and order. Seeds are
-// scenarios as in the other simulations:
+// TestFairLockSimulation plays random scenarios of a fair Mutex (and, in a
+// fourth of the seeds, a Semaphore) in fake time (see the top of this
+// file) and checks exclusion, order and, where hosts die, that the queue
+// never sticks. Seeds are scenarios as in the other simulations, and run
+// in parallel:
 //
 //	go test -run TestFairLockSimulation . -seeds 1000
 //
@@ -766,7 +1064,15 @@ func fairSeeds() int {
 // a run of short holds can reach them before they look. Those are counted.
 func TestFairLockSimulation(t *testing.T) {
 	n := fairSeeds()
-	var total, clean fairStats
+	routeFairHooks(t)
+	var total, clean, hosts fairStats
+	defer func() {
+		t.Logf("%d seeds: %d locks (%d lost while held, %d Lock calls gave up, %d Unlocks failed), %d held intervals outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks; work: %v",
+			n, total.locks, total.lost, total.gaveUp, total.unlockErr, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks, total.work)
+		t.Logf("order, all seeds: %v", total.order)
+		t.Logf("order, clean seeds: %v", clean.order)
+		t.Logf("hosts that die: %d locks, order %v; the longest a live waiter waited while a slot was free: %v (bound %v at the most)", hosts.locks, hosts.order, hosts.longest, hosts.bound)
+	}()
 	simulation[fairScenario, fairStats]{
 		seeds:    n,
 		serial:   true, // the order checker hears waiters through SetFairHook, one package-level hook
@@ -783,6 +1089,9 @@ func TestFairLockSimulation(t *testing.T) {
 				t.Errorf("%v: no faults and no pauses, yet %d served before an earlier waiter's entry existed, %d waiters passed over although they had looked since their turn came:\n  %s",
 					sc, st.order.unjoined, st.order.looking, strings.Join(st.order.report, "\n  "))
 			}
+			if len(st.stuck) > 0 {
+				t.Errorf("%v: the queue stuck: a live waiter waited while a slot was free for longer than %v:\n  %s", sc, st.bound, strings.Join(st.stuck, "\n  "))
+			}
 		},
 		add: func(sc fairScenario, st fairStats) {
 			total.mutexStats.add(st.mutexStats)
@@ -791,10 +1100,12 @@ func TestFairLockSimulation(t *testing.T) {
 				clean.mutexStats.add(st.mutexStats)
 				clean.order.add(st.order)
 			}
+			if sc.hosts > 0 {
+				hosts.mutexStats.add(st.mutexStats)
+				hosts.order.add(st.order)
+				hosts.longest = max(hosts.longest, st.longest)
+				hosts.bound = max(hosts.bound, st.bound)
+			}
 		},
 	}.run(t)
-	t.Logf("%d seeds: %d locks (%d lost while held, %d Lock calls gave up, %d Unlocks failed), %d held intervals outside their lease, %d overlapping pairs, %d epochs that did not grow; %d requests, applied late %v; %d operator breaks; work: %v",
-		n, total.locks, total.lost, total.gaveUp, total.unlockErr, total.outside, total.overlaps, total.epochs, total.requests, total.late, total.breaks, total.work)
-	t.Logf("order, all seeds: %v", total.order)
-	t.Logf("order, clean seeds: %v", clean.order)
 }
