@@ -165,11 +165,18 @@ var fairHook = func(event, lock string, ticket uint64) {}
 // waits). With unstick (TryLock), a slot that is free while someone waits
 // is watched a little longer: if it stays free for longer than the first
 // waiter takes to react, the first is passed over (missed) and the queue
-// looked at again, all within 2 × AttemptTimeout. Waiters marked missed
-// do not count as waiting.
+// looked at again, all within 2 × AttemptTimeout and ctx's deadline (a
+// first waiter whose reaction time does not fit is left to waiters, or a
+// later TryLock). Waiters marked missed do not count as waiting.
 func (f *fairLock) tryFree(ctx context.Context, unstick bool) (lk *Lock, queued bool, err error) {
 	try := 2 * f.cfg.lease.attemptTimeout
+	// Watching stops in time for the requests that follow (a look, a
+	// listing, the mark or the acquisition): within 2 × AttemptTimeout,
+	// and before ctx's deadline, so that a watch never ends in ctx's error.
 	end := time.Now().Add(try)
+	if d, ok := ctx.Deadline(); ok && d.Add(-4*awaitLook).Before(end) {
+		end = d.Add(-4 * awaitLook)
+	}
 	var fw freeWatch
 	for {
 		sts, err := f.look(ctx, try)

@@ -365,7 +365,7 @@ func (o fairOrder) String() string {
 // whose ticket was taken before b began and which was still waiting (its
 // ticket still in the queue) when b returned: a pass-over, excused when a
 // was reported missed before b returned, a violation otherwise.
-func (r *fairRecorder) check(t0 time.Time) fairOrder {
+func (r *fairRecorder) check(t0 time.Time, reqs *fairRequests) fairOrder {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := fairOrder{missed: r.events["missed"], evicted: r.events["evicted"], removed: r.events["removed"], left: r.events["left"]}
@@ -404,10 +404,15 @@ func (r *fairRecorder) check(t0 time.Time) fairOrder {
 				// Its entry did not exist yet when b could have looked at
 				// the queue (b's own entry's creation, or b's Lock call
 				// for a free lock): its creation was slow, and b could
-				// not know.
+				// not know. b's entry may have existed before b heard so
+				// (its creation's answer lost, a retry told "exists"): its
+				// first creation request, as storage saw it, counts too.
 				ref := b.start
 				if n := len(b.tickets); n > 0 && !b.tickets[n-1].joined.IsZero() {
 					ref = b.tickets[n-1].joined
+					if at := reqs.entryAt(b.tickets[n-1].ticket); !at.IsZero() && at.Before(ref) {
+						ref = at
+					}
 				}
 				if tk.joined.IsZero() || tk.joined.After(ref) {
 					o.unjoined++
@@ -436,12 +441,13 @@ type fairRequests struct {
 	lock      string
 	byClient  map[string][]fairReq
 	announced map[uint64]string
+	entryFrom map[uint64]time.Time // each ticket's first request creating its entry
 	handed    map[string][]time.Time
 	markers   map[uint64]bool
 }
 
 func newFairRequests(lock string) *fairRequests {
-	return &fairRequests{lock: lock, byClient: map[string][]fairReq{}, announced: map[uint64]string{}, handed: map[string][]time.Time{}, markers: map[uint64]bool{}}
+	return &fairRequests{lock: lock, byClient: map[string][]fairReq{}, announced: map[uint64]string{}, entryFrom: map[uint64]time.Time{}, handed: map[string][]time.Time{}, markers: map[uint64]bool{}}
 }
 
 func (q *fairRequests) see(r azleasetest.Request) {
@@ -462,6 +468,39 @@ func (q *fairRequests) see(r azleasetest.Request) {
 			q.announced[t] = strings.ToLower(r.Header.Get("X-Ms-Meta-Azleasewaiterid"))
 		}
 	}
+}
+
+// fault notes the fault drawn for r: a request creating a queue entry that
+// storage applies without delay of its own (passed, or applied and its
+// answer lost) created it by then (its Delay later), for entryAt.
+func (q *fairRequests) fault(r azleasetest.Request, f azleasetest.Fault) azleasetest.Fault {
+	if r.Op != azleasetest.OpPutBlob || !strings.HasPrefix(r.Blob, azlease.QueueName(q.lock)) {
+		return f
+	}
+	switch f.Action {
+	case azleasetest.Pass, azleasetest.ApplyThenDrop, azleasetest.ApplyThenHang:
+	default:
+		return f // not applied, or applied at a time nobody knows
+	}
+	t, err := strconv.ParseUint(strings.TrimPrefix(r.Blob, azlease.QueueName(q.lock)), 10, 64)
+	if err != nil {
+		return f
+	}
+	at := time.Now().Add(f.Delay)
+	q.mu.Lock()
+	if prev, ok := q.entryFrom[t]; !ok || at.Before(prev) {
+		q.entryFrom[t] = at
+	}
+	q.mu.Unlock()
+	return f
+}
+
+// entryAt is when a request creating ticket's queue entry was applied at the
+// latest, as far as the faults drawn tell (zero if unknown).
+func (q *fairRequests) entryAt(ticket uint64) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.entryFrom[ticket]
 }
 
 // fairReq is one request as the server saw it.
@@ -654,11 +693,11 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 		reqs.see(r)
 		switch {
 		case sc.clean || sc.hosts > 0:
-			return azleasetest.Fault{}
+			return reqs.fault(r, azleasetest.Fault{})
 		case outage.Load():
 			return azleasetest.Fault{Action: azleasetest.Fail}
 		}
-		return mix.draw(r)
+		return reqs.fault(r, mix.draw(r))
 	})
 	var st fairStats
 	st.clean = sc.clean
@@ -792,7 +831,7 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	st.work = c.work.snapshot()
 	var checkErr error
 	st.outside, st.overlaps, st.epochs, checkErr = fairViolations(c, run.terms)
-	st.order = rec.check(t0)
+	st.order = rec.check(t0, reqs)
 	var missedReport []string
 	st.order.asleep, st.order.looking, missedReport = rec.classifyMissed(reqs, sc.headPoll())
 	if sc.clean {
@@ -1075,7 +1114,6 @@ func TestFairLockSimulation(t *testing.T) {
 	}()
 	simulation[fairScenario, fairStats]{
 		seeds:    n,
-		serial:   true, // the order checker hears waiters through SetFairHook, one package-level hook
 		scenario: newFairScenario,
 		play:     runFairScenario,
 		check: func(t *testing.T, sc fairScenario, st fairStats) {

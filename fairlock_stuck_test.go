@@ -165,6 +165,45 @@ func TestFairTryLockPassesDeadWaitersOver(t *testing.T) {
 	})
 }
 
+// TestFairTryLockWithinItsBudget: `azlease lock --no-wait` gives TryLock 3 s.
+// A TryLock never watches past its ctx's deadline (it reports the lock held
+// instead of failing with the deadline), and each call passes over what
+// fits: here the first dead waiter (its head mark: two head polls and a
+// margin), then, in a second call, the second (2 × PollInterval more).
+func TestFairTryLockWithinItsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "a-holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		kill := deadWaiters(t, e, []string{"a-w1", "a-w2"}, lockMutex(t, e))
+		time.Sleep(5 * time.Second)
+		e.Partition("a-holder", azleasetest.Blackhole)
+		kill()
+		time.Sleep(16 * time.Second)
+		e.SetFaults(faultsFor("b-try", func(azleasetest.Request) azleasetest.Fault {
+			return azleasetest.Fault{Delay: 30 * time.Millisecond} // round trips take time
+		}))
+		m := newMutex(t, e, "b-try", "m", nil)
+		var lk *azlease.Lock
+		calls := 0
+		for lk == nil && calls < 3 {
+			calls++
+			tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			l, ok, err := m.TryLock(tctx)
+			cancel()
+			require.NoError(t, err, "call %d: within its budget, held or taken, never the deadline", calls)
+			if ok {
+				lk = l
+			}
+		}
+		require.NotNil(t, lk, "taken within three calls")
+		assert.Equal(t, 2, calls, "one pass-over per call here")
+		require.NoError(t, lk.Unlock(ctx))
+		holder.Abandon()
+	})
+}
+
 // TestFairUnlockChainKeepsTheLeaseAlive is finding 1's second way in: ten
 // waiters of one host died in the queue, a live one waits behind them, and
 // the holder unlocks. Its hand-on chain waits for each dead waiter in turn

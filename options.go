@@ -629,14 +629,15 @@ type MutexOptions struct {
 	// HeadPollInterval is how often the first waiter in line looks at the
 	// lock (one request), so it takes the lock within about this long when
 	// the holder hands it over, and a holder waits this long (plus a few
-	// round trips) for a first waiter that has died before passing the
-	// lock on. The waiter right behind the first looks this often for 10 ×
-	// HeadPollInterval after the queue moved, and four times as often
-	// while it sees the lock handed to the first (2 × HeadPollInterval +
-	// 50 ms at the most per hand-off), so that it takes the lock soon after
-	// the holder passes a dead first over. Zero means 200 ms. Otherwise
-	// from 20 ms to PollInterval; negative is an error. Unused with
-	// Unordered.
+	// round trips) for a first waiter that has died before passing the lock
+	// on (the waiter's own, as its queue entry says), and a waiter behind
+	// passes a first waiter that leaves the lock free over after two of its
+	// head polls. The waiter right behind the first looks this often for 10
+	// × HeadPollInterval after the queue moved, and four times as often
+	// while it sees the lock handed to the first (2 × HeadPollInterval + 50
+	// ms at the most per hand-off), so that it takes the lock soon after the
+	// holder passes a dead first over. Zero means 200 ms. Otherwise from 20
+	// ms to PollInterval; negative is an error. Unused with Unordered.
 	HeadPollInterval time.Duration
 
 	// Unordered turns the waiting queue off: each waiter polls every

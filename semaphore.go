@@ -144,15 +144,15 @@ func (s *Semaphore) initErr() error {
 // holder: ok is false and err is nil when every slot is held, a normal
 // outcome. A fair Semaphore (the default) looks first: one request (a
 // listing of the slots) when every slot is held, and it takes a free slot
-// only when nobody waits in the queue. With MutexOptions.Unordered it tries
-// the slots in turn from a random one, so that many callers spread over the
-// slots, acquiring directly: it costs one request per slot it finds held (n
-// requests, each refused with 409 LeaseAlreadyPresent, when every slot is
-// held) and takes the first free one. Acquire, which waits, reads every
-// slot with one request per poll instead, and acquires only a slot it found
-// free. A failure that persists
-// on a slot (see [Mutex.TryLock]) ends the try with that error rather than
-// going on to the next slot.
+// only when nobody waits in the queue (a first waiter that leaves a slot
+// free is passed over, as [Mutex.TryLock] does). With MutexOptions.Unordered
+// it tries the slots in turn from a random one, so that many callers spread
+// over the slots, acquiring directly: it costs one request per slot it finds
+// held (n requests, each refused with 409 LeaseAlreadyPresent, when every
+// slot is held) and takes the first free one. Acquire, which waits, reads
+// every slot with one request per poll instead, and acquires only a slot it
+// found free. A failure that persists on a slot (see [Mutex.TryLock]) ends
+// the try with that error rather than going on to the next slot.
 //
 // The Lock's context ends when the slot is lost; it carries ctx's values but
 // not its cancellation. Unlock it to free the slot.
