@@ -274,7 +274,11 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	)
 	budget := f.slots[0].cfg.lease.duration
 	served := func(lk *Lock) *Lock {
-		lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: time.Since(nearAt)}
+		var wasHead time.Duration
+		if !nearAt.IsZero() {
+			wasHead = time.Since(nearAt)
+		}
+		lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: wasHead}
 		f.leave(ctx, w) // served: out of the queue
 		return lk
 	}

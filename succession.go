@@ -238,6 +238,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		switch {
 		case cerr == nil:
 			cur, prev, renewing = to, s, false
+		case cur == own && bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
+			out.released, out.lost = true, lostExpired // before anything was handed on: free for the queue's head
+			return out, nil
 		case errors.Is(cerr, ErrLeaseLost) || bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
 			return lostUnder(cerr)
 		default:
@@ -304,7 +307,7 @@ func (l *Lease) chainLost(ctx context.Context, out handOnOutcome, epoch uint64, 
 	if err == nil && st.Leased && st.Epoch <= epoch {
 		// Changed by prev at the last moment, or by someone else: give
 		// the epoch write a few attempts' time.
-		if took, _, _, _ := l.awaitTaker(ctx, epoch, time.Now().Add(2*l.cfg.attemptTimeout), nil); took {
+		if took, gone, _, _ := l.awaitTaker(ctx, epoch, time.Now().Add(2*l.cfg.attemptTimeout), nil); took || gone {
 			st, err = l.inspect(ctx, time.Now().Add(l.cfg.attemptTimeout))
 		}
 	}
