@@ -5,19 +5,25 @@ package azlease
 //
 //   - NAME/candidates/<identity, escaped> is a candidate: every running
 //     Elector of the election NAME (unless ElectorOptions.NoSuccession)
-//     writes one when it starts and whenever what it says changes, and
+//     writes one when it starts and whenever what it says changes, writes
+//     it again (Set Blob Metadata) every third of its time to live, and
 //     deletes it when it stops. Its metadata holds the lease ID it
 //     announces (a leader hands the lease to it), its priority, labels,
 //     whether it is ready, stopping, or yielded recently, when it started
 //     (its wall clock, for display and to prefer the newest), how long it
-//     goes between polls, how fast it polls while designated, and the
-//     designation it acknowledged. Candidate blobs have no lease: a
-//     candidate costs writes when it starts and changes, nothing while it
-//     waits. The leader lists them all with one List Blobs request per poll.
+//     goes between polls, how fast it polls while designated, the
+//     designation it acknowledged, its time to live (its lease duration)
+//     and when what it says last changed (storage's clock). Candidate blobs
+//     have no lease: liveness is the blob's age on storage's clock (a
+//     listing's Date less its Last-Modified), so a candidate whose instance
+//     stopped writing is gone one time to live after its last write. The
+//     leader lists them all with one List Blobs request per poll.
 //   - NAME/candidates/~yield is a yield request ('azlease yield NAME', or
 //     RequestYield): the epoch of the term asked to yield, the candidate to
 //     yield to (or anyone), who asked and when; the leader of that epoch
 //     answers it in the same blob. "~y" never starts an escaped identity.
+//     A leader creates it empty (epoch 0: no request) if it is missing, so
+//     that its frequent look at it (yieldLook) always finds a blob.
 //   - On the lock blob, under the lease, the record's designation (metaHeir:
 //     the successors the leader designated, best first, with a token that
 //     names the designation, and how long they may poll fast) and the list
@@ -32,6 +38,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
 	"net/url"
 	"slices"
 	"sort"
@@ -63,6 +71,8 @@ const (
 	metaCandPoll    = "azleasepoll"     // ms: the longest it goes between two polls of the lock
 	metaCandFast    = "azleasefast"     // ms: how often it polls while designated
 	metaCandAck     = "azleaseack"      // the designation token it acknowledged
+	metaCandTTL     = "azleasettl"      // ms: gone when not written for this long (storage's clock)
+	metaCandChanged = "azleasechanged"  // ms since 1970, storage's clock: when what it says last changed
 	metaYieldEpoch  = "azleaseyieldepoch"
 	metaYieldTo     = "azleaseyieldto"
 	metaYieldBy     = "azleaseyieldby"
@@ -74,13 +84,16 @@ const (
 	candidateVersion = "1"
 )
 
-// candidateRefresh is how often a running Elector writes its candidacy
-// again, whether or not it changed; one not written for candidateStale is
-// taken for the candidacy of an instance that is gone (a crash leaves it
-// behind). One write per 10 minutes is about 1 % of a follower's polls.
+// A running Elector writes its candidacy again every third of its time to
+// live (its lease duration), whether or not it changed; one not written for
+// its time to live, by storage's clock, is gone (see Candidate.Gone).
+// candidateStale is the time to live of a candidacy that publishes none
+// (azlease versions that wrote it every 10 minutes). A leader deletes a
+// candidacy gone for goneKeep, so that status shows a crashed instance for
+// a while before it disappears.
 const (
-	candidateRefresh = 10 * time.Minute
-	candidateStale   = 3 * candidateRefresh
+	candidateStale = 30 * time.Minute
+	goneKeep       = 5 * time.Minute
 )
 
 // Limits on ElectorOptions.Labels, so that a candidate's metadata stays far
@@ -140,11 +153,16 @@ type Candidate struct {
 	// successor and whose designation it acknowledged (it then looks at the
 	// lock blob every SuccessorPollInterval); 0 when none.
 	Acknowledged uint64
-	// Stale is true when the candidacy has not been written for 30 minutes
-	// (storage's clock): a running Elector writes it again every 10, so its
-	// instance is gone without taking it back (it crashed). Leaders pass it
-	// over, and delete it.
-	Stale bool
+	// Gone is true when its instance stopped writing the candidacy: it
+	// crashed, hangs, or cannot reach storage. A running Elector writes it
+	// every third of its lease duration; it is gone once not written for a
+	// lease duration by storage's clock (to the second), so a crashed
+	// instance is gone within a lease duration and a second. Leaders never
+	// hand over to it, and delete it after 5 minutes.
+	Gone bool
+	// Refreshed is when the candidacy was last written, by storage's clock
+	// (to the second); zero when unknown.
+	Refreshed time.Time
 }
 
 // candidate is a Candidate as a listing found it.
@@ -155,9 +173,12 @@ type candidate struct {
 	fast time.Duration // its poll while designated
 	ack  string        // the designation token it acknowledged
 	name string        // its blob
+	ttl  time.Duration // gone when not written for this long
 	// modified is its blob's Last-Modified (storage's clock): when it last
-	// published what it says; etag its ETag as listed.
+	// wrote its candidacy; changed when what it says last changed (the
+	// same clock; modified when it does not say); etag its ETag as listed.
 	modified time.Time
+	changed  time.Time
 	etag     azcore.ETag
 }
 
@@ -268,7 +289,28 @@ func parseCandidate(st Status) (candidate, string, bool) {
 	if d, ok := parseToken(c.ack); ok {
 		c.Acknowledged = d.epoch
 	}
+	c.ttl = time.Duration(num(metaCandTTL)) * time.Millisecond
+	if c.ttl <= 0 || c.ttl > candidateStale {
+		c.ttl = candidateStale // none published (an older azlease), or nonsense
+	}
+	c.changed = c.modified
+	if ms := num(metaCandChanged); ms > 0 {
+		if t := time.UnixMilli(ms).UTC(); !c.modified.IsZero() && t.Before(c.modified) {
+			c.changed = t
+		}
+	}
+	if !c.modified.IsZero() {
+		c.Refreshed = c.modified.UTC()
+	}
+	c.Gone = goneAt(st.listed, c.modified, c.ttl)
 	return c, election, true
+}
+
+// goneAt reports whether a candidacy last written at modified, with time
+// to live ttl, is gone at date (both storage's clock, to the second): not
+// written for ttl. Unknown times say nothing.
+func goneAt(date, modified time.Time, ttl time.Duration) bool {
+	return !date.IsZero() && !modified.IsZero() && date.Sub(modified) >= ttl
 }
 
 func parseYield(st Status) (YieldRequest, string, bool) {
@@ -329,6 +371,9 @@ func candidateMetadata(c candidate) map[string]*string {
 	if c.ack != "" {
 		md[metaCandAck] = to.Ptr(c.ack)
 	}
+	if c.ttl > 0 {
+		md[metaCandTTL] = to.Ptr(strconv.FormatInt(c.ttl.Milliseconds(), 10))
+	}
 	return md
 }
 
@@ -376,7 +421,10 @@ func labelsProblem(labels map[string]string) string {
 // query-escaped. Its token ("EPOCH-SERIAL") names it: a candidate
 // acknowledges that exact designation, so that an acknowledgement of an
 // earlier one is never taken for a new one. hold is how long a heir may
-// poll fast for it from when it first saw it.
+// poll fast for it from when it first saw it. A hold of 0 is a standing
+// designation: the leader's standby, which polls every standbyPoll while
+// the record names it and acknowledges nothing (azlease versions before it
+// acknowledge it and poll as usual).
 type designation struct {
 	epoch  uint64
 	serial uint64
@@ -397,6 +445,19 @@ func (d designation) format() string {
 		parts = append(parts, url.QueryEscape(h))
 	}
 	return strings.Join(parts, ",")
+}
+
+// standing reports whether d names the leader's standby rather than
+// successors for a hand-off.
+func (d designation) standing() bool { return d.hold == 0 }
+
+// shown is d as Status shows it: the successors of a hand-off, or the
+// standby of a standing designation.
+func (d designation) shown() (designated []string, standby string) {
+	if d.standing() && len(d.heirs) > 0 {
+		return nil, d.heirs[0]
+	}
+	return d.heirs, ""
 }
 
 // names reports whether d designates identity.
@@ -533,7 +594,7 @@ func penalisedUntil(fs []failure, identity string) time.Time {
 func rankCandidates(cs []candidate, penalised func(candidate) bool) []candidate {
 	out := make([]candidate, 0, len(cs))
 	for _, c := range cs {
-		if c.Ready && !c.Stopping && !c.Stale {
+		if c.Ready && !c.Stopping && !c.Gone {
 			out = append(out, c)
 		}
 	}
@@ -554,20 +615,42 @@ func rankCandidates(cs []candidate, penalised func(candidate) bool) []candidate 
 }
 
 // candidacy is an Elector's candidate blob and the listing of its
-// election's candidates.
+// election's candidates. Its refresh timer writes the blob again every third
+// of its time to live: a timer and no goroutine of its own (the write runs
+// on the goroutine of the timer that fired, as a keeper's renewal does);
+// stop ends it and waits for a write in flight.
 type candidacy struct {
 	election string
-	ops      *Lease // writes and deletes of this candidate's blob
-	lister   *Lease // listings of the candidates
-	blob     *blockblob.Client
+	ops      *Lease        // writes and deletes of this candidate's blob
+	quiet    *Lease        // the refresh timer's writes: ops without logs (refreshFired logs at Debug)
+	lister   *Lease        // listings of the candidates
+	ttl      time.Duration // gone when not written for this long: the Elector's lease duration
+
+	// writing makes writes one at a time, each sending what the blob
+	// should say when it starts: the last one to end says the latest. A
+	// channel rather than a mutex: a write waits on it for as long as
+	// another write takes (testing/synctest sees that wait as durable).
+	writing chan struct{}
 
 	mu        sync.Mutex
 	want      candidate // what the blob should say
 	written   candidate // what it says, as far as this process knows
-	writtenAt time.Time // when (this process's clock)
+	writtenAt time.Time // when the last write that succeeded was sent (this process's clock)
+	changedAt time.Time // storage's Last-Modified of the write that published what written says
 	exists    bool      // written at least once and not deleted since
 	dirty     bool      // want changed since the last write
 	container bool      // the container was created by this candidacy
+
+	// The refresh timer (see refreshFired). healthy, when set, says
+	// whether its owner reaches storage: a refresh waits until it does,
+	// so that an outage is reported (and retried) once, by the owner.
+	healthy func() bool
+	timer   *time.Timer
+	started bool
+	stopped bool
+	rctx    context.Context // its writes; cancelled by stop
+	rcancel context.CancelFunc
+	pending sync.WaitGroup // the armed timer until its function returns
 }
 
 func newCandidacy(t target, cfg leaseConfig, self candidate) *candidacy {
@@ -575,10 +658,20 @@ func newCandidacy(t target, cfg leaseConfig, self candidate) *candidacy {
 	ct := t
 	ct.blob = name
 	ops := newLease(ct, cfg)
+	qcfg := cfg
+	qcfg.log = slog.New(slog.DiscardHandler)
+	quiet := newLease(ct, qcfg)
+	quiet.tm = ops.tm
 	lister := newListLease(t, CandidatesName(t.blob), cfg)
 	self.name = name
-	return &candidacy{election: t.blob, ops: ops, lister: lister, blob: ops.bbc, want: self, dirty: true}
+	self.ttl = cfg.duration
+	return &candidacy{election: t.blob, ops: ops, quiet: quiet, lister: lister, ttl: cfg.duration, want: self, dirty: true, writing: make(chan struct{}, 1)}
 }
+
+// refreshEvery is how often the candidacy is written again: a third of its
+// time to live, so that a write that fails and one retry still keep it
+// alive.
+func (c *candidacy) refreshEvery() time.Duration { return c.ttl / 3 }
 
 // update changes what the blob should say; the next sync writes it.
 func (c *candidacy) update(change func(*candidate)) {
@@ -611,44 +704,92 @@ func sameMetadata(a, b map[string]*string) bool {
 	return true
 }
 
-// sync writes the blob if what it should say changed, within AttemptTimeout.
-func (c *candidacy) sync(ctx context.Context) error {
+// sync writes the blob if what it should say changed, or if a third of its
+// time to live has passed since the last write, within AttemptTimeout.
+func (c *candidacy) sync(ctx context.Context) error { return c.syncWith(ctx, c.ops, c.refreshEvery()) }
+
+// syncWith is sync sending its requests through l (ops or quiet), writing
+// again once every has passed since the last write.
+func (c *candidacy) syncWith(ctx context.Context, l *Lease, every time.Duration) error {
+	select {
+	case c.writing <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	defer func() { <-c.writing }()
 	c.mu.Lock()
-	if !c.dirty && time.Since(c.writtenAt) < candidateRefresh {
+	if !c.dirty && c.exists && time.Since(c.writtenAt) < every {
 		c.mu.Unlock()
 		return nil
 	}
-	want := c.want
+	want, changed, exists := c.want, c.changedAt, c.exists
+	// A candidacy not written for its time to live may have been seen
+	// gone: coming back is a change (a leader's StabilityWindow counts
+	// from it).
+	dirty := c.dirty || changed.IsZero() || time.Since(c.writtenAt) >= c.ttl
 	c.dirty = false
 	c.mu.Unlock()
-	err := c.write(ctx, want)
-	c.mu.Lock()
-	if err != nil {
-		c.dirty = true
-	} else {
-		c.written, c.exists, c.writtenAt = want, true, time.Now()
+	if dirty {
+		changed = time.Time{}
 	}
-	c.mu.Unlock()
-	return err
+	send := time.Now()
+	modified, err := c.write(ctx, l, want, changed, exists)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.dirty = c.dirty || dirty
+		return err
+	}
+	c.written, c.exists, c.writtenAt = want, true, send
+	if changed.IsZero() {
+		c.changedAt = modified
+	}
+	return nil
 }
 
-// write uploads the zero-byte blob with want's metadata, creating the
-// container on first use unless NoCreate.
-func (c *candidacy) write(ctx context.Context, want candidate) error {
-	l := c.ops
+// write sends want's metadata (with changed, when not zero, as when what
+// it says last changed): Set Blob Metadata when the blob exists, or an
+// upload of the zero-byte blob (creating the container on first use unless
+// NoCreate), within AttemptTimeout. It returns the blob's Last-Modified as
+// storage answered (zero if it did not say).
+func (c *candidacy) write(ctx context.Context, l *Lease, want candidate, changed time.Time, exists bool) (time.Time, error) {
 	md := candidateMetadata(want)
-	return l.loop(ctx, "write", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
-		_, err := c.blob.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{Metadata: md})
-		if bloberror.HasCode(err, bloberror.ContainerNotFound) && l.cfg.create {
-			c.mu.Lock()
-			first := !c.container
-			c.container = true
-			c.mu.Unlock()
-			if first {
-				if _, cerr := l.t.cc.Create(actx, nil); cerr != nil && !bloberror.HasCode(cerr, bloberror.ContainerAlreadyExists) {
-					return false, l.errorf("create", kindOf(classify(ctx, cerr)), cerr)
+	if !changed.IsZero() {
+		md[metaCandChanged] = to.Ptr(strconv.FormatInt(changed.UnixMilli(), 10))
+	}
+	var modified time.Time
+	err := l.loop(ctx, "write", time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		var err error
+		if exists {
+			var resp blob.SetMetadataResponse
+			resp, err = l.bc.SetMetadata(actx, md, nil)
+			if err == nil && resp.LastModified != nil {
+				modified = *resp.LastModified
+			}
+			if classify(ctx, err) == classNotFound {
+				// Deleted (a leader took it for gone): write it whole,
+				// as new.
+				exists = false
+				delete(md, metaCandChanged)
+				return false, l.errorf("write", ErrTransient, err)
+			}
+		} else {
+			var resp blockblob.UploadResponse
+			resp, err = l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{Metadata: md})
+			if err == nil && resp.LastModified != nil {
+				modified = *resp.LastModified
+			}
+			if bloberror.HasCode(err, bloberror.ContainerNotFound) && l.cfg.create {
+				c.mu.Lock()
+				first := !c.container
+				c.container = true
+				c.mu.Unlock()
+				if first {
+					if _, cerr := l.t.cc.Create(actx, nil); cerr != nil && !bloberror.HasCode(cerr, bloberror.ContainerAlreadyExists) {
+						return false, l.errorf("create", kindOf(classify(ctx, cerr)), cerr)
+					}
+					return false, l.errorf("create", ErrTransient, errors.New("created the container"))
 				}
-				return false, l.errorf("create", ErrTransient, errors.New("created the container"))
 			}
 		}
 		switch cl := classify(ctx, err); cl {
@@ -660,11 +801,103 @@ func (c *candidacy) write(ctx context.Context, want candidate) error {
 			return l.attemptEnd("write", cl, err)
 		}
 	})
+	return modified, err
+}
+
+// startRefresh arms the refresh timer. ctx's values go with the writes;
+// only stopRefresh ends them.
+func (c *candidacy) startRefresh(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started || c.stopped {
+		return
+	}
+	c.started = true
+	c.rctx, c.rcancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.arm(c.nextRefreshLocked(nil))
+}
+
+// nextRefreshLocked is how long until the next refresh after one that
+// ended with err: a third of the time to live after the last write (up to
+// a tenth sooner, so that candidates started together do not write
+// together), or a fifteenth of it after a failure. c.mu is held.
+func (c *candidacy) nextRefreshLocked(err error) time.Duration {
+	if err != nil {
+		return max(c.ttl/15, 10*time.Millisecond)
+	}
+	every := time.Duration(float64(c.refreshEvery()) * (1 - 0.1*mrand.Float64()))
+	if c.writtenAt.IsZero() {
+		return every
+	}
+	return max(every-time.Since(c.writtenAt), 10*time.Millisecond)
+}
+
+// arm sets the refresh timer to fire after d, counted in pending; c.mu is
+// held and stopped is false.
+func (c *candidacy) arm(d time.Duration) {
+	c.pending.Add(1)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(d, c.refreshFired)
+	} else if c.timer.Reset(d) {
+		c.pending.Done()
+	}
+}
+
+// refreshFired writes the candidacy again if it is due (sync), on the
+// timer's goroutine, and arms the timer for the next time.
+func (c *candidacy) refreshFired() {
+	defer c.pending.Done()
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
+	rctx, healthy, exists := c.rctx, c.healthy, c.exists
+	c.mu.Unlock()
+	var err error
+	switch {
+	case !exists:
+		// Not published yet: its owner does that first, after a
+		// request that reached storage.
+	case healthy != nil && !healthy():
+		err = errors.New("storage is failing") // look again soon
+	default:
+		// Due by the timer's jittered schedule, unless the owner wrote
+		// it meanwhile.
+		err = c.syncWith(rctx, c.quiet, c.refreshEvery()*8/10)
+	}
+	if err != nil && rctx.Err() == nil {
+		c.ops.cfg.log.Debug("azlease: could not write this instance's candidacy again; retrying soon", slog.Any("error", err))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped {
+		c.arm(c.nextRefreshLocked(err))
+	}
+}
+
+// stopRefresh ends the refresh timer, cutting a write in flight short, and
+// waits for its function. It may be called more than once.
+func (c *candidacy) stopRefresh() {
+	c.mu.Lock()
+	if !c.stopped {
+		c.stopped = true
+		if c.rcancel != nil {
+			c.rcancel()
+		}
+		if c.timer != nil && c.timer.Stop() {
+			c.pending.Done()
+		}
+	}
+	c.mu.Unlock()
+	c.pending.Wait()
 }
 
 // remove deletes the blob, within AttemptTimeout, whatever ctx says: an
-// Elector that stops takes its candidacy back.
+// Elector that stops takes its candidacy back (after stopRefresh).
 func (c *candidacy) remove(ctx context.Context) {
+	c.writing <- struct{}{} // no write in flight after stopRefresh, unless the loop's own
+	defer func() { <-c.writing }()
 	c.mu.Lock()
 	exists := c.exists
 	c.exists, c.dirty = false, true
@@ -688,10 +921,10 @@ func (c *candidacy) remove(ctx context.Context) {
 	})
 }
 
-// removeStale deletes the blob of a stale candidate, conditional on its
-// ETag as listed (a candidate that wrote it again since keeps it), in one
+// removeGone deletes the blob of a gone candidate, conditional on its ETag
+// as listed (a candidate that wrote it again since keeps it), in one
 // AttemptTimeout; best effort.
-func (c *candidacy) removeStale(ctx context.Context, cd candidate) {
+func (c *candidacy) removeGone(ctx context.Context, cd candidate) {
 	l := c.ops
 	bc := l.t.cc.NewBlobClient(cd.name)
 	opts := &blob.DeleteOptions{}
@@ -734,7 +967,6 @@ func listCandidates(ctx context.Context, lister *Lease, election string, limit t
 	out := listing{date: date}
 	for _, st := range sts {
 		if cd, el, ok := parseCandidate(st); ok && el == election {
-			cd.Stale = !date.IsZero() && !cd.modified.IsZero() && date.Sub(cd.modified) > candidateStale
 			out.candidates = append(out.candidates, cd)
 		} else if y, el, ok := parseYield(st); ok && el == election {
 			out.yield = &y
@@ -771,13 +1003,17 @@ func InspectCandidates(ctx context.Context, cc *container.Client, name string) (
 }
 
 // SortCandidates orders candidates as a leader ranks them for a hand-off
-// (failures left aside): ready and not stopping first, then higher priority,
-// then the most recently started, then by identity.
+// (failures left aside): ready, not stopping and not gone first, gone ones
+// last, then higher priority, then the most recently started, then by
+// identity.
 func SortCandidates(cs []Candidate) {
 	sort.SliceStable(cs, func(i, j int) bool {
 		a, b := cs[i], cs[j]
-		if ea, eb := a.Ready && !a.Stopping && !a.Stale, b.Ready && !b.Stopping && !b.Stale; ea != eb {
+		if ea, eb := a.Ready && !a.Stopping && !a.Gone, b.Ready && !b.Stopping && !b.Gone; ea != eb {
 			return ea
+		}
+		if a.Gone != b.Gone {
+			return !a.Gone
 		}
 		if a.Priority != b.Priority {
 			return a.Priority > b.Priority
@@ -878,4 +1114,51 @@ func answerYield(ctx context.Context, l *Lease, election string, y YieldRequest,
 		metaYieldAnswer: to.Ptr(url.QueryEscape(answer)),
 	}
 	return l.setMetadataIf(ctx, name, md, y.etag)
+}
+
+// readYield reads the election's yield request blob (one Get Blob
+// Properties, retried within AttemptTimeout): found is false when there is
+// none, and y nil when it holds no request (created empty by a leader).
+func readYield(ctx context.Context, l *Lease, election string) (y *YieldRequest, found bool, err error) {
+	name := CandidatesName(election) + yieldKey
+	bc := l.t.cc.NewBlobClient(name)
+	err = l.loopOn(ctx, "read", name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		props, err := bc.GetProperties(actx, nil)
+		switch c := classify(ctx, err); c {
+		case classOK:
+		case classNotFound:
+			return true, nil
+		default:
+			return l.attemptEnd("read", c, err)
+		}
+		found = true
+		st := Status{Name: name, raw: props.Metadata}
+		if props.ETag != nil {
+			st.etag = *props.ETag
+		}
+		if got, _, ok := parseYield(st); ok {
+			y = &got
+		}
+		return true, nil
+	})
+	return y, found, err
+}
+
+// createYield creates the election's yield request blob empty (epoch 0: no
+// request) unless it exists, in one AttemptTimeout; best effort.
+func createYield(ctx context.Context, l *Lease, election string) {
+	name := CandidatesName(election) + yieldKey
+	bbc := l.t.cc.NewBlockBlobClient(name)
+	md := map[string]*string{metaYieldEpoch: to.Ptr("0")}
+	opts := &blockblob.UploadOptions{Metadata: md, AccessConditions: &blob.AccessConditions{
+		ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)}}}
+	_ = l.loopOn(ctx, "write", name, time.Now().Add(l.cfg.attemptTimeout), func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), opts)
+		switch c := classify(ctx, err); c {
+		case classOK, classExists, classConflict:
+			return true, nil // there now, whoever wrote it
+		default:
+			return l.attemptEnd("write", c, err)
+		}
+	})
 }

@@ -79,6 +79,10 @@ type LeaderInfo struct {
 // NoSuccession, and those of azlease versions before succession, share a lock
 // with the others: they publish no candidacy and are never handed
 // leadership (they take a free lease as ever), and a stopping one releases.
+// A free lease goes to the ready candidate of highest priority; a candidate
+// whose instance stopped writing its candidacy (it crashed) is shown gone
+// within a lease duration and never handed leadership. docs/design/succession.md
+// has the mechanism and its costs.
 //
 // An Elector is safe for concurrent use. It runs once: it cannot be started
 // again after it stopped.
@@ -507,6 +511,7 @@ func (e *Elector) run(ctx context.Context, task Task, unregister func()) {
 	defer close(e.changes)
 	if e.succ != nil {
 		defer e.succ.remove(ctx) // part of stopping: the candidacy goes with the Elector
+		e.succ.cand.startRefresh(ctx)
 	}
 	defer func() {
 		if h := e.lease.health.snapshot(); !h.reached && h.last != nil {
@@ -518,6 +523,9 @@ func (e *Elector) run(ctx context.Context, task Task, unregister func()) {
 		}
 	}()
 	for ctx.Err() == nil {
+		if e.succ != nil {
+			e.succ.goOn() // contending again: whatever stop was prepared did not happen
+		}
 		tok, ok := e.contend(ctx)
 		if !ok {
 			return
@@ -538,6 +546,9 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 	for {
 		e.progress()
 		st, err := e.lease.inspect(ctx, time.Now().Add(e.cfg.lease.attemptTimeout))
+		if e.succ != nil && err == nil && !st.Leased {
+			e.succ.standby = false // nobody leads: nobody's standby
+		}
 		switch {
 		case err != nil:
 			if e.refused(ctx, err) {
@@ -551,9 +562,9 @@ func (e *Elector) contend(ctx context.Context) (Token, bool) {
 					return tok, true // handed over to this instance
 				}
 			}
-		case e.succ != nil && e.succ.holdBack(ctx):
-			// A negative priority: leave the free lease to a candidate
-			// that may lead, for one of its polls.
+		case e.succ != nil && e.succ.holdBack(ctx, &st):
+			// Leave the free lease to a candidate of higher priority,
+			// for one of its polls at most.
 		default:
 			// Stopping cancels ctx; a lease granted meanwhile is still
 			// given back, as part of the graceful stop.
@@ -846,7 +857,7 @@ func (e *Elector) windUp(k *keeper, taskDone chan error, cause error, stopping b
 	if drained {
 		if err := release(); err != nil && !errors.Is(err, ErrLeaseLost) {
 			e.log.Warn("azlease: release failed; the lease will expire", slog.Any("error", err))
-			if e.succ != nil {
+			if e.succ != nil && stopping {
 				e.succ.unanswered.Store(true)
 			}
 		}

@@ -4,17 +4,22 @@ package azlease
 // hand-off itself in succession.go):
 //
 //   - As a follower, an Elector publishes its candidacy (written when it
-//     starts and when it changes) and polls the lock blob as before. When
-//     the leader's record designates it as successor, it acknowledges (one
-//     write to its candidacy) and polls every SuccessorPollInterval while
-//     the designation stands (at most the time the designation gives); when
-//     the record's hand-off marker names it, it takes the lease over
-//     (takeOver: Change Lease from the hand-off's ID, derived from the one it
-//     announced, to a fresh one, Renew, epoch write).
+//     starts, when it changes, and every third of its lease duration: see
+//     candidates.go) and polls the lock blob as before. When the leader's
+//     record names it as its standby (a standing designation), it polls
+//     every standbyPoll; when the record designates it as successor for a
+//     hand-off, it acknowledges (one write to its candidacy) and polls
+//     every SuccessorPollInterval while the designation stands (at most the
+//     time the designation gives); when the record's hand-off marker names
+//     it, it takes the lease over (takeOver: Change Lease from the
+//     hand-off's ID, derived from the one it announced, to a fresh one,
+//     Renew, epoch write). Finding the lease free, it leaves it for a
+//     while to a live ready candidate of higher priority (holdBack).
 //   - As the leader, it lists the candidates (one List Blobs) every
-//     PollInterval: it yields to a candidate of higher priority after the
-//     StabilityWindow (and its own Cooldown), and acts on a yield request
-//     for its term.
+//     PollInterval: it names the best one its standby, yields to a
+//     candidate of higher priority after the StabilityWindow (and its own
+//     Cooldown), and acts on a yield request for its term, which it also
+//     looks for every standbyPoll (one Get Blob Properties).
 //   - Handing over, for any reason (Stop, the task returning after
 //     PrepareStop, Yield, YieldTo, a yield request, a preferred candidate):
 //     while still leading, it designates the best ready candidates (two at
@@ -65,6 +70,15 @@ const ackMargin = 500 * time.Millisecond
 // makes when it has no recent one.
 const stopListLimit = time.Second
 
+// standbyPoll is how often a leader's standby polls the lock blob, and how
+// often a leader looks at its yield request: a fifth of PollInterval, at
+// least SuccessorPollInterval, at most PollInterval (1 s by default). It
+// makes a hand-off's preparation take about this long rather than a
+// follower's poll.
+func (s *succession) standbyPoll() time.Duration {
+	return min(max(s.e.cfg.poll/5, s.cfg.successPoll), s.e.cfg.poll)
+}
+
 // successionTakeMargin is what a leader adds to a designated successor's
 // fast poll when it waits for it to take a hand-off over (Change, Renew and
 // the epoch write after the read that found the marker).
@@ -85,7 +99,8 @@ type succession struct {
 	announced string    // the lease ID the candidacy announces
 	ackToken  string    // the designation acknowledged
 	fastUntil time.Time // polling every SuccessorPollInterval until then
-	freeSince time.Time // negative priority: when it found the lock free while another could lead
+	standby   bool      // the leader's record names it as standby: polling every standbyPoll
+	freeSince time.Time // when it found the lock free while a candidate of higher priority was there
 
 	mu sync.Mutex
 	// The leader's state, for its current term.
@@ -98,9 +113,13 @@ type succession struct {
 	yieldedAt    time.Time        // when this instance last yielded (its Cooldown)
 	listed       listing          // the leader's last listing of the candidates
 	listedAt     time.Time        // when (zero: none in this term)
+	standbyOf    string           // the standby the record names in this term ("" none)
+	standbyKnown bool             // standbyOf is what the record says (false after a hand-off's designation)
 
-	// unanswered is set when a release or hand-off got no answer: the
-	// candidacy is then not taken back when the Elector stops (remove).
+	// unanswered is set when the release or hand-off of a stop got no
+	// answer: the candidacy is then not taken back when the Elector stops
+	// (remove), which would take the stop past its bound; it turns gone
+	// within a lease duration.
 	unanswered atomic.Bool
 }
 
@@ -142,6 +161,9 @@ func newSuccession(e *Elector) *succession {
 	}
 	cfg := e.cfg.lease
 	s.cand = newCandidacy(e.t, cfg, self)
+	// Written again only while the Elector reaches storage: one that
+	// cannot is gone, and reports the outage itself.
+	s.cand.healthy = func() bool { return e.lease.health.snapshot().streak == 0 }
 	return s
 }
 
@@ -154,6 +176,13 @@ func (s *succession) started() {
 // key names a candidate for this leader's memory: a restarted instance
 // (another start time) is a new candidate.
 func candKey(c candidate) string { return c.Identity + "\x00" + c.Since.String() }
+
+// goOn ends the Stopping mark of a planned stop that did not stop this
+// instance (PrepareStop answered by nobody, or its designation lapsed, or
+// the Elector contends again after the term): it is a successor again.
+func (s *succession) goOn() {
+	s.cand.update(func(c *candidate) { c.Stopping = false })
+}
 
 // syncCandidacy writes the candidacy if it changed (and clears the Yielded
 // flag after Cooldown).
@@ -207,7 +236,9 @@ func (s *succession) onLeased(ctx context.Context, st *Status) (Token, bool) {
 		return Token{}, false
 	}
 	d, ok := designationOf(st)
-	if !ok || !d.names(s.identity) {
+	named := ok && d.names(s.identity)
+	s.standby = named && d.standing()
+	if !named || d.standing() {
 		if s.ackToken != "" || !s.fastUntil.IsZero() {
 			s.ackToken, s.fastUntil = "", time.Time{}
 			s.cand.update(func(c *candidate) { c.ack = "" })
@@ -236,48 +267,63 @@ func (s *succession) onLeased(ctx context.Context, st *Status) (Token, bool) {
 // announced ID is spent.
 func (s *succession) tookOver() {
 	s.announced = newLeaseID()
-	s.ackToken, s.fastUntil = "", time.Time{}
+	s.ackToken, s.fastUntil, s.standby = "", time.Time{}, false
 	id := s.announced
 	s.cand.update(func(c *candidate) { c.id, c.ack = id, "" })
 }
 
-// holdBack reports whether a negative-priority instance should leave a
-// free lease to another candidate this time: one of priority 0 or more is
-// ready, and the lease has not been free for longer than that candidate's
-// poll (one listing, only when the lease is free).
-func (s *succession) holdBack(ctx context.Context) bool {
-	if s.cfg.priority >= 0 {
-		return false
-	}
+// holdBack reports whether this instance, having found the lease free
+// (st), should leave it to a candidate of higher priority this time: one
+// that is ready, alive (not gone), not stopping, not penalised for
+// failures, not yielded recently, and not the holder of the term that just
+// ended. It leaves it at most that candidate's poll plus ackMargin (at
+// most HandOffWait) from when it first found it free, then takes it: a dead
+// or slow preferred candidate never keeps the lease free for longer. One
+// listing per poll, only while the lease is free.
+func (s *succession) holdBack(ctx context.Context, st *Status) bool {
 	ls, err := s.cand.list(ctx, time.Now().Add(s.e.cfg.lease.attemptTimeout))
 	if err != nil {
 		return false // cannot tell: lead rather than leave it free
 	}
+	var fails []failure
+	if r, err := parseRecord(st.raw); err == nil {
+		fails = r.fails
+	}
+	now := time.Now()
 	var wait time.Duration
 	for _, c := range ls.candidates {
-		if c.Identity != s.identity && c.Ready && !c.Stopping && !c.Stale && c.Priority >= 0 {
+		switch {
+		case c.Identity == s.identity || c.Identity == st.Holder, c.Priority <= s.cfg.priority,
+			!c.Ready, c.Stopping, c.Gone, c.Yielded, now.Before(penalisedUntil(fails, c.Identity)):
+		default:
 			wait = max(wait, c.poll+ackMargin)
 		}
 	}
 	if wait == 0 {
+		s.freeSince = time.Time{}
 		return false
 	}
+	wait = min(wait, s.cfg.handOffWait)
 	if s.freeSince.IsZero() {
-		s.freeSince = time.Now()
+		s.freeSince = now
 	}
 	if time.Since(s.freeSince) < wait {
-		s.e.log.Debug("azlease: the lease is free; leaving it to a candidate of higher priority (negative Priority)")
+		s.e.log.Debug("azlease: the lease is free; leaving it to a candidate of higher priority", slog.Duration("for", wait))
 		return true
 	}
 	return false
 }
 
 // pollWait is the follower's wait before its next poll: every
-// SuccessorPollInterval (jitter only shortens it) while designated,
-// PollInterval otherwise.
+// SuccessorPollInterval (jitter only shortens it) while designated for a
+// hand-off, every standbyPoll while the leader's standby, PollInterval
+// otherwise.
 func (s *succession) pollWait() time.Duration {
-	if time.Now().Before(s.fastUntil) {
+	switch {
+	case time.Now().Before(s.fastUntil):
 		return time.Duration(float64(s.cfg.successPoll) * (1 - s.e.cfg.jitter/2*mrand.Float64()))
+	case s.standby:
+		return time.Duration(float64(s.standbyPoll()) * (1 - s.e.cfg.jitter/2*mrand.Float64()))
 	}
 	return s.e.pollWait()
 }
@@ -297,6 +343,9 @@ func (s *succession) beginTerm(epoch uint64) {
 		s.unresponsive = map[string]time.Time{}
 		s.prepared = nil
 		s.listedAt = time.Time{}
+		// A new term's record designates nobody: designations name
+		// their epoch.
+		s.standbyOf, s.standbyKnown = "", true
 	}
 }
 
@@ -362,9 +411,13 @@ func (s *succession) watch(term *Term) *watcher {
 		defer close(w.done)
 		defer cancel()
 		defer unhook()
-		next := time.Duration(0)
+		// Two cadences: the listing every PollInterval (or sooner, when
+		// a plan is due), and the look at the yield request every
+		// standbyPoll in between.
+		nextList := time.Now()
+		nextLook := nextList.Add(s.standbyPoll())
 		for {
-			t := time.NewTimer(next)
+			t := time.NewTimer(time.Until(earlier(nextList, nextLook)))
 			select {
 			case <-w.stopC:
 				t.Stop()
@@ -374,7 +427,15 @@ func (s *succession) watch(term *Term) *watcher {
 				return
 			case <-t.C:
 			}
-			plan, wake := s.poll(ctx, term)
+			var plan *handOverCall
+			if !time.Now().Before(nextList) {
+				var wake time.Duration
+				plan, wake = s.poll(ctx, term)
+				nextList = time.Now().Add(min(s.e.pollWait(), wake))
+			} else {
+				plan = s.lookYield(ctx, term)
+			}
+			nextLook = time.Now().Add(s.standbyPoll())
 			if plan != nil {
 				select {
 				case w.plans <- plan:
@@ -384,10 +445,34 @@ func (s *succession) watch(term *Term) *watcher {
 					return
 				}
 			}
-			next = min(s.e.pollWait(), wake)
 		}
 	}()
 	return w
+}
+
+// lookYield is the leader's quick look at its election's yield request
+// (one Get Blob Properties): a plan when it asks this term to yield and is
+// not answered yet. A missing request blob is created empty (once), so
+// that the looks find a blob rather than fail.
+func (s *succession) lookYield(ctx context.Context, term *Term) *handOverCall {
+	s.mu.Lock()
+	prepared := s.prepared != nil
+	s.mu.Unlock()
+	if prepared {
+		return nil
+	}
+	y, found, err := readYield(ctx, s.cand.ops, s.cand.election)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.e.log.Debug("azlease: could not read the yield request", slog.Any("error", err))
+		}
+	case !found:
+		createYield(ctx, s.cand.ops, s.cand.election)
+	case y != nil && y.Epoch == term.Epoch() && y.Answer == "":
+		return &handOverCall{reason: reasonRequest, to: y.To, yieldReq: y}
+	}
+	return nil
 }
 
 // poll is one poll of the leader's: it lists the candidates and decides
@@ -403,9 +488,10 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 		return nil, far
 	}
 	for _, c := range ls.candidates {
-		if c.Stale && c.Identity != s.identity {
-			// Gone without taking its candidacy back (it crashed).
-			s.cand.removeStale(ctx, c)
+		if c.Gone && c.Identity != s.identity && goneAt(ls.date, c.modified, c.ttl+goneKeep) {
+			// Gone without taking its candidacy back (it crashed), for
+			// goneKeep: status has shown it gone for long enough.
+			s.cand.removeGone(ctx, c)
 		}
 	}
 	ranked := s.ranked(ls)
@@ -414,6 +500,15 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 	s.candidates = int64(len(ranked))
 	s.listed, s.listedAt = ls, now
 	prepared := s.prepared != nil
+	if prepared && !now.Before(s.prepared.until) {
+		// PrepareStop's designation lapsed without a stop: this
+		// instance goes on leading, and is a successor again.
+		s.prepared, prepared = nil, false
+		s.standbyKnown = false
+		s.mu.Unlock()
+		s.goOn()
+		s.mu.Lock()
+	}
 	for _, c := range ranked {
 		if _, ok := s.firstSeen[candKey(c)]; !ok {
 			s.firstSeen[candKey(c)] = firstSeen(now, ls.date, c)
@@ -427,7 +522,53 @@ func (s *succession) poll(ctx context.Context, term *Term) (*handOverCall, time.
 	if y := ls.yield; y != nil && y.Epoch == term.Epoch() && y.Answer == "" {
 		return &handOverCall{reason: reasonRequest, to: y.To, yieldReq: y}, far
 	}
-	// A candidate of higher priority.
+	plan, wake := s.priorityPlan(term, ranked, now)
+	if plan == nil {
+		s.keepStandby(ctx, term, ranked)
+	}
+	return plan, wake
+}
+
+// keepStandby names the best ready candidate the leader's standby in its
+// record (a standing designation), or nobody, when that changed: one write
+// under the lease per change. The standby polls every standbyPoll, so a
+// hand-off's designation reaches it within about that.
+func (s *succession) keepStandby(ctx context.Context, term *Term, ranked []candidate) {
+	now := time.Now()
+	s.mu.Lock()
+	want := ""
+	for _, c := range ranked {
+		if !now.Before(s.unresponsive[candKey(c)]) {
+			want = c.Identity
+			break
+		}
+	}
+	if s.standbyKnown && want == s.standbyOf {
+		s.mu.Unlock()
+		return
+	}
+	d := designation{}
+	if want != "" {
+		s.serial++
+		d = designation{epoch: term.Epoch(), serial: s.serial, heirs: []string{want}}
+	}
+	s.mu.Unlock()
+	if err := s.writeDesignation(ctx, term, d, false); err != nil {
+		if ctx.Err() == nil {
+			s.e.log.Debug("azlease: could not name the standby", slog.Any("error", err))
+		}
+		return
+	}
+	s.mu.Lock()
+	s.standbyOf, s.standbyKnown = want, true
+	s.mu.Unlock()
+}
+
+// priorityPlan is a hand-off to a candidate of higher priority, once its
+// StabilityWindow (and this leader's Cooldown) has passed; or when to look
+// again, if it has not.
+func (s *succession) priorityPlan(term *Term, ranked []candidate, now time.Time) (*handOverCall, time.Duration) {
+	far := time.Duration(1<<63 - 1)
 	fails := s.failures()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -578,6 +719,9 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	for _, c := range picked {
 		d.heirs = append(d.heirs, c.Identity)
 	}
+	s.mu.Lock()
+	s.standbyKnown = false // the record now holds this designation, or may
+	s.mu.Unlock()
 	if err := s.writeDesignation(ctx, term, d, stopping); err != nil {
 		return nil, nil, 0, err
 	}
@@ -731,7 +875,10 @@ func (e *Elector) YieldTo(ctx context.Context, identity string) (string, error) 
 // acknowledges. The next end of this term that stops its work then hands
 // leadership straight to it, whether it is Stop, or the task returning
 // (with any AfterTask), within the designation's hold (the wait plus
-// DrainTimeout plus a few seconds). It returns the successor's identity, or
+// DrainTimeout plus a few seconds). Meanwhile this instance's candidacy
+// says it is stopping (no leader hands back to it); that ends when nobody
+// acknowledged, when the hold passes without a stop, and when the Elector
+// contends again after the term. It returns the successor's identity, or
 // an error wrapping [ErrNoSuccessor] when none acknowledged (the lease is
 // then released as without succession), or [ErrNotLeader].
 func (e *Elector) PrepareStop(ctx context.Context) (string, error) {
@@ -775,6 +922,9 @@ func (e *Elector) handOver(ctx context.Context, k *keeper, taskDone chan error, 
 			e.log.Debug("azlease: not handing leadership over", slog.String("reason", c.reason), slog.Any("error", err))
 		}
 		e.lease.tm.handedOver(c.reason, "none")
+		if c.prepareOnly && ctx.Err() == nil {
+			s.goOn() // nobody to hand over to: no stop is prepared
+		}
 		reply(handOverReply{err: err})
 		return false, false, false
 	}
@@ -822,7 +972,10 @@ func (e *Elector) handOver(ctx context.Context, k *keeper, taskDone chan error, 
 	} else {
 		reply(handOverReply{taker: out.taker})
 	}
-	return true, stopping, true
+	// Handed over, this instance follows at once (a standby again within
+	// its poll); released, it waits a poll interval first, so that
+	// another takes the free lease.
+	return true, stopping, out.taker == ""
 }
 
 // stopSuccessors returns the successors of a planned stop of term: those
@@ -870,12 +1023,14 @@ func (s *succession) takePrepared(term *Term) *preparedHandOff {
 }
 
 // remove takes the candidacy back when the Elector stops, in one
-// AttemptTimeout; not when storage did not answer the Elector's last
-// request (the stop stays within the release's bound; the candidacy left
-// behind turns stale and leaders delete it).
+// AttemptTimeout, after its refresh timer; not when storage did not answer
+// the Elector's last request, or the stop's own release or hand-off (the
+// stop stays within its bound; the candidacy left behind is gone within a
+// lease duration, and leaders delete it later).
 func (s *succession) remove(ctx context.Context) {
+	s.cand.stopRefresh()
 	if s.e.lease.health.snapshot().streak > 0 || s.unanswered.Load() {
-		s.e.log.Debug("azlease: storage failing; leaving the candidacy to turn stale")
+		s.e.log.Debug("azlease: storage failing; leaving the candidacy to turn gone")
 		return
 	}
 	s.cand.remove(ctx)
@@ -931,7 +1086,9 @@ func (e *Elector) handLeaseOn(id string, succs []successor, reason string, stopp
 	default:
 		e.log.Warn("azlease: handing leadership over failed; the lease will expire", slog.Any("error", err))
 		e.lease.tm.handedOver(reason, "failed")
-		e.succ.unanswered.Store(true)
+		if stopping {
+			e.succ.unanswered.Store(true)
+		}
 	}
 	return out
 }

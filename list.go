@@ -161,7 +161,7 @@ func (l *Lease) listPagesAt(ctx context.Context, prefix string, pageLimit func(s
 				return true, opError("list", l.t.container, prefix, ErrPermanent, err)
 			}
 			for i, at := 0, time.Now(); i < len(page); i++ {
-				page[i].readAt = at
+				page[i].readAt, page[i].listed = at, date
 			}
 			next = resp.NextMarker
 			return true, nil

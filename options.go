@@ -377,9 +377,12 @@ type ElectorOptions struct {
 	RenewInterval time.Duration
 
 	// PollInterval is how often a follower checks the lease (one request).
-	// Zero means 5 s. Otherwise from 100 ms to 1 h (MaxPollInterval);
-	// negative is an error. After a graceful stop, a follower takes over
-	// within one PollInterval (plus jitter).
+	// With succession, the leader's standby (the candidate it would hand
+	// over to) polls every fifth of it (at least SuccessorPollInterval),
+	// and the leader looks for a yield request as often. Zero means 5 s.
+	// Otherwise from 100 ms to 1 h (MaxPollInterval); negative is an error.
+	// After a graceful stop, a follower takes over within one PollInterval
+	// (plus jitter).
 	PollInterval time.Duration
 
 	// Jitter spreads each poll over PollInterval × (1 ± Jitter), so that
@@ -448,18 +451,17 @@ type ElectorOptions struct {
 	// publishes its candidacy next to the lock blob, and a leader that
 	// stops or yields hands leadership straight to the best ready standby.
 
-	// Priority ranks this instance as a leader: a leader yields to a ready
-	// candidate of strictly higher priority once that candidate has been
-	// there for StabilityWindow (and the leader's term has lasted
-	// Cooldown), and a stopping leader hands over to the candidate of
-	// highest priority. Equal priorities never move leadership. Zero (the
-	// default for every instance) means no instance is preferred. A
-	// negative priority means "never lead from here while another can":
-	// this instance does not take a free lease while a ready candidate of
-	// priority 0 or more is there (it leaves it the time of that
-	// candidate's poll first), and when it leads it yields to such a
-	// candidate after StabilityWindow, without waiting for Cooldown. Any
-	// int.
+	// Priority ranks this instance as a leader. A free lease goes to the
+	// live ready candidate of highest priority: the others leave it to it
+	// for its poll at most (HandOffWait at most), then take it. A leader
+	// yields to a ready candidate of strictly higher priority once that
+	// candidate has been there for StabilityWindow (and the leader's term
+	// has lasted Cooldown), and a stopping leader hands over to the
+	// candidate of highest priority. Equal priorities never move
+	// leadership. Zero (the default for every instance) means no instance
+	// is preferred. A negative priority means "never lead from here while
+	// another can": a leader of negative priority yields to one of 0 or
+	// more after StabilityWindow, without waiting for Cooldown. Any int.
 	Priority int
 
 	// Labels are published with this instance's candidacy, for operators
@@ -495,12 +497,14 @@ type ElectorOptions struct {
 	// HandOffWait bounds how long a leader that stops or yields spends,
 	// still leading, getting its successor ready: listing the candidates,
 	// designating the successor, and waiting for it to acknowledge (it
-	// notices at its next poll). Within the bound, the leader waits for the
-	// successor's own poll interval (with its jitter) plus half a second;
-	// if no successor acknowledges, the leader releases the lease as
-	// without succession. Zero means 10 s. Otherwise from 100 ms
-	// to 1 h (MaxPollInterval); negative is an error. It adds to the time
-	// Stop takes (see [Elector.Stop]).
+	// notices at its next poll: within a fifth of PollInterval for the
+	// leader's standby, the best candidate). Within the bound, the leader
+	// waits for the successor's own poll interval (with its jitter) plus
+	// half a second; if no successor acknowledges, the leader releases the
+	// lease as without succession. It also bounds how long an instance
+	// leaves a free lease to a candidate of higher priority. Zero means
+	// 10 s. Otherwise from 100 ms to 1 h (MaxPollInterval); negative is an
+	// error. It adds to the time Stop takes (see [Elector.Stop]).
 	HandOffWait time.Duration
 
 	// NoSuccession turns planned succession off: no candidacy blob, no

@@ -423,6 +423,10 @@ type Status struct {
 	// leadership to the first of them that is ready (it stops, yields, or
 	// prefers a candidate of higher priority). Empty otherwise.
 	Designated []string
+	// Standby names the candidate the leader of Epoch keeps ready to take
+	// over (it polls faster than the other followers), when no hand-off is
+	// under way; "" otherwise.
+	Standby string
 	// Began is how the latest term began, EndedBy and Ended how and when
 	// it ended, as in its [HistoryEntry] (History's first, when kept):
 	// EndedBy is ChangeUnknown while the term lasts, unless its holder
@@ -462,8 +466,10 @@ type Status struct {
 	etag    azcore.ETag
 	created time.Time
 	// modified is the blob's Last-Modified, on storage's clock, as a
-	// listing gives it (zero from Inspect).
+	// listing gives it (zero from Inspect); listed is that listing's Date
+	// (the same clock), to tell how long ago the blob was written.
 	modified time.Time
+	listed   time.Time
 	// readAt is when the answer that gave this status came (this
 	// process's clock): the lease state was so at or before it.
 	readAt time.Time
@@ -474,7 +480,8 @@ type Status struct {
 // state says now.
 func (st *Status) setRecord(r record) {
 	st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.role
-	st.Designated, st.History = r.heir.heirs, r.history
+	st.History = r.history
+	st.Designated, st.Standby = r.heir.shown()
 	st.Began = r.cur.began
 	if r.cur.endedBy.Planned() {
 		st.EndedBy, st.Ended = r.cur.endedBy, r.cur.ended
