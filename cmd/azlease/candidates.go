@@ -18,50 +18,82 @@ import (
 	"github.com/azlease/azlease"
 )
 
-// candidateJSON is one candidate of an election.
+// candidateJSON is one candidate of an election. Ready is false for a
+// candidate that is gone (its instance stopped writing its candidacy,
+// whatever the candidacy says): no leader hands over to it.
 type candidateJSON struct {
 	Identity     string            `json:"identity"`
 	Priority     int               `json:"priority"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Ready        bool              `json:"ready"`
+	Gone         bool              `json:"gone,omitempty"` // its instance stopped writing its candidacy (crashed, hangs, cut off)
 	Stopping     bool              `json:"stopping,omitempty"`
 	Yielded      bool              `json:"yielded,omitempty"`
 	Since        *time.Time        `json:"since,omitempty"`
-	Designated   bool              `json:"designated,omitempty"`   // the leader designated it as successor
+	Refreshed    *time.Time        `json:"refreshed,omitempty"`    // when it last wrote its candidacy (storage's clock)
+	Standby      bool              `json:"standby,omitempty"`      // the leader keeps it ready to take over
+	Designated   bool              `json:"designated,omitempty"`   // the leader is handing over to it
 	Acknowledged bool              `json:"acknowledged,omitempty"` // and it acknowledged: it polls fast
 }
 
-// yieldJSON is an election's latest yield request.
+// yieldJSON is an election's latest yield request. Stale: the term it asks
+// to yield is over (answered or not, it no longer applies).
 type yieldJSON struct {
 	Epoch  uint64     `json:"epoch"`
 	To     string     `json:"to,omitempty"`
 	By     string     `json:"by,omitempty"`
 	At     *time.Time `json:"at,omitempty"`
 	Answer string     `json:"answer,omitempty"`
+	Stale  bool       `json:"stale,omitempty"`
 }
 
-// candidatesJSON turns candidates into their JSON, marking those the lock
-// blob st designates (and that acknowledged its term's designation).
+// successorOf is the one candidate the lock blob st shows the leader
+// handing over to: the one the hand-off marker names, else the first
+// designated one that acknowledged, else the first designated; "" when
+// nobody leads or no hand-off is under way. A designation names up to two
+// candidates (the second in case the first does not take over), but one
+// takes over: showing two as "designated successor" misled.
+func successorOf(cs []azlease.Candidate, st azlease.Status) string {
+	if !st.Leased || len(st.Designated) == 0 {
+		return ""
+	}
+	if st.Next != "" {
+		return st.Next
+	}
+	for _, d := range st.Designated {
+		for _, c := range cs {
+			if c.Identity == d && c.Acknowledged == st.Epoch && !c.Gone {
+				return d
+			}
+		}
+	}
+	return st.Designated[0]
+}
+
+// candidatesJSON turns candidates into their JSON, marking the one the
+// lock blob st shows the leader handing over to (successorOf), and the
+// leader's standby.
 func candidatesJSON(cs []azlease.Candidate, st azlease.Status) []candidateJSON {
+	succ := successorOf(cs, st)
 	out := make([]candidateJSON, 0, len(cs))
 	for _, c := range cs {
-		designated := false
-		for _, d := range st.Designated {
-			designated = designated || d == c.Identity
-		}
+		designated := succ != "" && c.Identity == succ
 		out = append(out, candidateJSON{
-			Identity: c.Identity, Priority: c.Priority, Labels: c.Labels, Ready: c.Ready, Stopping: c.Stopping, Yielded: c.Yielded,
-			Since: timePtr(c.Since), Designated: designated, Acknowledged: designated && st.Leased && c.Acknowledged == st.Epoch,
+			Identity: c.Identity, Priority: c.Priority, Labels: c.Labels, Ready: c.Ready && !c.Gone, Gone: c.Gone,
+			Stopping: c.Stopping, Yielded: c.Yielded, Since: timePtr(c.Since), Refreshed: timePtr(c.Refreshed),
+			Standby:    succ == "" && st.Leased && st.Standby == c.Identity && !c.Gone,
+			Designated: designated, Acknowledged: designated && c.Acknowledged == st.Epoch,
 		})
 	}
 	return out
 }
 
-func yieldOf(y *azlease.YieldRequest) *yieldJSON {
+// yieldOf is y's JSON, stale when the lock blob st shows a later term.
+func yieldOf(y *azlease.YieldRequest, st azlease.Status) *yieldJSON {
 	if y == nil {
 		return nil
 	}
-	return &yieldJSON{Epoch: y.Epoch, To: y.To, By: y.By, At: timePtr(y.At), Answer: y.Answer}
+	return &yieldJSON{Epoch: y.Epoch, To: y.To, By: y.By, At: timePtr(y.At), Answer: y.Answer, Stale: y.Epoch != st.Epoch || !st.Leased}
 }
 
 // readCandidates reads the election's candidates and yield request (one
@@ -72,15 +104,19 @@ func readCandidates(ctx context.Context, cc *container.Client, name string, st a
 		return err
 	}
 	out.Candidates = candidatesJSON(cs, st)
-	out.Yield = yieldOf(y)
-	out.Designated = st.Designated
+	out.Yield = yieldOf(y, st)
+	if succ := successorOf(cs, st); succ != "" {
+		out.Designated = []string{succ}
+	}
 	return nil
 }
 
-// printCandidates prints an election's candidates and yield request.
+// printCandidates prints an election's candidates, and its yield request
+// while the term it asks to yield lasts (JSON shows an older one, marked
+// stale).
 func printCandidates(tw io.Writer, s statusJSON) {
 	if len(s.Designated) > 0 {
-		fmt.Fprintf(tw, "handing over to\t%s\n", strings.Join(s.Designated, ", "))
+		fmt.Fprintf(tw, "handing over to\t%s\n", s.Designated[0])
 	}
 	for i, c := range s.Candidates {
 		label := ""
@@ -89,7 +125,7 @@ func printCandidates(tw io.Writer, s statusJSON) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", label, candidateLine(c))
 	}
-	if y := s.Yield; y != nil {
+	if y := s.Yield; y != nil && !y.Stale {
 		fmt.Fprintf(tw, "yield request\t%s\n", yieldLine(*y))
 	}
 }
@@ -100,6 +136,10 @@ func candidateLine(c candidateJSON) string {
 	var b strings.Builder
 	b.WriteString(quoteIfNeeded(c.Identity) + "  priority " + strconv.Itoa(c.Priority))
 	switch {
+	case c.Gone && c.Refreshed != nil:
+		b.WriteString("  gone (last seen " + c.Refreshed.Format(time.RFC3339) + ")")
+	case c.Gone:
+		b.WriteString("  gone")
 	case c.Stopping:
 		b.WriteString("  stopping")
 	case c.Ready:
@@ -107,13 +147,16 @@ func candidateLine(c candidateJSON) string {
 	default:
 		b.WriteString("  not ready")
 	}
-	if c.Yielded {
+	if c.Yielded && !c.Gone {
 		b.WriteString("  yielded recently")
 	}
-	if c.Acknowledged {
+	switch {
+	case c.Acknowledged:
 		b.WriteString("  designated successor (ready to take over)")
-	} else if c.Designated {
+	case c.Designated:
 		b.WriteString("  designated successor")
+	case c.Standby:
+		b.WriteString("  standby")
 	}
 	if len(c.Labels) > 0 {
 		keys := make([]string, 0, len(c.Labels))
@@ -143,9 +186,12 @@ func yieldLine(y yieldJSON) string {
 	if y.At != nil {
 		b.WriteString(" at " + y.At.Format(time.RFC3339))
 	}
-	if y.Answer != "" {
+	switch {
+	case y.Answer != "":
 		b.WriteString(": " + y.Answer)
-	} else {
+	case y.Stale:
+		b.WriteString(": not answered; that term is over")
+	default:
 		b.WriteString(": not answered yet")
 	}
 	return b.String()
@@ -162,9 +208,10 @@ const (
 // candidateTracker follows an election's candidates and yield request from
 // poll to poll for watch --candidates.
 type candidateTracker struct {
-	name  string
-	last  map[string]candidateJSON // by identity; nil before the first poll
-	yield *yieldJSON
+	name   string
+	last   map[string]candidateJSON // by identity; nil before the first poll
+	yield  *yieldJSON
+	polled bool
 }
 
 // observe returns the lines to print for the candidates and yield request
@@ -199,12 +246,26 @@ func (ct *candidateTracker) observe(now time.Time, cs []candidateJSON, y *yieldJ
 		out = append(out, watchEvent{Time: at, Name: ct.name, State: watchCandidateLeft, Candidate: &c})
 	}
 	ct.last = cur
-	if y != nil && (ct.yield == nil || *ct.yield != *y) {
+	// A yield line once per request and answer (not per poll: the old
+	// comparison of pointers made every poll a change); a request that is
+	// stale when first seen is history, not an event.
+	first := !ct.polled
+	ct.polled = true
+	if y != nil && (ct.yield == nil || !sameYield(*ct.yield, *y)) && !(first && y.Stale) {
 		yy := *y
 		out = append(out, watchEvent{Time: at, Name: ct.name, State: watchYield, Yield: &yy})
 	}
-	ct.yield = y
+	if y != nil || first {
+		ct.yield = y
+	}
 	return out
+}
+
+// sameYield reports whether a and b are the same request with the same
+// answer (staleness aside).
+func sameYield(a, b yieldJSON) bool {
+	return a.Epoch == b.Epoch && a.To == b.To && a.By == b.By && a.Answer == b.Answer &&
+		(a.At == nil) == (b.At == nil) && (a.At == nil || a.At.Equal(*b.At))
 }
 
 // readCandidateEvents lists the election's candidates (one List Blobs
@@ -214,7 +275,7 @@ func (ct *candidateTracker) read(ctx context.Context, cc *container.Client, st a
 	if err != nil {
 		return nil, err
 	}
-	return ct.observe(now, candidatesJSON(cs, st), yieldOf(y)), nil
+	return ct.observe(now, candidatesJSON(cs, st), yieldOf(y, st)), nil
 }
 
 // candidateEventText is the text of a candidate or yield line after its
@@ -256,6 +317,6 @@ func (hs *healthServer) candidates(ctx context.Context) ([]candidateJSON, *yield
 		return []candidateJSON{}, nil
 	}
 	st, _ := azlease.Inspect(ctx, hs.cc, hs.name)
-	c.cands, c.yield, c.at = candidatesJSON(cs, st), yieldOf(y), time.Now()
+	c.cands, c.yield, c.at = candidatesJSON(cs, st), yieldOf(y, st), time.Now()
 	return c.cands, c.yield
 }

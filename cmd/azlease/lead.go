@@ -27,7 +27,7 @@ type successionFlags struct {
 
 func (sf *successionFlags) register(c *cobra.Command) {
 	f := c.Flags()
-	f.IntVar(&sf.priority, "priority", 0, "this instance's priority: the leader hands over to a ready standby of higher priority (after 30s); negative: never lead while another instance can")
+	f.IntVar(&sf.priority, "priority", 0, "this instance's priority: a free lease goes to the ready instance of highest priority, and the leader hands over to a ready standby of higher priority (after 30s); negative: never lead while another instance can")
 	f.StringArrayVar(&sf.labels, "label", nil, "a label KEY=VALUE published with this instance's candidacy (zone, version), shown by status, watch and ui; repeatable")
 	f.DurationVar(&sf.handOffWait, "handoff-wait", 0, "on SIGTERM or SIGINT, how long the leader waits, still running CMD, for its successor to get ready before it stops CMD (default 10s; the successor's poll interval plus 0.5s is enough)")
 	f.BoolVar(&sf.noHandOff, "no-handoff", false, "turn planned succession off: no candidacy, and a stopping leader releases the lease for a standby to find at its next poll")
@@ -100,7 +100,8 @@ takes up to --handoff-wait longer: give the supervisor's grace period that
 much more (--handoff-wait + --kill-after + 6s + a margin; the examples use
 25s). A leader also hands over to a standby of higher --priority that has
 been ready for 30s (once its own term is a minute old), and to the one named
-by 'azlease yield NAME' from anywhere.
+by 'azlease yield NAME' from anywhere. A free lease goes to the ready standby
+of highest --priority: the others leave it to it for one of its polls.
 
 Stop timing, counted from the send of the last successful renewal (renewals
 are sent every lease-duration/3):

@@ -352,3 +352,151 @@ func TestTermReasonsCLI(t *testing.T) {
 	watch.signal(syscall.SIGTERM)
 	watch.expect(0, 10*time.Second)
 }
+
+// statusOf runs 'azlease status --json name' and parses it.
+func statusOf(t *testing.T, w *world, name string) statusJSON {
+	t.Helper()
+	p := w.run(20*time.Second, "status", "--json", name)
+	require.Zero(t, p.status(), p.stderr())
+	var s statusJSON
+	require.NoError(t, json.Unmarshal([]byte(p.stdout()), &s), p.stdout())
+	return s
+}
+
+// candidateIn finds the candidate id in s.
+func candidateIn(s statusJSON, id string) (candidateJSON, bool) {
+	for _, c := range s.Candidates {
+		if c.Identity == id {
+			return c, true
+		}
+	}
+	return candidateJSON{}, false
+}
+
+// TestLeadKilledStandbyShownGone: a standby 'azlease lead' of priority 5
+// killed with SIGKILL (it cannot take its candidacy back) is shown gone, not
+// ready, by 'azlease status' and 'azlease watch --candidates' within a lease
+// duration and a poll of its death (and a second: storage's clock counts
+// whole seconds), not listed as a ready standby for half an hour; a stopping
+// leader then hands over to the live standby.
+func TestLeadKilledStandbyShownGone(t *testing.T) {
+	onBoth(t, func(t *testing.T, w *world) {
+		stamps := w.path("stamps")
+		env := append(w.env(), stamperEnv+"="+stamps)
+		self, err := os.Executable()
+		require.NoError(t, err)
+		lead := func(id string, extra ...string) *proc {
+			args := append([]string{"lead", "--container", w.container, "--identity", id}, extra...)
+			return startProc(t, env, append(args, "job", "--", self)...)
+		}
+		a := lead("a")
+		waitLine(t, stamps, "start a", 30*time.Second)
+		watch := w.az("watch", "--candidates", "--json", "--poll-interval", "500ms", "job")
+		b := lead("b", "--priority", "5")
+		c := lead("c")
+		for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
+			s := statusOf(t, w, "job")
+			bc, okb := candidateIn(s, "b")
+			_, okc := candidateIn(s, "c")
+			if okb && okc && bc.Ready {
+				break
+			}
+			require.Less(t, time.Since(start), 30*time.Second, "b and c listed, b ready: %+v", s.Candidates)
+		}
+
+		b.signal(syscall.SIGKILL)
+		killed := time.Now()
+		b.wait(10 * time.Second)
+		var goneAfter time.Duration
+		for goneAfter == 0 {
+			s := statusOf(t, w, "job")
+			bc, ok := candidateIn(s, "b")
+			require.True(t, ok, "still listed (as gone) for a while")
+			if bc.Gone {
+				require.False(t, bc.Ready, "a gone candidate is not ready")
+				require.NotNil(t, bc.Refreshed)
+				goneAfter = time.Since(killed)
+			} else {
+				require.Less(t, time.Since(killed), time.Minute, "b shown gone")
+				time.Sleep(500 * time.Millisecond)
+			}
+		}
+		t.Logf("status shows the killed standby gone %v after SIGKILL", goneAfter.Round(time.Millisecond))
+		bound := 15*time.Second + time.Second + time.Second + 4*time.Second
+		assert.LessOrEqual(t, goneAfter, bound, "lease duration, storage's second, status's own cadence, + 4 s for process start-up on a busy machine")
+		text := w.run(20*time.Second, "status", "job")
+		assert.Contains(t, text.stdout(), "b  priority 5  gone (last seen ")
+		assert.NotContains(t, text.stdout(), "b  priority 5  ready")
+
+		// The watch printed b's change once, when it turned gone.
+		var goneLines []watchEvent
+		end := time.Now().Add(10 * time.Second)
+		for len(goneLines) == 0 && time.Now().Before(end) {
+			for _, l := range lines(t, watch.outPath) {
+				var e watchEvent
+				require.NoError(t, json.Unmarshal([]byte(l), &e), l)
+				if e.Candidate != nil && e.Candidate.Identity == "b" && e.Candidate.Gone {
+					goneLines = append(goneLines, e)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		require.Len(t, goneLines, 1, "watch:\n%s", watch.stdout())
+		assert.Equal(t, watchCandidateChanged, goneLines[0].State)
+		assert.LessOrEqual(t, goneLines[0].Time.Sub(killed), 15*time.Second+time.Second+500*time.Millisecond+4*time.Second)
+
+		// A stop hands over to c, never to the dead b.
+		a.signal(syscall.SIGTERM)
+		a.expect(0, 30*time.Second)
+		waitLine(t, stamps, "start c", 15*time.Second)
+		c.signal(syscall.SIGTERM)
+		c.expect(0, 30*time.Second)
+		watch.signal(syscall.SIGTERM)
+		watch.expect(0, 10*time.Second)
+	})
+}
+
+// TestLeadYieldIsQuick: 'azlease yield' with the default poll interval (5 s)
+// returns within about a second: the leader looks for the request every
+// second, and its standby polls every second. Each yield's time is logged;
+// the bound asserted is generous (race build, shared CPUs).
+func TestLeadYieldIsQuick(t *testing.T) {
+	onBoth(t, func(t *testing.T, w *world) {
+		stamps := w.path("stamps")
+		env := append(w.env(), stamperEnv+"="+stamps)
+		self, err := os.Executable()
+		require.NoError(t, err)
+		lead := func(id string) *proc {
+			return startProc(t, env, "lead", "--container", w.container, "--identity", id, "job", "--", self)
+		}
+		a := lead("a")
+		waitLine(t, stamps, "start a", 30*time.Second)
+		b := lead("b")
+		c := lead("c")
+		time.Sleep(12 * time.Second) // both polled; the leader's listing named its standby, which polled since
+		var took []time.Duration
+		for i := range 3 {
+			start := time.Now()
+			y := w.run(60*time.Second, "yield", "job")
+			d := time.Since(start)
+			require.Zero(t, y.status(), "yield %d: stdout:\n%s\nstderr:\n%s", i, y.stdout(), y.stderr())
+			assert.Contains(t, y.stdout(), "leadership moved from ")
+			took = append(took, d)
+			time.Sleep(8 * time.Second) // the new leader names its standby, which polls since
+		}
+		t.Logf("azlease yield took %v (the command's own start-up included)", took)
+		for _, d := range took {
+			assert.Less(t, d, 5*time.Second, "about a second, not the leader's poll and then the successor's (generous: race build, shared CPUs)")
+		}
+		for _, p := range []*proc{a, b, c} {
+			p.signal(syscall.SIGTERM)
+		}
+		for _, p := range []*proc{a, b, c} {
+			stopped(t, p)
+		}
+		terms := stampTerms(t, stamps)
+		for i := 1; i < len(terms); i++ {
+			require.Greater(t, terms[i].start, terms[i-1].stop, "CMDs never overlap: %+v", terms)
+		}
+	})
+}

@@ -181,8 +181,14 @@ type uiCandidate struct {
 	Ready    bool              `json:"ready"`
 	Since    *time.Time        `json:"since,omitempty"`
 	Stopping bool              `json:"stopping,omitempty"`
-	// Designated: the leader designated it as its successor; Acknowledged:
+	// Gone: its instance stopped writing its candidacy (crashed, hangs,
+	// cut off); Ready is then false. Refreshed: when it last wrote it.
+	Gone      bool       `json:"gone,omitempty"`
+	Refreshed *time.Time `json:"refreshed,omitempty"`
+	// Standby: the leader keeps it ready to take over. Designated: the
+	// leader is handing over to it (at most one candidate); Acknowledged:
 	// and it acknowledged, polling fast to take over.
+	Standby      bool `json:"standby,omitempty"`
 	Designated   bool `json:"designated,omitempty"`
 	Acknowledged bool `json:"acknowledged,omitempty"`
 }
@@ -812,7 +818,7 @@ func candidatesOf(st azlease.Status, cs []azlease.Candidate) []uiCandidate {
 	for _, c := range candidatesJSON(cs, st) {
 		out = append(out, uiCandidate{
 			Identity: c.Identity, Priority: c.Priority, Labels: c.Labels, Ready: c.Ready, Since: c.Since, Stopping: c.Stopping,
-			Designated: c.Designated, Acknowledged: c.Acknowledged,
+			Gone: c.Gone, Refreshed: c.Refreshed, Standby: c.Standby, Designated: c.Designated, Acknowledged: c.Acknowledged,
 		})
 	}
 	return out
@@ -834,13 +840,16 @@ func candidatesByElection(listed []azlease.Status) map[string][]azlease.Candidat
 }
 
 // isSuccessionBlob reports whether st is an election's candidate or yield
-// request rather than a lock blob.
+// request (one a leader created empty included) rather than a lock blob.
 func isSuccessionBlob(st azlease.Status) bool {
 	if _, _, ok := st.Candidate(); ok {
 		return true
 	}
-	_, _, ok := st.YieldRequest()
-	return ok
+	if _, _, ok := st.YieldRequest(); ok {
+		return true
+	}
+	i := strings.LastIndex(st.Name, "/candidates/~yield")
+	return i > 0 && i+len("/candidates/~yield") == len(st.Name)
 }
 
 // light is the item without its detail, for the overview.

@@ -16,8 +16,12 @@ import (
 	"github.com/azlease/azlease"
 )
 
-// yieldLook is how often yield reads the lock blob while it waits.
-const yieldLook = 500 * time.Millisecond
+// yieldLook is how often yield reads the lock blob while it waits (the
+// move takes about a second: one request per look is cheap for that long).
+const yieldLook = 200 * time.Millisecond
+
+// answerLooks is every how many looks yield reads the leader's answer.
+const answerLooks = 5
 
 func newYieldCmd(g *globals) *cobra.Command {
 	var (
@@ -31,10 +35,12 @@ func newYieldCmd(g *globals) *cobra.Command {
 library) to hand leadership over to another instance without stopping: to the
 one --to names, or to the best ready standby (the highest --priority, then the
 most recently started). Any process can ask: the request is a blob next to the
-lock blob (NAME/candidates/~yield), which the leader reads at its next poll
-(within its --poll-interval). The leader then gets the successor ready while
-its command still runs, stops its command, and hands the lease straight over;
-it stays a standby. It is not preferred back for its priority for a minute.
+lock blob (NAME/candidates/~yield), which the leader looks for every fifth of
+its --poll-interval (every second by default). The leader then gets the
+successor ready while its command still runs (its standby, which polls as
+often, answers within about as long), stops its command, and hands the lease
+straight over; it stays a standby. Leadership moves within about a second
+and CMD's stop. It is not preferred back for its priority for a minute.
 
 yield waits until leadership has moved, then prints who leads, and exits:
 
@@ -109,7 +115,7 @@ func (g *globals) yield(c *cobra.Command, name, to string, timeout time.Duration
 			fmt.Fprintf(g.stdout, "%s: leadership moved from %s to %s (epoch %d)\n", name, from, st.Holder, st.Epoch)
 			return nil
 		}
-		if n%4 == 3 { // the answer, every 2 s
+		if n%answerLooks == answerLooks-1 { // the answer, every second
 			if _, got, err := azlease.InspectCandidates(ctx, cc, name); err == nil && got != nil && got.Epoch == y.Epoch && got.Answer != answered {
 				answered = got.Answer
 				if strings.HasPrefix(got.Answer, "declined") {
