@@ -155,8 +155,11 @@
 //     to the lock blob (NAME/candidates/IDENTITY): the lease ID it announces,
 //     its [ElectorOptions.Priority] and Labels, whether it is ready
 //     ([Elector.SetReady]), stopping or yielded recently, and when it
-//     started. It writes it when it starts and when something changes, and
-//     deletes it when it stops. [InspectCandidates] reads them.
+//     started. It writes it when it starts, when something changes, and
+//     every third of its lease duration (a candidate not written for a
+//     lease duration is gone: [Candidate.Gone]), and deletes it when it
+//     stops. [InspectCandidates] reads them. The leader names its best
+//     candidate its standby, which polls every fifth of PollInterval.
 //   - A leader that stops (Stop, or a signal 'azlease lead' gets) first,
 //     still leading, designates the best ready standby (two at most: not
 //     stopping, not failing recently, highest priority, then the most
@@ -186,13 +189,16 @@
 // proposed by one answered request (the successor's Change Lease from the
 // hand-off's ID to a fresh one), a request applied late acts on nothing, and
 // the successor's epoch is larger. What it costs: each Elector writes its
-// candidacy when it starts and when it changes (and deletes it when it
-// stops); the leader lists the candidates with one List Blobs request per
-// PollInterval (double a leader's requests: about 520,000 a month more); a
-// designated standby polls every SuccessorPollInterval for a few seconds
-// around a hand-off; a stop takes up to HandOffWait longer (about a
-// follower's poll), during which the leader still leads. A follower's steady
-// cost does not change. ElectorOptions.NoSuccession turns it all off.
+// candidacy every third of its lease duration (about 760 requests an hour
+// with the defaults, as many as its polls); the leader lists the candidates
+// with one List Blobs request per PollInterval and looks for a yield request
+// every fifth of it, and its standby polls every fifth of it (together about
+// 6,300 requests an hour more per election, for a yield and a stop's
+// preparation within about a second); a designated successor polls every
+// SuccessorPollInterval for a few seconds around a hand-off; a stop takes
+// up to HandOffWait longer (about a second), during which the leader still
+// leads. docs/design/succession.md has the figures.
+// ElectorOptions.NoSuccession turns it all off.
 //
 // # Holding many leases
 //
