@@ -676,6 +676,15 @@ func TestSuccessionPrepareStopDoesNotStick(t *testing.T) {
 		require.ErrorIs(t, err, azlease.ErrNoSuccessor)
 		c.heal("b")
 		time.Sleep(70 * time.Second) // b is passed over for a's Cooldown, then its standby again
+		notStopping := func(why string) {
+			t.Helper()
+			cands, _, err := azlease.InspectCandidates(ctx, c.emu.client("x"), c.blob)
+			require.NoError(t, err)
+			for _, cd := range cands {
+				require.False(t, cd.Stopping, "%s: %s", cd.Identity, why)
+			}
+		}
+		notStopping("nobody answered the PrepareStop")
 		back("after an unanswered PrepareStop")
 
 		// 2. Answered, but no stop follows: the designation lapses.
@@ -684,6 +693,7 @@ func TestSuccessionPrepareStopDoesNotStick(t *testing.T) {
 		require.Equal(t, "b", to)
 		time.Sleep(time.Minute)
 		require.Equal(t, []string{"a"}, c.leaders())
+		notStopping("the prepared stop lapsed")
 		back("after a PrepareStop that lapsed")
 
 		// 3. Answered, and the task returns: the lease goes to b, and a
