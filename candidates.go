@@ -644,13 +644,14 @@ type candidacy struct {
 	// The refresh timer (see refreshFired). healthy, when set, says
 	// whether its owner reaches storage: a refresh waits until it does,
 	// so that an outage is reported (and retried) once, by the owner.
-	healthy func() bool
-	timer   *time.Timer
-	started bool
-	stopped bool
-	rctx    context.Context // its writes; cancelled by stop
-	rcancel context.CancelFunc
-	pending sync.WaitGroup // the armed timer until its function returns
+	healthy   func() bool
+	timer     *time.Timer
+	started   bool
+	stopped   bool
+	rctx      context.Context // its writes; cancelled by stop
+	rcancel   context.CancelFunc
+	ownerDone <-chan struct{} // closed when the owner stops: no more refreshes
+	pending   sync.WaitGroup  // the armed timer until its function returns
 }
 
 func newCandidacy(t target, cfg leaseConfig, self candidate) *candidacy {
@@ -805,7 +806,8 @@ func (c *candidacy) write(ctx context.Context, l *Lease, want candidate, changed
 }
 
 // startRefresh arms the refresh timer. ctx's values go with the writes;
-// only stopRefresh ends them.
+// once ctx ends (its owner stops) the timer writes no more, and
+// stopRefresh ends it.
 func (c *candidacy) startRefresh(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -813,6 +815,7 @@ func (c *candidacy) startRefresh(ctx context.Context) {
 		return
 	}
 	c.started = true
+	c.ownerDone = ctx.Done()
 	c.rctx, c.rcancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.arm(c.nextRefreshLocked(nil))
 }
@@ -854,6 +857,11 @@ func (c *candidacy) refreshFired() {
 	}
 	rctx, healthy, exists := c.rctx, c.healthy, c.exists
 	c.mu.Unlock()
+	select {
+	case <-c.ownerDone:
+		return // stopping: it takes its candidacy back, or leaves it to turn gone
+	default:
+	}
 	var err error
 	switch {
 	case !exists:
@@ -1040,7 +1048,8 @@ type YieldOptions struct {
 // another candidate without stopping, from any process: it reads the lock
 // blob and writes a yield request for the current term (the blob
 // name + "/candidates/~yield", replacing any earlier request). The leader
-// acts on it at its next poll (within its PollInterval): it answers it
+// acts on it at its next look (within a fifth of its PollInterval: a second
+// by default): it answers it
 // ("handing over to X", or "declined: why"), designates the successor and
 // hands over once it is ready, as [Elector.YieldTo] does. Follow the
 // outcome with [Inspect] (a new epoch, another holder) and
