@@ -136,3 +136,24 @@ func TestStatusShowsOneSuccessor(t *testing.T) {
 	printCandidates(&buf, out)
 	assert.Contains(t, buf.String(), "yield request\tepoch 9 by ops: not answered yet")
 }
+
+// TestUICandidatesShowGone: the ui's data marks a candidate whose instance
+// stopped writing its candidacy gone and not ready (the page said "ready"
+// for a standby killed 20 minutes earlier), and the leader's standby.
+func TestUICandidatesShowGone(t *testing.T) {
+	seen := time.Date(2026, 11, 24, 9, 58, 0, 0, time.UTC)
+	st := azlease.Status{Leased: true, Epoch: 3, Standby: "live"}
+	got := candidatesOf(st, []azlease.Candidate{
+		{Identity: "live", Priority: 0, Ready: true},
+		{Identity: "dead", Priority: 5, Ready: true, Gone: true, Refreshed: seen},
+	})
+	require.Len(t, got, 2)
+	assert.True(t, got[0].Ready)
+	assert.True(t, got[0].Standby)
+	assert.False(t, got[0].Gone)
+	assert.False(t, got[1].Ready, "a gone candidate is not ready")
+	assert.True(t, got[1].Gone)
+	assert.False(t, got[1].Standby)
+	require.NotNil(t, got[1].Refreshed)
+	assert.Equal(t, seen, *got[1].Refreshed)
+}
