@@ -257,7 +257,7 @@ func TestUIModel(t *testing.T) {
 				succession++
 			}
 		}
-		assert.Equal(t, 1, succession, "the leader's candidacy")
+		assert.Equal(t, 2, succession, "the leader's candidacy, and the yield request blob it created empty")
 		assert.Len(t, m.blobs, len(listed)-succession, "every lock blob once")
 
 		// A group with no member: what the replicas would plan is not
@@ -367,7 +367,7 @@ func TestUIServer(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		var ba uiBlobsAnswer
 		require.NoError(t, json.Unmarshal([]byte(body), &ba))
-		assert.Len(t, ba.BlobList, ba.Blobs-1, "every lock blob: the leader's candidacy is listed, and is not one")
+		assert.Len(t, ba.BlobList, ba.Blobs-2, "every lock blob: the leader's candidacy and yield request blob are listed, and are not ones")
 
 		for _, p := range []string{"/", "/items/leader/sched", "/ui/app.js", "/ui/style.css"} {
 			code, body := uiGet(t, s, host, p)
