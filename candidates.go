@@ -984,9 +984,9 @@ func listCandidates(ctx context.Context, lister *Lease, election string, limit t
 }
 
 // InspectCandidates reads the candidates of the election name (an
-// [Elector]'s lock blob name) in the container cc points at, highest
-// priority first (then the most recently started), and the pending or
-// latest yield request, if any ([RequestYield]). It needs only read
+// [Elector]'s lock blob name) in the container cc points at, as
+// [SortCandidates] orders them (gone ones last: [Candidate.Gone]), and the
+// pending or latest yield request, if any ([RequestYield]). It needs only read
 // access: one List Blobs request per 5,000 candidates. Transient failures
 // are retried for at most 6 s, never past ctx's deadline. Electors with
 // NoSuccession, and those of azlease versions before succession, publish no

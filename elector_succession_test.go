@@ -250,7 +250,7 @@ func TestSuccessionFailingPreferred(t *testing.T) {
 
 // TestSuccessionNeverLead: an instance of negative priority leads only when
 // no candidate of priority 0 or more can. It leaves a free lease to such a
-// candidate (it takes it only after that candidate's poll), yields to one
+// candidate (for that candidate's poll at most), yields to one
 // that appears after the StabilityWindow without waiting for its Cooldown,
 // and a stopping leader hands over to the candidate of priority 0 rather than
 // to the reluctant one.
@@ -266,9 +266,9 @@ func TestSuccessionNeverLead(t *testing.T) {
 		c.start("main", nil)
 		d := c.waitFor("main", time.Minute)
 		require.Less(t, d, 10*time.Second+7*time.Second)
-		// The main one crashes: its lease expires, and the backup, seeing
-		// it free while main still looks ready, leaves it for main's poll,
-		// then takes it.
+		// The main one crashes: its lease expires, and the backup takes
+		// it (nobody holds back for the holder whose term just ended
+		// without a release).
 		c.partition("main", azleasetest.Drop)
 		crashed := time.Now()
 		c.waitFor("backup", 2*time.Minute)
