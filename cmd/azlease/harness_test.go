@@ -209,15 +209,22 @@ func (p *proc) stdout() string { b, _ := os.ReadFile(p.outPath); return string(b
 func (p *proc) stderr() string { b, _ := os.ReadFile(p.errPath); return string(b) }
 
 // az starts azlease with args (the subcommand first) on the world's storage
-// and container. The process dies with the test binary, and is killed (its
-// guardian then kills the command's group) if still running at cleanup.
+// and container (--container for the commands that take it). The process
+// dies with the test binary, and is killed (its guardian then kills the
+// command's group) if still running at cleanup.
 func (w *world) az(args ...string) *proc {
 	w.t.Helper()
 	full := args
-	if len(args) > 0 && args[0] != "emulator" {
+	if len(args) > 0 && takesFlag(args[0], "container") {
 		full = append([]string{args[0], "--container", w.container}, args[1:]...)
 	}
 	return startProc(w.t, w.env(), full...)
+}
+
+// takesFlag reports whether the subcommand cmd takes the flag name.
+func takesFlag(cmd, name string) bool {
+	c, _, err := newRoot(&globals{}).Find([]string{cmd})
+	return err == nil && c.Name() == cmd && c.Flags().Lookup(name) != nil
 }
 
 func (w *world) env() []string {

@@ -5,12 +5,13 @@
 // migration must run once across twenty pods, a singleton worker in any
 // language run with standbys.
 //
-// Install it with
+// Install it from a clone of the repository (the module is not published
+// yet, so 'go install …@latest' cannot fetch it) with
 //
-//	go install github.com/azlease/azlease/cmd/azlease@latest
+//	go install ./cmd/azlease
 //
-// or, from a clone, 'make build' (static binaries in dist/) and 'make image'
-// (a container image, FROM scratch).
+// or 'make build' (static binaries in dist/) and 'make image' (a container
+// image, FROM scratch).
 //
 // # Commands
 //
@@ -31,13 +32,18 @@
 //	azlease watch NAME                   a line per change of holder or state, and of the queue, until interrupted (--json, -n N)
 //	azlease version                      the module version and source revision of this binary (--json)
 //
-// Every command takes the storage account from $AZURE_STORAGE_CONNECTION_STRING
-// or --connection-string, --account-url (Microsoft Entra ID through
-// azidentity's default credential chain) or --sas-url; and --container
-// (default locks), --identity (default HOSTNAME-PID), --lease-duration
-// (default 15s), --poll-interval, --log-level (default warn) and
-// --kill-after (default 3s). 'azlease COMMAND --help' shows a worked example
-// for each. lock, lead and once also take --health-addr ADDR, which serves
+// Every command that talks to storage takes the storage account from
+// $AZURE_STORAGE_CONNECTION_STRING or --connection-string, --account-url
+// (Microsoft Entra ID through azidentity's default credential chain) or
+// --sas-url, and --container (default locks) and --log-level (default
+// warn). The commands that hold or wait for a lease (lock, lead, once,
+// shards) also take --identity (default HOSTNAME-PID), --lease-duration
+// (default 15s) and --poll-interval, and, since they run CMD, --kill-after
+// (default 3s); reset-once takes --identity and --lease-duration, yield
+// --identity. A flag a command does not take is a usage error (64), never
+// silently ignored; emulator and version take none of these.
+// 'azlease COMMAND --help' shows a worked example for each, on one screen;
+// docs/command.md has every detail. lock, lead and once also take --health-addr ADDR, which serves
 // /healthz (liveness: fails when storage has been unreachable for longer
 // than the lease, or the guardian died), /readyz (readiness; with
 // --ready-when-leading or --ready-when-holding, only while this instance

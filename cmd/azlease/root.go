@@ -50,63 +50,39 @@ type globals struct {
 
 func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "azlease",
+		Use:   "azlease COMMAND",
 		Short: "Run a program under an Azure Blob Storage lease: under a lock, as the leader, or once across the fleet",
-		Long: `azlease runs a program under an Azure Blob Storage lease, from the shell:
-
-  azlease lock NAME -- CMD...     run CMD while holding the lock NAME (or one of N slots)
-  azlease lead NAME -- CMD...     run CMD only while this instance leads; a standby takes over
-  azlease once KEY -- CMD...      run CMD once across every caller; the others wait for it
-  azlease shards NAME --count K -- CMD...
-                                  spread K shards over every instance; one CMD per shard owned
-
-CMD starts only once the lease is held, and its whole process group has received
-SIGKILL before the lease can pass to anyone else, whatever CMD does with SIGTERM and
-even while azlease is paused or after it died: unless a renewal moves the lease's
-validity deadline D on, SIGTERM at D - --kill-after - 1s, SIGKILL at D - 1s ('azlease
-lead --help' has the table). Its environment carries AZLEASE_NAME, AZLEASE_IDENTITY
-and AZLEASE_EPOCH, a fencing epoch that grows with every acquisition: pass it to
-what CMD writes, and have that reject lower epochs.
-
-The storage account comes from $AZURE_STORAGE_CONNECTION_STRING, --connection-string,
---account-url (Microsoft Entra ID) or --sas-url. "UseDevelopmentStorage=true" means
-a local Azurite or 'azlease emulator'.
-
-Exit statuses: CMD's own status passes through (128+N if signal N killed it).
-azlease's own: 64 usage, 69 storage unavailable, 70 internal error, 75 not
-acquired in time, 77 storage refused (authentication, permission), 79 lease
-lost while CMD ran, 80 once failed for good, 81 once's CMD succeeded but its
-completion is not known to be recorded, 126/127 CMD not executable / not
-found, 128+N stopped by signal N before CMD ran.`,
+		Long: `azlease runs a program under an Azure Blob Storage lease, from the shell. CMD
+starts only once the lease is held, and its whole process group has received
+SIGKILL before the lease can pass to anyone else, even while azlease is paused
+or after it died. CMD gets AZLEASE_NAME, AZLEASE_IDENTITY and AZLEASE_EPOCH, a
+fencing epoch that grows with every acquisition: have what CMD writes reject
+lower ones. The account comes from $` + connectionEnv + `
+(or --connection-string, --account-url, --sas-url); "UseDevelopmentStorage=true"
+means a local 'azlease emulator'. Shared flags, stop timing and exit statuses:
+docs/command.md in the azlease repository.`,
 		Example: `  azlease emulator &                                   # a local lease service, for trying it out
   export AZURE_STORAGE_CONNECTION_STRING=UseDevelopmentStorage=true
-  azlease lock demo -- sh -c 'echo "I hold demo, epoch $AZLEASE_EPOCH"; sleep 2'
-  azlease status demo`,
+  azlease lock demo -- sh -c 'echo "I hold demo, epoch $AZLEASE_EPOCH"; sleep 2'`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error { return g.setUp(c) },
 	}
-	pf := root.PersistentFlags()
-	pf.StringVar(&g.connectionString, "connection-string", "", "Azure Storage connection string (default $"+connectionEnv+"); prefer the variable: arguments are visible to other users")
-	pf.StringVar(&g.accountURL, "account-url", "", "Blob service URL (https://ACCOUNT.blob.core.windows.net/), authenticated with Microsoft Entra ID (azidentity's default credential chain)")
-	pf.StringVar(&g.sasURL, "sas-url", "", "container SAS URL (needs read, write and create permissions); names the container itself")
-	pf.StringVar(&g.container, "container", "locks", "container of the lock blobs, created if missing")
-	pf.StringVar(&g.identity, "identity", "", "this holder's name, shown to others (default HOSTNAME-PID)")
-	pf.DurationVar(&g.leaseDuration, "lease-duration", azlease.DefaultDuration, "lease duration, whole seconds from 15s to 60s: a crashed holder blocks others this long")
-	pf.DurationVar(&g.pollInterval, "poll-interval", 0, "how often a waiter looks again, from 100ms to 1h (default 1s for lock, 5s for lead, 2s for once)")
-	pf.StringVar(&g.logLevel, "log-level", "warn", "log to stderr from this level: debug, info, warn, error or off")
-	pf.DurationVar(&g.killAfter, "kill-after", defaultKillAfter, "after SIGTERM, how long CMD's process group has before SIGKILL; at most lease-duration×0.95 − lease-duration/3 − 5s (4.25s for 15s, 13.5s for 30s, 32s for 60s)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return exitf(exitUsage, "%s (see '%s --help')", err, c.CommandPath())
 	})
+	root.SetUsageFunc(usage)
 	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newShardsCmd(g), newStatusCmd(g), newBreakCmd(g),
 		newResetOnceCmd(g), newEmulatorCmd(g))
 	root.AddCommand(newWatchCmd(g), newUICmd(g), newVersionCmd(g), newYieldCmd(g))
+	for _, c := range root.Commands() {
+		g.addSharedFlags(c)
+	}
 	return root
 }
 
-// setUp checks the shared flags and builds the logger.
+// setUp checks the shared flags c takes and builds the logger.
 func (g *globals) setUp(c *cobra.Command) error {
 	var level slog.Level
 	switch strings.ToLower(g.logLevel) {
@@ -114,7 +90,7 @@ func (g *globals) setUp(c *cobra.Command) error {
 		level = slog.LevelDebug
 	case "info":
 		level = slog.LevelInfo
-	case "warn", "warning":
+	case "warn", "warning", "": // "": a command without --log-level
 		level = slog.LevelWarn
 	case "error":
 		level = slog.LevelError
@@ -131,7 +107,7 @@ func (g *globals) setUp(c *cobra.Command) error {
 		return err
 	}
 	// (watch has a --poll-interval of its own, which this is not.)
-	if c.Root().PersistentFlags().Changed("poll-interval") && (g.pollInterval < 100*time.Millisecond || g.pollInterval > azlease.MaxPollInterval) {
+	if _, changed := sharedFlag(c, "poll-interval", groupHolder); changed && (g.pollInterval < 100*time.Millisecond || g.pollInterval > azlease.MaxPollInterval) {
 		return exitf(exitUsage, "invalid --poll-interval %v: from 100ms to 1h", g.pollInterval)
 	}
 	if g.identity == "" {
@@ -147,14 +123,6 @@ func (g *globals) setUp(c *cobra.Command) error {
 // shared flags. (The shared checks run for every command.)
 func (g *globals) checkRunFlags() error {
 	return checkStopTiming(g.leaseDuration, g.killAfter)
-}
-
-// pollOr is --poll-interval, or def when it was not given.
-func (g *globals) pollOr(def time.Duration) time.Duration {
-	if g.pollInterval > 0 {
-		return g.pollInterval
-	}
-	return def
 }
 
 // flagOf names the flag that sets a library option, for errors.
@@ -334,7 +302,9 @@ func oneArg(what string) cobra.PositionalArgs {
 
 // run executes the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	// The shared flags' defaults, also for the commands that do not take
+	// them (flags.go).
+	g := &globals{stdout: stdout, stderr: stderr, container: "locks", leaseDuration: azlease.DefaultDuration, killAfter: defaultKillAfter}
 	root := newRoot(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
