@@ -35,8 +35,8 @@ func (hf *healthFlags) register(c *cobra.Command, verb string) {
 	if verb == "leads" {
 		hf.readyFlag = "ready-when-leading"
 	}
-	c.Flags().StringVar(&hf.addr, "health-addr", "", "serve /healthz (liveness), /readyz (readiness) and /leader (JSON) on this address, such as :8080")
-	c.Flags().BoolVar(&hf.readyHeld, hf.readyFlag, false, "make /readyz succeed only while this instance "+verb+" the lease and CMD runs (default: whenever /healthz does)")
+	c.Flags().StringVar(&hf.addr, "health-addr", "", "serve /healthz, /readyz and /leader (JSON) on this `address` (:8080)")
+	c.Flags().BoolVar(&hf.readyHeld, hf.readyFlag, false, "/readyz succeeds only while CMD runs under this instance's lease")
 }
 
 // healthServer serves the endpoints. A nil *healthServer (no --health-addr)

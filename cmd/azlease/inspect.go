@@ -27,33 +27,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "status NAME",
-		Short: "Show who holds a lock or leads, who waits for it, the history of terms, and a once marker",
-		Long: `Show the lock blob NAME: whether it is leased, by whom (holder), its fencing
-epoch, when the term began (by the holder's clock), whether the last holder
-released it cleanly, and the history of past terms. If 'azlease once NAME' has
-been used, its marker is shown too: pending, running, done or failed, by whom,
-when, after how many attempts. With -n N, each of the N slots of 'azlease lock
--n N NAME' is shown. --json prints the same as one JSON object.
-
-With --shards, NAME is the group of 'azlease shards NAME': its members, who owns
-which shard since when, and where the replicas' plan puts each shard. The live
-members say how many shards the group has (--count is needed only for members of
-an older version); what the listing cannot tell is said plainly.
-
-The queue of 'azlease lock NAME' (and of 'lock -n N NAME') follows: each waiter
-in the order it is served, its identity, since when it waits (by its clock),
-which one is first in line, and which were passed over ("missed": their turn
-came while they were not looking; they keep their place until they look
-again). One more request (List Blobs).
-
-It needs only read access and takes no lease. A lock that was never used shows
-as not existing; that is not an error. A shard group's name without --shards
-says that it is one.`,
-		Example: `  azlease status nightly-report
-  azlease status --json billing-sweeper | jq -r .holder
-  azlease status --json db-backup | jq -r '.queue[]? | "\(.position) \(.identity)"'  # who waits, in order
+		Short: "Show who holds a lock or leads, who waits, past terms, a once marker",
+		Long: `Show the lock blob NAME: whether it is leased, by whom, its fencing epoch, since
+when, how each term began and ended, and past terms; a once key's marker; an
+election's candidates; who waits in the lock's queue, in order. It needs only
+read access and takes no lease; a lock never used shows as not existing. More:
+docs/command.md#status.`,
+		Example: `  azlease status --json billing-sweeper | jq -r .holder
   azlease status -n 2 exports
-  azlease status "migrate-$RELEASE"          # the once marker of that key
   azlease status orders --shards             # who owns which shard of 'azlease shards orders'`,
 		Args: oneArg("lock name"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -73,8 +54,8 @@ says that it is one.`,
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	c.Flags().IntVarP(&slots, "slots", "n", 1, "show the N slots of a lock used with -n N")
-	c.Flags().BoolVar(&shardsFlag, "shards", false, "show the shard group NAME of 'azlease shards': members, who owns which shard since when, and the plan")
-	c.Flags().IntVar(&shardsCount, "count", 0, "with --shards: the group's number of shards (default: as its live members say; a count that differs from theirs is reported)")
+	c.Flags().BoolVar(&shardsFlag, "shards", false, "NAME is a shard group: members, owners, and the plan")
+	c.Flags().IntVar(&shardsCount, "count", 0, "with --shards: K (default: as its live members say)")
 	return c
 }
 
@@ -372,26 +353,21 @@ func newBreakCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "break NAME",
 		Short: "Break the lease on a lock, whoever holds it (an operator's tool for a stuck holder)",
-		Long: `Break the lease on the lock blob NAME, whoever holds it. The holder cannot renew
-it any more: it learns of the break at its next renewal (within a third of the
-lease duration), and 'azlease lock' or 'azlease lead' then stops its command
-(SIGTERM, then SIGKILL after --kill-after; lock exits 79, lead contends again).
-
---period says when another holder may take the lease: Azure uses the shorter of
---period and the time left on the current lease. The default, 60s, therefore
-means "when the current lease would have expired anyway", which gives the
-holder time to notice and stop before anyone else starts. --period 0 frees it
-at once, and the old holder's command may still run until its next renewal:
-only fencing with the epoch protects that gap.`,
-		Example: `  azlease break nightly-report             # the holder stops; others may take it when its lease would expire
-  azlease break --period 0 nightly-report  # free it now (the old holder may overlap for a few seconds)
+		Long: `Break the lease on the lock blob NAME, whoever holds it. The holder learns of it
+at its next renewal (within a third of the lease duration) and stops its
+command (lock exits 79, lead contends again). Another holder may take the lease
+after --period or the time left on the lease, whichever is shorter: the default
+waits until it would have expired anyway; --period 0 frees it now, and only
+fencing with the epoch protects the gap. More: docs/command.md#break.`,
+		Example: `  azlease break nightly-report             # others may take it when it would expire
+  azlease break --period 0 nightly-report  # now (the old holder may overlap briefly)
   azlease break exports/slot-1             # one slot of 'azlease lock -n N exports'`,
 		Args: oneArg("lock name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			return g.breakLease(c, args[0], period)
 		},
 	}
-	c.Flags().DurationVar(&period, "period", azlease.MaxDuration, "how long until another holder may take the lease, whole seconds from 0s to 60s (Azure uses the time left on the lease if shorter)")
+	c.Flags().DurationVar(&period, "period", azlease.MaxDuration, "until another holder may take it, whole seconds, 0s to 60s")
 	return c
 }
 

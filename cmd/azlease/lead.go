@@ -27,10 +27,10 @@ type successionFlags struct {
 
 func (sf *successionFlags) register(c *cobra.Command) {
 	f := c.Flags()
-	f.IntVar(&sf.priority, "priority", 0, "this instance's priority: a free lease goes to the ready instance of highest priority, and the leader hands over to a ready standby of higher priority (after 30s); negative: never lead while another instance can")
-	f.StringArrayVar(&sf.labels, "label", nil, "a label KEY=VALUE published with this instance's candidacy (zone, version), shown by status, watch and ui; repeatable")
-	f.DurationVar(&sf.handOffWait, "handoff-wait", 0, "on SIGTERM or SIGINT, how long the leader waits, still running CMD, for its successor to get ready before it stops CMD (default 10s; the successor's poll interval plus 0.5s is enough)")
-	f.BoolVar(&sf.noHandOff, "no-handoff", false, "turn planned succession off: no candidacy, and a stopping leader releases the lease for a standby to find at its next poll")
+	f.IntVar(&sf.priority, "priority", 0, "the ready one of highest priority leads; <0: if none other can")
+	f.StringArrayVar(&sf.labels, "label", nil, "a `KEY=VALUE` label for status, watch and ui; repeatable")
+	f.DurationVar(&sf.handOffWait, "handoff-wait", 0, "on SIGTERM, the longest wait for a successor (default 10s)")
+	f.BoolVar(&sf.noHandOff, "no-handoff", false, "no planned succession: a stopping leader just releases")
 }
 
 // options applies the flags to an Elector's options.
@@ -61,62 +61,17 @@ func newLeadCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "lead NAME -- CMD [ARGS...]",
 		Short: "Run a command only while this instance leads; stand by otherwise",
-		Long: `Contend for leadership of NAME with every other 'azlease lead NAME'. While this
-instance leads, CMD runs; the others stand by, polling, and one of them takes
-over within --lease-duration + --poll-interval when the leader dies, or within
---poll-interval when it steps down.
-
-CMD is stopped before the lease can pass to another instance, whatever CMD does
-with SIGTERM and whatever happens to azlease: if no renewal has moved the
-lease's validity deadline on, CMD's process group gets SIGTERM at the deadline
-minus --kill-after minus 1 s and SIGKILL 1 s before it, from a guardian process
-that acts even while azlease is paused, and at once if azlease dies. When
-leadership is lost, or the guardian stopped CMD, azlease contends again and
-runs CMD anew in its next term.
-
-When CMD exits by itself, azlease releases the lease and exits with CMD's
-status; with --restart it contends again instead, after a poll interval (so that
-a standby may take over), backing off up to 5 minutes while CMD keeps exiting
-within a minute of its start.
-
-CMD's environment carries AZLEASE_NAME, AZLEASE_IDENTITY and AZLEASE_EPOCH (the
-term's fencing epoch). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, SIGKILL
-follows --kill-after later if CMD has not exited, and azlease exits when it
-does; while standing by, they make azlease exit at once.
-
-Planned succession (unless --no-handoff): every instance publishes its
-candidacy (NAME/candidates/IDENTITY: its --priority, --label's, whether it is
-ready). On SIGTERM or SIGINT the leader first gets its successor ready while CMD
-still runs: it designates the best ready standby (highest --priority, then the
-most recently started: in a rolling deploy, the new generation) and waits, at
-most --handoff-wait, for it to acknowledge at its next poll. Then it forwards
-the signal to CMD, and when CMD has exited it hands the lease straight to the
-successor, which starts its CMD within a fraction of a second: the leaderless
-time is CMD's own stop plus about 0.3s, not a standby's poll. No standby, or
-none acknowledging in time: the lease is released as before. A leader that a
-SIGTERM or SIGINT reaches before its CMD has started does not start it (exit
-128+N) and hands the lease over the same way. So a planned stop
-takes up to --handoff-wait longer: give the supervisor's grace period that
-much more (--handoff-wait + --kill-after + 6s + a margin; the examples use
-25s). A leader also hands over to a standby of higher --priority that has
-been ready for 30s (once its own term is a minute old), and to the one named
-by 'azlease yield NAME' from anywhere. A free lease goes to the ready standby
-of highest --priority: the others leave it to it for one of its polls.
-
-Stop timing, counted from the send of the last successful renewal (renewals
-are sent every lease-duration/3):
-
-` + stopTable(),
-		Example: `  # A singleton worker with hot standbys (run the same line on every host or pod):
-  azlease lead --identity "$HOSTNAME" billing-sweeper -- ./sweeper --epoch-from-env
-
-  # A Kubernetes entrypoint: the replica that leads runs the scheduler; the
-  # others wait. Probes on :8080; restart the scheduler if it exits.
+		Long: `Contend for leadership of NAME with every other 'azlease lead NAME': CMD runs
+only while this instance leads; a standby takes over within --lease-duration +
+--poll-interval if the leader dies. On SIGTERM or SIGINT the leader readies the
+best standby (highest --priority, then the newest) while CMD still runs, stops
+CMD and hands the lease straight over: the successor's CMD starts about 0.3s
+after CMD's exit. CMD's process group is killed before the lease can pass on,
+even if azlease is paused or dies. Succession, stop timing, grace periods,
+exit statuses: docs/command.md#lead.`,
+		Example: `  azlease lead --identity "$HOSTNAME" billing-sweeper -- ./sweeper  # on every host
   azlease lead --restart --health-addr :8080 scheduler -- /app/scheduler
-
-  # Rolling deploys move leadership once, to the new generation: the
-  # priority grows with the version.
-  azlease lead --priority "$BUILD_NUMBER" --label version="$VERSION" scheduler -- /app/scheduler`,
+  azlease lead --priority "$BUILD_NUMBER" scheduler -- /app/scheduler  # rollouts move once`,
 		Args: dashArgs("election name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {

@@ -33,67 +33,16 @@ func newLockCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "lock NAME -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock (or one of N slots)",
-		Long: `Wait for the lock NAME, run CMD while holding it, release it when CMD exits, and
-exit with CMD's status. With -n N, up to N holders run at once (the lock blobs
-NAME/slot-0 … NAME/slot-N-1; -n 1 is the lock NAME itself).
-
-The lease is renewed while CMD runs. CMD is stopped before the lease can pass to
-another holder, whatever CMD does with SIGTERM and whatever happens to azlease:
-if no renewal has moved the lease's validity deadline on, CMD's process group
-gets SIGTERM at the deadline minus --kill-after minus 1 s and SIGKILL 1 s
-before it, from a guardian process that acts even while azlease is paused, and
-at once if azlease dies. If the lease is lost (a renewal refused, broken by an
-operator), CMD's group gets SIGTERM at once and SIGKILL --kill-after later, and
-azlease exits with 79.
-
-CMD's environment carries AZLEASE_NAME, AZLEASE_IDENTITY and AZLEASE_EPOCH (with
--n, AZLEASE_SLOT too, and the epoch is the slot's). SIGINT, SIGTERM and SIGHUP
-are forwarded to CMD (SIGKILL follows --kill-after later if it has not exited);
-while azlease is still waiting, they make it exit at once (128+N), and CMD does
-not run.
-
---timeout bounds the whole wait, first contact with storage included; --no-wait
-makes one try of at most 3 s.
-
-Waiters are served in the order they asked: each takes a ticket and waits in
-the lock's queue (blobs NAME/queue…; 'azlease status NAME' and 'azlease watch
-NAME' show it). The first in line looks at the lock every --head-poll (200ms),
-those behind it less often the further back they are (at most every
-2 × --poll-interval right behind it, 150 × --poll-interval at the back), and a
-holder that is done hands the lock straight to the first in line: it is never
-free in between, so a command started later cannot take it first. A waiter
-that gives up (--timeout, a signal) leaves the queue; one that dies is passed
-over when its turn comes, after a head poll if it was first in line, up to
-2 × --poll-interval otherwise. Waiting costs about 1/--head-poll requests a
-second for the first in line (5 with the default) and under 1 a second for
-all the others together, whatever their number.
-
---unordered waits as before: every waiter tries every --poll-interval and the
-first to try after a release gets the lock (one may wait indefinitely), at one
-request per waiter per poll. It costs less while a single command waits a long
-time, and more when many wait. Ordered and unordered waiters on one lock
-exclude each other as ever; an unordered one can take the lock only when it is
-free, which an ordered holder's hand-off never lets it be.`,
-		Example: `  # A cron job that must not run twice at once across hosts; give up if another
-  # run still holds the lock:
-  azlease lock --no-wait nightly-report -- /usr/local/bin/nightly-report --since yesterday
-
-  # Wait at most 10 minutes for the lock:
-  azlease lock --timeout 10m db-backup -- sh -c 'pg_dump mydb > /backups/mydb.sql'
-
-  # At most two exports at once across the fleet:
-  azlease lock -n 2 exports -- ./export.sh
-
-  # Who waits for the lock, in order:
-  azlease status db-backup
-
-  # A job that waits for hours behind a long run: look every 2s when first in
-  # line (half a request a second), or wait unordered (one a second each):
-  azlease lock --head-poll 2s --poll-interval 5s nightly -- ./nightly.sh
-  azlease lock --unordered nightly -- ./nightly.sh
-
-  # Fence what the command writes with the epoch:
-  azlease lock ledger -- sh -c 'psql -c "UPDATE ledger SET ... WHERE epoch <= $AZLEASE_EPOCH"'`,
+		Long: `Wait for the lock NAME, run CMD while holding it, release it when CMD exits,
+and exit with CMD's status; with -n N, up to N holders run at once. Waiters are
+served in the order they asked (--unordered: whoever polls first). CMD's process
+group is killed before the lease can pass on, even if azlease is paused or
+dies; a lease lost while CMD runs stops CMD (exit 79). CMD gets AZLEASE_NAME,
+AZLEASE_IDENTITY, AZLEASE_EPOCH (and AZLEASE_SLOT with -n). The queue, its
+costs, stop timing, exit statuses: docs/command.md#lock.`,
+		Example: `  azlease lock --no-wait nightly-report -- ./report     # give up if held (exit 75)
+  azlease lock --timeout 10m -n 2 exports -- ./export.sh  # two at once; wait 10m at most
+  azlease lock ledger -- sh -c 'psql -c "... WHERE epoch <= $AZLEASE_EPOCH"'`,
 		Args: dashArgs("lock name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {
@@ -120,11 +69,11 @@ free, which an ordered holder's hand-off never lets it be.`,
 		},
 	}
 	f := c.Flags()
-	f.DurationVar(&timeout, "timeout", 0, "give up after this long and exit 75 (default: wait until acquired)")
+	f.DurationVar(&timeout, "timeout", 0, "give up after this long, exit 75 (default: wait)")
 	f.BoolVar(&noWait, "no-wait", false, "exit 75 at once if the lock is held")
-	f.IntVarP(&slots, "slots", "n", 1, "let up to N holders run at once (a semaphore of N slots)")
-	f.BoolVar(&unordered, "unordered", false, "serve waiters in no order: each tries every --poll-interval, the first after a release gets the lock (as before fair locks)")
-	f.DurationVar(&headPoll, "head-poll", defaultHeadPoll, "how often the first waiter in line looks at the lock, from 20ms to --poll-interval (one request each; --poll-interval if that is shorter)")
+	f.IntVarP(&slots, "slots", "n", 1, "let up to N holders run at once")
+	f.BoolVar(&unordered, "unordered", false, "no queue: each waiter tries every --poll-interval")
+	f.DurationVar(&headPoll, "head-poll", defaultHeadPoll, "first waiter's poll, 20ms to --poll-interval")
 	hf.register(c, "holds")
 	return c
 }

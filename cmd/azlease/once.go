@@ -75,43 +75,15 @@ func newOnceCmd(g *globals) *cobra.Command {
 		Use:   "once KEY -- CMD [ARGS...]",
 		Short: "Run a command once across every caller with the same key; the others wait for it",
 		Long: `Run CMD so that, across every 'azlease once KEY' anywhere, it completes
-successfully once. The first caller to take the key's lease runs CMD; the others
-wait, and exit 0 when it is done, printing who did it and when. Later callers
-find it done and exit 0 at once. Use a key per deployment, such as
-"migrate-$VERSION": a key that is done stays done until 'azlease reset-once KEY'.
-With --per 24h the key is KEY/ and the start of the period this host's clock is
-in (UTC; periods start at multiples of --per since 1970: midnight for 24h), so a
-crontab line on every host runs CMD once a day however far apart they fire in
-it; keys older than --keep are deleted as runs go (exit 75 after --keep/2).
-
-If CMD fails, the caller that ran it exits with CMD's status, the failure is
-recorded with the end of CMD's stderr (--stderr-tail), and a waiting caller
-tries again, up to --max-attempts attempts in all (counting runners that died;
-the first caller's value is recorded with the key and wins); then every caller
-exits 80 with the recorded error, until the key is reset. If a runner dies, its
-lease expires and a waiter takes over. CMD may run more than once if a runner
-dies after its side effects and before it is recorded done: make it idempotent,
-or fence it with AZLEASE_EPOCH. A caller whose CMD exited 0 but whose completion
-is not known to be recorded exits 81: CMD may run again elsewhere, or did.
-
-CMD is stopped before the lease can pass to another caller, whatever CMD does
-with SIGTERM and whatever happens to azlease: unless a renewal moves the lease's
-validity deadline on, a guardian process sends CMD's group SIGTERM at the
-deadline minus --kill-after minus 1 s and SIGKILL 1 s before it, even while
-azlease is paused, and at once if azlease dies. A lease lost while CMD runs
-stops CMD (SIGTERM, SIGKILL --kill-after later; exit 79). A signal to a runner
-is forwarded to CMD, and the attempt does not count if CMD then fails; a signal
-to a waiter makes it exit at once (128+N). After a signal, recording CMD's
-outcome and releasing the key take at most 6 s whether storage answers or not.`,
-		Example: `  # In every pod's start-up: the database migration runs once per release, and
-  # every pod continues only when it is done.
-  azlease once "migrate-$RELEASE" -- ./migrate up && exec ./server
-
-  # In a deployment pipeline with parallel jobs:
-  azlease once --max-attempts 1 "seed-$CI_PIPELINE_ID" -- make seed-data
-
-  # crontab on every host: once a day, whichever host fires first
-  0 2 * * *  azlease once --per 24h nightly-report -- /usr/local/bin/report`,
+successfully once: the first caller to take the key runs it, the others wait
+and exit 0 when it is done; later callers exit 0 at once. A failed CMD is
+retried by a waiting caller, up to --max-attempts; then every caller exits 80
+until 'azlease reset-once KEY'. With --per 24h the key is KEY/ and the day (UTC),
+for a crontab line on every host. CMD may run again if its runner dies before
+it is recorded done: make it idempotent, or fence it with AZLEASE_EPOCH. Exit
+81: CMD succeeded but is not known to be recorded. More: docs/command.md#once.`,
+		Example: `  azlease once "migrate-$RELEASE" -- ./migrate up && exec ./server  # every pod
+  0 2 * * *  azlease once --per 24h nightly-report -- ./report      # crontab, every host`,
 		Args: dashArgs("key"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.checkRunFlags(); err != nil {
@@ -134,10 +106,10 @@ outcome and releasing the key take at most 6 s whether storage answers or not.`,
 			return g.once(c, key, args[1:], maxAttempts, tail, retention, hf)
 		},
 	}
-	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts in all, counting failed ones and ones whose runner died, before the key fails for good; the first caller's value is recorded with the key and wins")
-	c.Flags().DurationVar(&per, "per", 0, "run once per period of this length (whole seconds, 1s to 8760h): the key gets the period's start, as KEY/20261121T000000Z")
-	c.Flags().DurationVar(&keep, "keep", 0, "with --per: delete keys last written longer ago than this, from twice --per to 87600h (default 10 × --per, at least 1h)")
-	c.Flags().IntVar(&tail, "stderr-tail", defaultStderrTail, "bytes of the end of CMD's stderr to record with a failed attempt (0: none, and CMD's stderr is passed through untouched)")
+	c.Flags().IntVar(&maxAttempts, "max-attempts", 3, "attempts before failing; the first caller's wins")
+	c.Flags().DurationVar(&per, "per", 0, "once per period (1s to 8760h): the key is KEY/20261121T000000Z")
+	c.Flags().DurationVar(&keep, "keep", 0, "with --per: delete older keys (default 10 × --per, at least 1h)")
+	c.Flags().IntVar(&tail, "stderr-tail", defaultStderrTail, "stderr bytes recorded with a failure (0: none)")
 	hf.register(c, "holds")
 	return c
 }

@@ -18,7 +18,7 @@ func newEmulatorCmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "emulator",
-		Short: "Serve azlease's Blob lease emulator on loopback, for local development (no Node.js needed)",
+		Short: "Serve azlease's Blob lease emulator on loopback, for local development",
 		Long: `Serve the Blob Storage lease emulator that azlease's own tests use, on a
 loopback address, with Azurite's well-known development account
 (devstoreaccount1). On the default address, 127.0.0.1:10000, the connection
@@ -42,7 +42,7 @@ are accepted without verification. It implements what azlease needs
 			return g.serveEmulator(addr, anyKey)
 		},
 	}
-	c.Flags().StringVar(&addr, "addr", "127.0.0.1:10000", "loopback address to listen on (port 0: any free port)")
+	c.Flags().StringVar(&addr, "addr", "127.0.0.1:10000", "loopback address (port 0: any free port)")
 	c.Flags().BoolVar(&anyKey, "allow-any-key", false, "accept requests signed with any key, or none")
 	return c
 }

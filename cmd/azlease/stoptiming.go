@@ -108,7 +108,7 @@ func checkLeaseDuration(d time.Duration) error {
 	return nil
 }
 
-// stopTable is the table --help and the docs show: for some lease
+// stopTable is the table the docs show (main.go, docs/command.md): for some lease
 // durations and kill-after values, when SIGTERM and SIGKILL land after the
 // last renewal, and how long a standby waits after a crash.
 func stopTable() string {

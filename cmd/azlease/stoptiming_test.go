@@ -43,13 +43,17 @@ func TestStopTimingFlags(t *testing.T) {
 	require.Error(t, checkStopTiming(15*time.Second, -time.Second))
 }
 
-// TestStopTableInDocs: the package documentation shows the table --help
-// prints.
+// TestStopTableInDocs: the package documentation and docs/command.md show
+// the table stopTable computes.
 func TestStopTableInDocs(t *testing.T) {
 	b, err := os.ReadFile("main.go")
 	require.NoError(t, err)
 	doc := string(b)
+	b, err = os.ReadFile("../../docs/command.md")
+	require.NoError(t, err)
+	page := string(b)
 	for _, row := range strings.Split(strings.TrimRight(stopTable(), "\n"), "\n") {
 		assert.Contains(t, doc, "//\t"+strings.TrimPrefix(row, "  "), "main.go's table matches stopTable()")
+		assert.Contains(t, page, "\n"+row+"\n", "docs/command.md's table matches stopTable()")
 	}
 }

@@ -35,45 +35,17 @@ func newUICmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "ui",
-		Short: "Serve a live, read-only web page of every leader, lock, once-key and shard group in the container",
-		Long: `Serve a read-only web page (and the same data as JSON) of every lock blob in
-the container, or under --prefix: its kind (leader, mutex, semaphore slot,
-once-key, shard group, membership, shard; "lock" when the azlease that took it
-did not record which), its state (leased, free, expired, broken), holder, fencing
-epoch, since when (by the holder's clock), and whether the last holder released
-it cleanly. Each item has a page: a leader's timeline of recorded terms (how
-each began and ended, and the times with no holder), a shard
-group's grid of shards labelled by owner with its members, weights, shares,
-misplaced shards and recent moves, a once-key's attempts and recorded error.
-
-The page reads again every --refresh (default 5s) by itself. Each read is one
-List Blobs request per 5,000 blobs under the prefix, made only while a page (or
-an /api client) asks: a read younger than --refresh is shared by every open page,
-so the cost is at most one listing per --refresh however many pages are open,
-and none while none is: 720 an hour per 5,000 blobs at the default. When storage
-cannot be reached or refuses the read, the page says so, since when, and why,
-and shows no older data.
-
-JSON, for scripts and dashboards (each answer says when it was read, what it
-cost, and whether storage answered; 503 when it did not):
-  /api/overview                every item, one line each
-  /api/items/KIND/NAME         one item in full (the path of its page, after /api)
-  /api/blobs                   every lock blob, flat, with its kind and item
-
-It never shows keys, SAS tokens or lease IDs: the page and the JSON carry only
-what a lock blob's azlease record says (holder, epoch, times, states) and the
-account's host; other metadata is not shown (a shard group's memberships keep
-the lease IDs they accept shards under there). It binds 127.0.0.1:8080 by
-default; on a loopback address it answers only requests addressed to loopback
-or localhost. It is read-only: it takes no lease and writes nothing, so read
-access (List Blobs) is all it needs. The page is plain HTML, CSS and JavaScript
-inside the binary: no network access beyond storage, and it is readable without
-colour (every colour has a label). SIGINT, SIGTERM or SIGHUP stop it (status 0).`,
+		Short: "Serve a live, read-only web page of every leader, lock, once-key and shard group",
+		Long: `Serve a read-only web page (and the same data as JSON under /api) of every
+lock blob in the container, or under --prefix: its kind, state, holder, epoch,
+since when, a leader's timeline of terms, a shard group's grid. It makes one
+List Blobs request per 5,000 blobs per --refresh, only while a page is open.
+It never shows keys, SAS tokens or lease IDs, takes no lease and writes
+nothing; a non-loopback --addr shows the holders to anyone who can reach it.
+The JSON paths, what it shows: docs/command.md#ui.`,
 		Example: `  azlease ui                                    # then open http://127.0.0.1:8080/
   azlease ui --prefix orders/ --refresh 10s     # one shard group, read every 10 s
-  azlease ui --addr 127.0.0.1:0                 # any free port: the first line of output is the URL
-  curl -s localhost:8080/api/overview | jq -r '.items[] | select(.kind == "leader") | .name + " " + .holder'
-  curl -s localhost:8080/api/items/shard-group/orders | jq '.item.group.members'`,
+  azlease ui --addr 127.0.0.1:0                 # any free port: the first line is the URL`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if refresh < minUIRefresh || refresh > maxUIRefresh {
@@ -86,9 +58,9 @@ colour (every colour has a label). SIGINT, SIGTERM or SIGHUP stop it (status 0).
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&addr, "addr", defaultUIAddr, "address to serve the page on (port 0: any free port); a non-loopback address shows the holders to anyone who can reach it")
+	f.StringVar(&addr, "addr", defaultUIAddr, "address to serve on (port 0: any free port)")
 	f.StringVar(&prefix, "prefix", "", "show only the blobs whose names start with this")
-	f.DurationVar(&refresh, "refresh", defaultUIRefresh, "how often the page reads again (one List Blobs request per 5,000 blobs), from 1s to 1h")
+	f.DurationVar(&refresh, "refresh", defaultUIRefresh, "how often the page reads again, 1s to 1h")
 	return c
 }
 

@@ -39,60 +39,13 @@ func newWatchCmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "watch NAME",
-		Short: "Print a line for each change of who holds a lock or leads, or waits for it, until interrupted",
-		Long: `Print the state of the lock blob NAME, then one line for each change: a new
-holder or term (epoch), a release, an expiry, a break. It reads the lock's
-status every --poll-interval (default 2s) and runs until interrupted:
-SIGINT (Ctrl-C), SIGTERM or SIGHUP end it with status 0.
-
-Each line is the time of the poll that saw the change (UTC), the lock's name,
-its state, and the latest term's holder, epoch and start (since, by the
-holder's clock):
-
-  2026-11-24T10:00:01.200Z jobs leased holder=web-7f9c-1 epoch=12 since=2026-11-24T10:00:00.950Z
-
-The state is leased, breaking, free (released, or never used: epoch 0),
-expired (the holder stopped renewing: it crashed, or hangs), or broken (an
-operator broke it). A term that began and ended between two polls is shown
-from the lock's history of terms (kept by default for 8 terms), as state
-missed, before the current one. Each line says how its term began (began=free,
-released, expired, broken, unobserved, stop, yield, priority, queue, handoff)
-and, once it has, how it ended (ended=..., with ended_at= when its holder
-recorded the instant, ended_at_or_before= when nobody saw it); a term shown
-held gets a line "ended" when the next term's record says how it ended.
---json prints one JSON object per line, with the same fields and "released"
-(the holder released it cleanly).
-
-With -n N it watches the N slots of 'azlease lock -n N NAME', one line per
-change of any slot, named by the slot.
-
-The lock's queue (waiters of 'azlease lock', in the order they are served) has
-lines of its own, "queue" then what happened: waiting (in the queue when the
-watch began), joined, left (gave up), served (it took the lock), missed
-(its turn came while it was not looking: it keeps its place and is passed
-over until it looks again), back (it looked again), with the waiter's
-identity, its place in the queue and since when it waits (its clock):
-
-  2026-11-24T10:00:01.400Z jobs queue joined waiter=web-7f9c-2 position=1 since=2026-11-24T10:00:01.380Z
-
-In JSON: {"time", "name", "queue", "waiter", "position", "since"}.
-
-With --candidates it also follows the candidates of the election NAME
-('azlease lead'): a line when one joins, changes (priority, ready, stopping,
-designated as the leader's successor, labels) or leaves, and for each yield
-request ('azlease yield') and its answer. That costs one more request (List
-Blobs) per poll.
-
-Cost: one request (Get Blob Properties) per lock, per slot with -n, and one
-(List Blobs) for the queue, per poll: 3,600 an hour at the default 2s, 2.6
-million a month, about 1.2 US dollars a month at the list price the README's
-Costs uses. It needs only read access and takes no lease.
-
-The first read must succeed: storage that refuses the request or cannot be
-reached exits as the other commands do (77, 69). After that a failing read
-is retried at the next poll: one warning when reads start failing and one when
-they succeed again, on stderr (--log-level off silences them); a refusal (a
-key rotated, a permission removed) still exits 77.`,
+		Short: "Print a line for each change of who holds, leads or waits, until interrupted",
+		Long: `Print the state of the lock blob NAME, then a line for each change: a new
+holder or term, a release, an expiry, a break, how each term began and ended,
+and the queue's waiters joining, leaving, being served; until SIGINT, SIGTERM
+or SIGHUP (exit 0). It costs two requests a poll for a lock (3,600 an hour at
+the default), needs only read access, and takes no lease. Line formats, JSON
+fields: docs/command.md#watch.`,
 		Example: `  azlease watch scheduler
   azlease watch --json scheduler | jq -r 'select(.state == "leased") | .holder'
   azlease watch --poll-interval 10s -n 3 exports`,
@@ -114,8 +67,8 @@ key rotated, a permission removed) still exits 77.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per line")
 	f.IntVarP(&slots, "slots", "n", 1, "watch the N slots of a lock used with -n N")
 	// Shadows the shared flag, whose default depends on the command.
-	f.DurationVar(&every, "poll-interval", defaultWatchInterval, "how often to read the lock's status (one request per lock or slot)")
-	f.BoolVar(&candidates, "candidates", false, "also follow the election's candidates and yield requests (one more request per poll)")
+	f.DurationVar(&every, "poll-interval", defaultWatchInterval, "how often to read the lock's status, 100ms to 1h")
+	f.BoolVar(&candidates, "candidates", false, "also follow an election's candidates and yields (a request more)")
 	return c
 }
 

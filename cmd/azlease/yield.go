@@ -30,28 +30,15 @@ func newYieldCmd(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "yield NAME",
-		Short: "Ask the leader of NAME to hand leadership over to another instance, and wait until it has",
-		Long: `Ask the instance that leads NAME ('azlease lead NAME', or an Elector of the
-library) to hand leadership over to another instance without stopping: to the
-one --to names, or to the best ready standby (the highest --priority, then the
-most recently started). Any process can ask: the request is a blob next to the
-lock blob (NAME/candidates/~yield), which the leader looks for every fifth of
-its --poll-interval (every second by default). The leader then gets the
-successor ready while its command still runs (its standby, which polls as
-often, answers within about as long), stops its command, and hands the lease
-straight over; it stays a standby. Leadership moves within about a second
-and CMD's stop. It is not preferred back for its priority for a minute.
-
-yield waits until leadership has moved, then prints who leads, and exits:
-
-  0   leadership moved (the new leader and epoch are printed)
-  75  it did not: the leader declined (no other instance is ready, or not the
-      one --to names; the reason is printed), nobody leads NAME, or nothing
-      happened within --timeout (a leader that runs an azlease without
-      planned succession, or with --no-handoff, never answers)
-  64, 69, 77, 128+N as for the other commands
-
-It needs write access to the container, not the lease.`,
+		Short: "Ask the leader of NAME to hand leadership over, and wait until it has",
+		Long: `Ask the instance that leads NAME ('azlease lead NAME', or an Elector) to hand
+leadership over without stopping: to the instance --to names, or to the best
+ready standby. Any process can ask (it writes NAME/candidates/~yield: write
+access, no lease). The leader readies its successor while CMD runs, stops CMD
+and hands the lease straight over, within about a second and CMD's stop. yield
+waits until leadership moved, prints who leads and exits 0; 75 when the leader
+declined, nobody leads, or nothing happened within --timeout. More:
+docs/command.md#yield.`,
 		Example: `  azlease yield scheduler                      # to the best standby
   azlease yield scheduler --to scheduler-7f9c  # to that instance
   azlease status scheduler                     # candidates, and the answer`,
@@ -63,7 +50,7 @@ It needs write access to the container, not the lease.`,
 			return g.yield(c, args[0], to, timeout)
 		},
 	}
-	c.Flags().StringVar(&to, "to", "", "the identity of the instance to hand leadership to (default: the best ready one)")
+	c.Flags().StringVar(&to, "to", "", "the identity to hand leadership to (default: the best ready one)")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for leadership to move")
 	return c
 }
