@@ -28,8 +28,7 @@ const DevelopmentConnectionString = "DefaultEndpointsProtocol=http;AccountName=d
 // [DevelopmentConnectionString]. opts passes through to azblob, including its
 // azcore.ClientOptions; nil means azblob's defaults (azlease sets retries per
 // call), except that with no Transport the client gets azlease's, which keeps
-// enough idle connections for many held leases (see "Holding many leases" in
-// the package documentation).
+// enough idle connections for many held leases (docs/design/many-leases.md).
 func ContainerClientFromConnectionString(connectionString, containerName string, opts *container.ClientOptions) (*container.Client, error) {
 	if r := containerNameProblem(containerName); r != "" {
 		return nil, optionErr("containerName", "%q: %s", containerName, r)
@@ -200,7 +199,7 @@ func ContainerClientFromSASURL(sasURL string, opts *container.ClientOptions) (*c
 // renewals of one container client that run at once (renewConcurrency), so
 // that the renewals of many held leases reuse connections instead of opening
 // (and, over TLS, negotiating) one per burst. azcore's default transport
-// keeps 10. doc.go ("Holding many leases") tells users with a transport of
+// keeps 10. docs/design/many-leases.md tells users with a transport of
 // their own to set at least this.
 const maxIdleConnsPerHost = 64
 
