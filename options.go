@@ -56,15 +56,12 @@ type LeaseOptions struct {
 	// renewals.
 	LeaseDuration time.Duration
 
-	// SafetyMargin is subtracted from LeaseDuration when computing how long a
-	// lease is certainly valid: a lease granted by a request sent at s is
-	// trusted until s + LeaseDuration − SafetyMargin on the local monotonic clock.
-	// It covers the local clock running slower than Azure's: the lease stays
-	// safe while Azure's clock runs no more than LeaseDuration/(LeaseDuration −
-	// SafetyMargin) times as fast as the local one. Zero means LeaseDuration/20
-	// (750 ms for 15 s, tolerating a 5.2 % rate difference). Otherwise it
-	// must be from LeaseDuration/100 to LeaseDuration/4 (150 ms to 3.75 s for 15 s);
-	// negative is an error.
+	// SafetyMargin: a lease granted by a request sent at s is trusted until
+	// s + LeaseDuration − SafetyMargin on the local monotonic clock, which
+	// stays safe while Azure's clock runs at most LeaseDuration/(LeaseDuration
+	// − SafetyMargin) times as fast. Zero means LeaseDuration/20 (750 ms for
+	// 15 s: a 5.2 % rate difference); otherwise from LeaseDuration/100 to
+	// LeaseDuration/4 (150 ms to 3.75 s for 15 s); negative is an error.
 	SafetyMargin time.Duration
 
 	// AttemptTimeout bounds each request to Azure; a request is also never
@@ -91,15 +88,12 @@ type LeaseOptions struct {
 	// Logger receives transitions at Info and retries at Debug. Lease IDs,
 	// keys and SAS tokens are never logged. Nil means silent.
 	Logger *slog.Logger
-	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
-	// package documentation). Nil means the global provider
-	// (otel.GetMeterProvider), which records nothing until the application
-	// installs one.
+	// MeterProvider receives the metrics (the README lists them). Nil means
+	// otel.GetMeterProvider(), which records nothing until one is installed.
 	MeterProvider metric.MeterProvider
 
-	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
-	// blob's container and name) off every metric, for processes that hold
-	// thousands of locks. Zero (false) means it is included.
+	// MetricsWithoutLockName leaves the azlease.lock attribute (container and
+	// blob) off every metric, for processes that hold thousands of locks.
 	MetricsWithoutLockName bool
 }
 
@@ -346,14 +340,14 @@ const (
 // ElectorOptions configures an [Elector]. A nil *ElectorOptions means the
 // defaults; so does the zero value of each field.
 type ElectorOptions struct {
-	// Identity names this instance in the lock blob, where followers and
-	// operators read who leads. Zero means "<hostname>-<pid>". At most 64
-	// bytes of printable UTF-8.
+	// Identity names this instance in the lock blob and its candidacy,
+	// where followers and operators read it. Zero means "<hostname>-<pid>".
+	// At most 64 bytes of printable UTF-8.
 	Identity string
 
-	// LeaseDuration is the lease duration Azure enforces, in whole seconds
-	// from 15 s to 60 s. Zero means 15 s. After a crash, a follower takes
-	// over within LeaseDuration + PollInterval.
+	// LeaseDuration is the lease duration Azure enforces: whole seconds from
+	// 15 s to 60 s; zero means 15 s. After a crash, a follower takes over
+	// within LeaseDuration + PollInterval.
 	LeaseDuration time.Duration
 
 	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
@@ -365,24 +359,19 @@ type ElectorOptions struct {
 	// SafetyMargin)/3.
 	AttemptTimeout time.Duration
 
-	// RenewInterval is how often the leader renews, counted from the send of
-	// its last successful renewal: at most this long after it, and up to
-	// 10 % sooner (the first renewal after an acquisition up to half
-	// sooner), so that leases taken together do not renew together. Zero
-	// means LeaseDuration/3 (5 s).
-	// Otherwise it must be at least 100 ms and leave room for two attempts
-	// before the validity deadline: RenewInterval + 2×AttemptTimeout ≤
-	// LeaseDuration − SafetyMargin (at most 8.25 s with the defaults).
-	// Negative is an error.
+	// RenewInterval is how long after the send of its last successful
+	// renewal the leader renews (up to 10 % sooner, the first after an
+	// acquisition up to half sooner). Zero means LeaseDuration/3 (5 s).
+	// Otherwise at least 100 ms, and RenewInterval + 2 × AttemptTimeout ≤
+	// LeaseDuration − SafetyMargin (8.25 s at most with the defaults), so
+	// that two attempts fit before the deadline; negative is an error.
 	RenewInterval time.Duration
 
-	// PollInterval is how often a follower checks the lease (one request).
-	// With succession, the leader's standby (the candidate it would hand
-	// over to) polls every fifth of it (at least SuccessorPollInterval),
-	// and the leader looks for a yield request as often. Zero means 5 s.
-	// Otherwise from 100 ms to 1 h (MaxPollInterval); negative is an error.
-	// After a graceful stop, a follower takes over within one PollInterval
-	// (plus jitter).
+	// PollInterval is how often a follower reads the lock blob (one
+	// request); after a stop without a successor, a follower takes over
+	// within one PollInterval (plus jitter). The leader's standby polls
+	// every fifth of it. Zero means 5 s; otherwise from 100 ms to 1 h
+	// (MaxPollInterval); negative is an error.
 	PollInterval time.Duration
 
 	// Jitter spreads each poll over PollInterval × (1 ± Jitter), so that
@@ -390,18 +379,16 @@ type ElectorOptions struct {
 	// at most 0.5.
 	Jitter float64
 
-	// TakeoverDelay makes a new leader that took over an expired or broken
-	// lease (not a clean release) wait this long before it starts leading,
-	// so that a former leader that was paused has time to notice it lost.
-	// It holds the lease meanwhile. Zero means no delay; at most 24 h
-	// (MaxWait); negative is an error.
+	// TakeoverDelay makes a leader that took over an expired or broken lease
+	// (not a clean release) hold it this long before it starts leading, so
+	// that a paused former leader has time to notice it lost. Zero means no
+	// delay; at most 24 h (MaxWait); negative is an error.
 	TakeoverDelay time.Duration
 
-	// DrainTimeout bounds how long Stop waits for the leader task to return
-	// after cancelling its context, renewing the lease meanwhile. If the
-	// task is slower, the lease is left to expire instead of released (the
-	// task keeps its fencing token), and Stop goes on waiting for the task.
-	// Zero means LeaseDuration. Otherwise from 1 ns to 24 h (MaxWait);
+	// DrainTimeout bounds how long Stop waits, renewing, for the leader task
+	// to return after cancelling its context; a slower task's lease is left
+	// to expire instead of released (it keeps its fencing token), and Stop
+	// goes on waiting. Zero means LeaseDuration; at most 24 h (MaxWait);
 	// negative is an error.
 	DrainTimeout time.Duration
 
@@ -409,21 +396,17 @@ type ElectorOptions struct {
 	// ReleaseAndContend.
 	AfterTask AfterTask
 
-	// HeartbeatTimeout, when positive, makes [Elector.Check] fail while this
-	// instance leads and its task has not called [Term.Heartbeat] for this
-	// long: the stalled-leader problem. Zero means no heartbeat check. At
-	// most 24 h (MaxWait); negative is an error.
+	// HeartbeatTimeout makes [Elector.Check] fail while this instance leads
+	// and its task has not called [Term.Heartbeat] for this long (a stalled
+	// leader). Zero means no heartbeat check; at most 24 h (MaxWait);
+	// negative is an error.
 	HeartbeatTimeout time.Duration
 
-	// StepDownOnStall makes a leader whose task has not called
-	// [Term.Heartbeat] for HeartbeatTimeout let go instead of only failing
-	// Check: the term ends (cause [ErrStalled]), the lease is released once
-	// the task returns (or left to expire if it does not return within
-	// DrainTimeout), and this instance contends again only after the longest
-	// poll interval (PollInterval plus its jitter, plus a fifth of it), so
-	// every healthy follower polls meanwhile and one of them takes over. It
-	// needs a HeartbeatTimeout. Zero (false) means a stalled leader keeps its
-	// lease.
+	// StepDownOnStall makes a stalled leader (see HeartbeatTimeout, which it
+	// needs) let go: the term ends (cause [ErrStalled]), the lease is released
+	// once the task returns (or expires after DrainTimeout), and this
+	// instance contends again only after the longest poll interval, so that
+	// a healthy follower takes over. Zero (false): it only fails Check.
 	StepDownOnStall bool
 
 	// History is how many past terms the lock blob keeps; see
@@ -436,32 +419,24 @@ type ElectorOptions struct {
 	// Logger receives transitions at Info (became leader, lost leadership
 	// and why, stepped down) and retries at Debug. Nil means silent.
 	Logger *slog.Logger
-	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
-	// package documentation). Nil means the global provider
-	// (otel.GetMeterProvider), which records nothing until the application
-	// installs one.
+	// MeterProvider receives the metrics (the README lists them). Nil means
+	// otel.GetMeterProvider(), which records nothing until one is installed.
 	MeterProvider metric.MeterProvider
 
-	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
-	// blob's container and name) off every metric, for processes that hold
-	// thousands of locks. Zero (false) means it is included.
+	// MetricsWithoutLockName leaves the azlease.lock attribute (container and
+	// blob) off every metric, for processes that hold thousands of locks.
 	MetricsWithoutLockName bool
 
-	// Planned succession (see the Elector's documentation): every Elector
+	// Planned succession (docs/design/succession.md): every Elector
 	// publishes its candidacy next to the lock blob, and a leader that
 	// stops or yields hands leadership straight to the best ready standby.
 
-	// Priority ranks this instance as a leader. A free lease goes to the
-	// live ready candidate of highest priority: the others leave it to it
-	// for its poll at most (HandOffWait at most), then take it. A leader
-	// yields to a ready candidate of strictly higher priority once that
-	// candidate has been there for StabilityWindow (and the leader's term
-	// has lasted Cooldown), and a stopping leader hands over to the
-	// candidate of highest priority. Equal priorities never move
-	// leadership. Zero (the default for every instance) means no instance
-	// is preferred. A negative priority means "never lead from here while
-	// another can": a leader of negative priority yields to one of 0 or
-	// more after StabilityWindow, without waiting for Cooldown. Any int.
+	// Priority ranks this instance as a leader: a free lease goes to the
+	// live ready candidate of highest priority, a stopping leader hands over
+	// to it, and a leader yields to a higher one after StabilityWindow (and
+	// its own Cooldown). Equal priorities never move leadership. Zero (every
+	// instance's default): none preferred. Negative: "never lead from here
+	// while another can" (it yields without waiting for Cooldown). Any int.
 	Priority int
 
 	// Labels are published with this instance's candidacy, for operators
@@ -472,45 +447,35 @@ type ElectorOptions struct {
 	Labels map[string]string
 
 	// StabilityWindow is how long a candidate of higher priority must have
-	// been ready before the leader yields to it: counted from when it last
-	// published its candidacy (its blob's age on storage's clock, to the
-	// second, when the leader first lists it; within that second, by the
-	// candidate's own clock, so hosts whose clocks disagree err by a second
-	// at most). Zero means 30 s. Otherwise
-	// from 1 s to 24 h (MaxWait); negative is an error.
+	// been ready, unchanged, before the leader yields to it (measured on
+	// storage's clock, to about a second). Zero means 30 s; otherwise from
+	// 1 s to 24 h (MaxWait); negative is an error.
 	StabilityWindow time.Duration
 
 	// Cooldown stops flapping: a leader does not yield for priority before
-	// its term has lasted Cooldown (unless its Priority is negative), and
-	// an instance that yielded ([Elector.Yield]) is not preferred back for
-	// its priority for Cooldown. Zero means 1 minute. Otherwise from 1 s to
-	// 24 h (MaxWait); negative is an error.
+	// its term has lasted Cooldown (unless its Priority is negative), and an
+	// instance that yielded is not preferred back for its priority for
+	// Cooldown. Zero means 1 minute; otherwise from 1 s to 24 h (MaxWait);
+	// negative is an error.
 	Cooldown time.Duration
 
-	// SuccessorPollInterval is how often a candidate looks at the lock blob
-	// while its leader has designated it as successor (for a few seconds,
-	// around a hand-off): it takes leadership over within about this long
-	// once the leader hands it over. Zero means 200 ms. Otherwise from
-	// 20 ms to PollInterval; negative is an error.
+	// SuccessorPollInterval is how often a designated successor looks at the
+	// lock blob around a hand-off: it takes leadership within about this
+	// long once handed it. Zero means 200 ms (PollInterval if shorter);
+	// otherwise from 20 ms to PollInterval; negative is an error.
 	SuccessorPollInterval time.Duration
 
 	// HandOffWait bounds how long a leader that stops or yields spends,
-	// still leading, getting its successor ready: listing the candidates,
-	// designating the successor, and waiting for it to acknowledge (it
-	// notices at its next poll: within a fifth of PollInterval for the
-	// leader's standby, the best candidate). Within the bound, the leader
-	// waits for the successor's own poll interval (with its jitter) plus
-	// half a second; if no successor acknowledges, the leader releases the
-	// lease as without succession. It also bounds how long an instance
-	// leaves a free lease to a candidate of higher priority. Zero means
-	// 10 s. Otherwise from 100 ms to 1 h (MaxPollInterval); negative is an
-	// error. It adds to the time Stop takes (see [Elector.Stop]).
+	// still leading, getting a successor ready (it then releases instead),
+	// and how long others leave a free lease to a candidate of higher
+	// priority. It adds to what Stop takes. Zero means 10 s; otherwise from
+	// 100 ms to 1 h (MaxPollInterval); negative is an error.
 	HandOffWait time.Duration
 
-	// NoSuccession turns planned succession off: no candidacy blob, no
-	// listing while leading, and a stopping leader releases the lease for
-	// a follower to find at its next poll, as azlease did before. Yield
-	// and YieldTo then fail. Zero (false) means succession is on.
+	// NoSuccession turns planned succession off: no candidacy, no listing
+	// while leading, and a stopping leader releases the lease for a follower
+	// to find at its next poll. Yield and YieldTo then fail. Zero (false):
+	// succession is on.
 	NoSuccession bool
 }
 
@@ -804,10 +769,9 @@ type DoOnceOptions struct {
 	Prefix string
 
 	// MaxAttempts is how many attempts may be made, counting failed ones and
-	// ones whose runner died, before the marker fails for good and every
-	// caller gets a [*OnceFailedError]. Zero means 3; otherwise from 1 to
-	// 1000; negative is an error. 1 means: if the first attempt fails,
-	// nobody retries.
+	// ones whose runner died, before every caller gets a [*OnceFailedError]
+	// (the key's first caller's value is recorded and wins). Zero means 3;
+	// otherwise from 1 to 1000 (1: nobody retries); negative is an error.
 	MaxAttempts int
 
 	// LeaseDuration: whole seconds from 15 s to 60 s; zero means 15 s. If a
@@ -837,53 +801,34 @@ type DoOnceOptions struct {
 	// 0.2; negative means none; at most 0.5.
 	Jitter float64
 
-	// UnreachableTimeout bounds how long DoOnce goes on while storage
-	// cannot be reached: once every request to storage has failed for this
-	// long (no answer, a transport error, or a 408, 429 or 5xx answer),
-	// counted from the end of the first failed request in a row, it returns
-	// an error wrapping [ErrUnreachable] (and so [ErrTransient]) that names
-	// the container URL (without any SAS token) and the last failure,
-	// although its ctx has not ended. It applies while DoOnce waits for the
-	// key, and while a runner whose fn completed tries to learn whether its
-	// completion was recorded (see [DoOnce]); not while fn runs. It checks
-	// between polls, so it returns up to one poll (and its retries) after
-	// the bound. Any answer from storage, even "held elsewhere", starts the
-	// count again: a caller waiting for a busy key is not affected. Zero
-	// means 1 minute; negative means no bound (wait until ctx ends);
-	// otherwise from 1 s to 24 h ([MaxWait]).
+	// UnreachableTimeout: once every request to storage has failed for this
+	// long while DoOnce waits for the key or settles its completion (not
+	// while fn runs), it returns an error wrapping [ErrUnreachable], within
+	// a poll of the bound. Any answer, even "held elsewhere", restarts the
+	// count. Zero means 1 minute; negative means no bound (until ctx ends);
+	// otherwise from 1 s to 24 h ([MaxWait]). docs/design/run-once.md.
 	UnreachableTimeout time.Duration
 
 	// NoCreate turns off creating the container and marker blob.
 	NoCreate bool
 
-	// Retention is how long a key's record is kept after its last write,
-	// for keys made per period or per tick ("nightly/2026-11-21"), each of
-	// which leaves a blob. Zero means forever: nothing is deleted. Otherwise
-	// from 1 minute to 87,600 hours (ten years), and the key must contain a
-	// "/"; negative is an error. A call whose fn ran then deletes up to 4
-	// of its key's siblings (the keys that share its name up to its last
-	// "/") that are not leased and were last written more than Retention
-	// ago by storage's clock, among the first 100 in name order (so name
-	// them oldest first: a date or tick in the name), with one List Blobs
-	// request and a conditional Delete Blob each. A deleted key runs again
-	// if called, so a call that has not taken its key within Retention/2
-	// of its start returns an error wrapping [ErrOnceTooLate] without
-	// running fn: all calls of a key must start within Retention/2 of each
-	// other (see [DoOnce]).
+	// Retention is how long a key's record is kept after its last write, for
+	// keys per period or tick ("nightly/2026-11-21", oldest first in name
+	// order): a run deletes up to 4 expired siblings. Calls of a key must
+	// start within Retention/2 of each other, or get [ErrOnceTooLate]. Zero
+	// means forever; otherwise from 1 minute to 87,600 h, with a "/" in the
+	// key; negative is an error. docs/design/once-per-tick.md.
 	Retention time.Duration
 
 	// Logger receives runs, completions and failures at Info and retries at
 	// Debug. Nil means silent.
 	Logger *slog.Logger
-	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
-	// package documentation). Nil means the global provider
-	// (otel.GetMeterProvider), which records nothing until the application
-	// installs one.
+	// MeterProvider receives the metrics (the README lists them). Nil means
+	// otel.GetMeterProvider(), which records nothing until one is installed.
 	MeterProvider metric.MeterProvider
 
-	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock
-	// blob's container and name) off every metric, for processes that hold
-	// thousands of locks. Zero (false) means it is included.
+	// MetricsWithoutLockName leaves the azlease.lock attribute (container and
+	// blob) off every metric, for processes that hold thousands of locks.
 	MetricsWithoutLockName bool
 }
 
