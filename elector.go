@@ -55,37 +55,21 @@ type LeaderInfo struct {
 }
 
 // Elector elects one leader among the instances that contend for the same
-// lock blob. Each instance runs one Elector; the one that holds the lease
-// leads, and the others follow and take over when it stops or fails.
+// lock blob: the one that holds the lease leads and runs the leader [Task]
+// under its term's context; the others follow and take over when it stops
+// or fails.
 //
-// The Elector runs its contend/renew loop in a goroutine it owns: [Elector.Start]
-// starts it and [Elector.Stop] stops it gracefully and waits for it;
-// [Elector.Run] does both around a blocking call. While leading it runs the
-// leader [Task], if one is given, under the term's context.
+// At most one instance believes it leads at any instant (under the package's
+// timing assumptions: [Elector.IsLeader] turns false at the deadline by
+// itself), and each term has a larger epoch. A crashed leader is replaced
+// within LeaseDuration and a poll (15 to 21 s by default); a planned stop or
+// yield hands the lease straight to a ready standby, never free in between.
 //
-// Planned succession (unless ElectorOptions.NoSuccession; see the package
-// documentation): every Elector publishes its candidacy next to the lock
-// blob; a leader that stops, yields ([Elector.Yield], [Elector.YieldTo], a
-// yield request from [RequestYield] or 'azlease yield') or sees a ready
-// candidate of higher Priority for StabilityWindow gets its successor ready
-// while it still leads, then ends its term (cause [ErrStopped], or
-// [ErrYielded] when it goes on as a candidate), waits for its task, and
-// hands the lease straight over: the successor leads within its
-// SuccessorPollInterval, and the lease is never free. A leader that yields
-// goes on as a candidate whatever its task returns (AfterTask does not
-// apply). Among standbys of equal priority the most recently started is
-// preferred: in a rolling deploy that replaces replicas new one first, that
-// is the new generation, so leadership moves once. Electors with
-// NoSuccession, and those of azlease versions before succession, share a lock
-// with the others: they publish no candidacy and are never handed
-// leadership (they take a free lease as ever), and a stopping one releases.
-// A free lease goes to the ready candidate of highest priority; a candidate
-// whose instance stopped writing its candidacy (it crashed) is shown gone
-// within a lease duration and never handed leadership. docs/design/succession.md
-// has the mechanism and its costs.
-//
-// An Elector is safe for concurrent use. It runs once: it cannot be started
-// again after it stopped.
+// Cost: a leader renews, a follower polls and each publishes its candidacy
+// every 5 s by default (docs/design/succession.md). Watch for: the goroutine
+// [Elector.Start] starts runs until [Elector.Stop] ([Elector.Run] does
+// both); a task must return when its context ends; an Elector runs once.
+// It is safe for concurrent use.
 type Elector struct {
 	t     target
 	cfg   electorConfig
@@ -210,35 +194,23 @@ func (e *Elector) Start(ctx context.Context, task Task) error {
 	return nil
 }
 
-// Stop stops the Elector gracefully and waits for its goroutine: if it leads,
-// it first gets a successor ready while still leading (planned succession:
-// it designates the best ready standby and waits, at most HandOffWait, for
-// it to acknowledge at its next poll; no wait when no other candidate is
-// there), then cancels the term's context (cause [ErrStopped]), waits up to
-// DrainTimeout for the task to return while still renewing, and hands the
-// lease to the successor, which leads within its SuccessorPollInterval. The
-// listing of the candidates gets a second, the designation one
-// AttemptTimeout, and the hand-off two besides the successor's poll (when
-// storage does not answer, a stop takes a second more than without
-// succession). Without a successor (none acknowledged, or NoSuccession) it
-// releases the lease so a follower takes over within its poll interval. The release
-// (its clean-release marker included) gets one AttemptTimeout in all: if
-// storage does not answer within it, the lease is left to expire, so that a
-// stop fits the grace period a process manager allows. (The same holds when
-// the task returns with AfterTask StopElecting; a term that ends while the
-// Elector goes on retries its release until the lease's validity deadline.)
-// It returns ctx's error if ctx ends first; the Elector goes on stopping, and
-// Stop may be called again to wait. Stopping a stopped Elector returns nil.
+// Stop stops the Elector gracefully and waits for its goroutine. If it
+// leads, it first gets a successor ready while still leading (at most
+// HandOffWait; no wait without another candidate), then ends the term
+// (cause [ErrStopped]), waits up to DrainTimeout for the task while still
+// renewing, and hands the lease to the successor, which leads within its
+// SuccessorPollInterval; without one it releases the lease for a follower's
+// next poll. The hand-off or release gets a bounded number of attempts (when
+// storage does not answer, the lease is left to expire), so that a stop fits
+// a process manager's grace period: docs/design/succession.md has the
+// timing. It returns ctx's error if ctx ends first (the Elector goes on
+// stopping; call Stop again to wait). Stopping a stopped Elector returns nil.
 //
-// Called from inside the leader task, Stop does not wait, since it would be
-// waiting for its own caller to return: it tells the Elector to stop and
-// returns nil at once, and the Elector finishes stopping on its own (the
-// task's context is cancelled; once the task returns, the lease is released
-// and Done is closed). Stop knows it is called from the task when ctx is the
-// task's context or derived from it (from any goroutine), or when it runs
-// on the task's own goroutine (with any ctx). A goroutine the task started
-// should pass the task's context: with an unrelated ctx, Stop waits for the
-// task, which may be waiting for that goroutine.
+// Called from inside the leader task (ctx is the task's context or derived
+// from it, or the call runs on the task's goroutine), Stop does not wait for
+// the task, its own caller: it returns nil at once and the Elector finishes
+// stopping once the task returns. A goroutine the task started should pass
+// the task's context: with an unrelated ctx, Stop waits for the task.
 func (e *Elector) Stop(ctx context.Context) error {
 	if err := e.initErr(); err != nil {
 		return err

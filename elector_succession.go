@@ -835,13 +835,13 @@ func (e *Elector) call(ctx context.Context, c *handOverCall) (string, error) {
 }
 
 // Yield hands leadership over to the best ready candidate (the one a
-// planned stop would choose) while this instance goes on as a candidate:
-// it designates the successor and waits, still leading, for it to
-// acknowledge (at most HandOffWait), then ends its term (cause
-// [ErrYielded]), waits for the task to return (DrainTimeout), and hands the
-// lease over without a moment when it is free. It returns the identity of
-// the new leader. This instance is not preferred back for its priority for
-// Cooldown.
+// planned stop would choose) while this instance goes on as a candidate,
+// whatever its task returns (AfterTask does not apply): it designates the
+// successor and waits, still leading, for it to acknowledge (at most
+// HandOffWait), then ends its term (cause [ErrYielded]), waits for the task
+// (DrainTimeout), and hands the lease over without a moment when it is
+// free. It returns the identity of the new leader. This instance is not
+// preferred back for its priority for Cooldown.
 //
 // It fails with [ErrNotLeader] when this instance does not lead, and with
 // an error wrapping [ErrNoSuccessor] when no other candidate is ready or
