@@ -39,15 +39,11 @@ type OnceStatus struct {
 	// InspectOnce then fail with an error wrapping [ErrOnceCorrupt] until
 	// [ResetOnce] clears it.
 	Attempts int
-	// MaxAttempts is the attempt limit recorded for the key with its first
-	// attempt: the MaxAttempts (from 1 to 1000) of the DoOnce call that
-	// made it. The first value recorded wins: every later DoOnce on the key
-	// uses it instead of its own DoOnceOptions.MaxAttempts (and logs a
-	// warning when the two differ), until [ResetOnce] clears the marker.
-	// Zero means none is recorded: the key was never attempted, or its
-	// marker was written by an azlease that did not record it (the next
-	// attempt records its caller's). A recorded value outside 1 to 1000 (or
-	// not a number) makes the marker corrupt.
+	// MaxAttempts is the attempt limit recorded with the key's first attempt
+	// (that call's MaxAttempts, 1 to 1000): every later DoOnce on the key
+	// uses it instead of its own (logging a warning when they differ), until
+	// [ResetOnce]. Zero: none recorded (never attempted, or an older azlease;
+	// the next attempt records its caller's). Outside 1 to 1000: corrupt.
 	MaxAttempts int
 	// Epoch is the fencing epoch of the term that wrote the marker. Epochs
 	// count per lock blob: this one is the marker blob's, comparable only
@@ -277,59 +273,22 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 
 // DoOnce runs fn so that, across every process calling DoOnce with the same
 // key, fn completes successfully once: the first caller to take the key's
-// lease runs it, and the others wait (polling, bounded by their ctx and by
-// DoOnceOptions.UnreachableTimeout) until it is done, then learn by whom and
-// when. Use a key per deployment, such as "migrate-" + version: a key that
-// is done stays done (until [ResetOnce]).
+// lease runs it (fn gets a context that ends if the lease is lost, and the
+// term's fencing [Token]); the others wait until it is done, then learn by
+// whom and when. A key that is done stays done until [ResetOnce]: use one per
+// deployment, such as "migrate-" + version.
 //
-// fn gets a context that ends if the lease is lost (or ctx ends), and the
-// fencing [Token] of its term. The guarantee is at-least-once with exclusion:
-// no two runs of fn overlap while the timing assumptions in the package
-// documentation hold, but fn may run more than once if a runner dies (or
-// loses its lease) after its side effects and before it marks the key done.
-// Make fn's side effects idempotent, or guard them with the token's epoch
-// (the marker blob's: see [Token] on comparing epochs).
-//
-// If a runner dies, its lease expires and a waiting caller takes over; the
-// attempt counts. If fn returns an error, the caller that ran it gets the
-// error, the marker records the failure, and another waiting caller retries,
-// until MaxAttempts attempts have been made: then every caller gets a
-// [*OnceFailedError]. The limit is the first caller's: it is recorded with
-// the key's first attempt ([OnceStatus.MaxAttempts]). The marker is written
-// only under the lease, so a runner that lost its lease cannot mark the key
-// done. The caller whose fn failed gets, along with fn's error, the marker
-// as it recorded the failure (OnceResult.Status), or the zero OnceStatus if
-// the failure could not be recorded (the next runner then counts the
-// attempt as one whose runner died).
-//
-// When fn completed but the write marking the key done failed without a
-// definitive answer (its answer lost, storage unreachable), the write may
-// still have been applied, or may be applied later while the lease ID is
-// still the key's. DoOnce then settles it before answering: it releases the
-// lease ID (after which no write carrying it can be applied) and reads the
-// marker, retrying until it learns the outcome. It returns Ran true if the
-// marker says done in this runner's term; otherwise an error wrapping
-// [ErrOnceUnrecorded]: another runner completed the key meanwhile (fn ran
-// twice; OnceResult.Status is that runner's marker), the completion could
-// not be recorded, or, only if storage stayed unreachable for
-// UnreachableTimeout or ctx ended, it may not have been recorded.
-// So a call whose fn returned nil learns it: Ran true, or an error wrapping
-// ErrOnceUnrecorded (also when the lease was lost before the completion
-// could be written).
-//
-// With DoOnceOptions.Retention, records are not kept forever: the runner
-// of a key deletes a few of its siblings' records last written more than
-// Retention ago, and a key whose record was deleted runs again if called.
-// So a call that has not taken its key within Retention/2 of its start
-// returns an error wrapping [ErrOnceTooLate] without running fn: every call
-// of a key must start within Retention/2 of the first (for a key named by
-// its period, as `azlease once --per` and package gocronlock make them: the
-// period and the callers' delays).
-//
-// Once ctx has ended (the caller gave up, or is stopping), everything
-// DoOnce does after fn returns (recording the outcome, settling it,
-// releasing the lease) takes at most 2 × AttemptTimeout (6 s by default)
-// in all, whether storage answers or not.
+// At least once, with exclusion: no two runs of fn overlap, but fn runs
+// again if a runner dies (or loses its lease) before it marks the key done,
+// so make fn idempotent or fence it with the token's epoch. A failed fn is
+// retried by a waiting caller, up to MaxAttempts in all (the first caller's
+// limit); then every caller gets a [*OnceFailedError]. A call whose fn
+// returned nil returns Ran true, or an error wrapping [ErrOnceUnrecorded]
+// when the completion is not known to be recorded (it settles a lost answer
+// first). With Retention, a call not taken within Retention/2 of its start
+// returns [ErrOnceTooLate] without running fn. Waiting is bounded by ctx and
+// UnreachableTimeout; after ctx ends, finishing takes at most
+// 2 × AttemptTimeout. docs/design/run-once.md has the mechanism.
 func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
