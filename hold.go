@@ -19,23 +19,16 @@ import (
 // taken at once) and keeps it renewed on the container client's shared
 // scheduler, every LeaseDuration/3 (up to 10 % sooner), until the returned
 // [Lock] is unlocked, handed off, or lost. The Lock's context ends when the
-// lease is lost or its validity deadline passes, as a Mutex's does; it
-// carries ctx's values but not its cancellation.
+// lease is lost or its validity deadline passes; it carries ctx's values but
+// not its cancellation. When another holder has the lease, Hold returns an
+// error wrapping [ErrLeaseHeld].
 //
-// A Lease holds one term at a time: while a Lock from Hold lasts, use the
-// Lock (Unlock, HandOff, its Term), not the Lease's own Renew, Release or
-// HandOff. Holding again after the Lock ended starts a new term with a new
-// lease ID. When another holder has the lease, Hold returns an error
-// wrapping [ErrLeaseHeld].
-//
-// A Lock acts only on its own term, whatever the Lease did since: every
-// request it makes carries its own term's lease ID. Once the Lease has
-// been held again, an older Lock's Unlock sends nothing (the older lease ID
-// was given back when the new term began) and returns the older term's
-// loss, if it was lost; its HandOff and its Term's writes send nothing and
-// return an error wrapping [ErrNotHeld]. So work that outlives its term
-// and unlocks late, as Abandon recommends, can never free or hand away a
-// newer term's lease.
+// A Lease holds one term at a time: while a Lock lasts, use the Lock, not
+// the Lease's Renew, Release or HandOff. A Lock acts only on its own term:
+// once the Lease has been held again, an older Lock's Unlock sends nothing
+// (returning the older term's loss, if any), and its HandOff and writes send
+// nothing and return an error wrapping [ErrNotHeld]. So work that outlives
+// its term and unlocks late can never free or hand away a newer term's lease.
 func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
 	if l == nil || l.bc == nil {
 		return nil, fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)

@@ -39,20 +39,15 @@ const (
 )
 
 // Lease is a lease on one lock blob: the low-level building block of
-// [Elector], [Mutex] and [DoOnce].
+// [Elector], [Mutex] and [DoOnce], for callers that renew and release
+// themselves (or let [Lease.Hold] renew).
 //
 // Each acquisition starts a term with a fresh lease ID and a larger fencing
-// epoch. A lease ID is never proposed by two Acquire calls when a request
-// carrying it may still be on its way, so a request applied late, after its
-// sender gave up, can never act on a newer term. Within one call, an
-// acquisition attempt whose outcome is unknown (a timeout, a lost response)
-// is followed by attempts with a fresh ID, and if Azure then says the lease
-// is held, Acquire asks whether it is held under one of its own unanswered
-// IDs (Change Lease to a fresh ID, then Renew) before it reports anything:
-// a term's lease ID is proposed by one request only, and that request was
-// answered, so once the term's ID is released nothing can grant it again.
-// Retries of a release or renewal reuse the term's ID (they are
-// idempotent).
+// epoch, and a request applied late, after its sender gave up, can never act
+// on a newer term: a term's lease ID is proposed by one answered request
+// only (docs/design/terms-and-fencing.md has the argument). Each operation
+// is one request or a few; a bare Lease records no clean release and
+// reports no terms in its metrics.
 //
 // A Lease is safe for concurrent use; its lease operations run one at a time.
 // A zero or nil Lease is not usable: its methods return [ErrNotInitialized]

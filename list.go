@@ -27,31 +27,21 @@ import (
 const listPageSize = 5000
 
 // InspectPrefix reads the status of every blob in the container cc points
-// at whose name starts with prefix, in name order (the byte order of the
-// names' UTF-8), as [Inspect] reads one: the lease state Azure reports and
-// azlease's record in the blob's metadata. It needs only read access (List
-// Blobs) and holds no lease.
+// at whose name starts with prefix (a plain string prefix: "jobs/slot-1"
+// also lists "jobs/slot-10"), in name order, as [Inspect] reads one. It
+// needs only read access and holds no lease: one List Blobs request per
+// 5,000 blobs (an empty prefix lists the whole container, azlease's blobs or
+// not), each page's transient failures retried for at most 2 ×
+// AttemptTimeout (6 s), ctx bounding the whole listing. A missing container
+// lists nothing.
 //
-// The prefix is a plain string prefix: "jobs/slot-1" lists "jobs/slot-1"
-// and "jobs/slot-10" too; compare Name to pick one blob. An empty prefix
-// lists the whole container, every blob in it, azlease's or not: a request
-// per 5,000 blobs, and memory for all of them. A missing container lists
-// nothing, as Inspect reports a missing blob.
-//
-// It sends one List Blobs request per 5,000 blobs. Each page's transient
-// failures are retried for at most 2 × AttemptTimeout (6 s), never past
-// ctx's deadline; ctx bounds the whole listing. A listing of more than one
-// page is not a snapshot: each page shows its blobs as they were when Azure
-// served that page, so a blob leased, released or deleted meanwhile shows
-// as it was then, and one created meanwhile is listed only if its name comes
-// after the pages already served. With at most 5,000 blobs, one request,
-// the states are those of a single instant of Azure's.
-//
-// A blob whose azlease epoch metadata is malformed does not fail the
-// listing: its Status has Err set (see [Status]). The error returned is
-// for the listing as a whole: a refusal from Azure (an *[Error] wrapping
-// [ErrPermanent], Op "list", Blob the prefix), retries that ran out
-// ([ErrTransient]), or ctx's. No partial result comes with an error.
+// Up to 5,000 blobs, the states are those of a single instant; a longer
+// listing is not a snapshot: each page shows its blobs as Azure served that
+// page (a blob created meanwhile is listed only if its name comes after the
+// pages served). A blob whose azlease record is malformed has Status.Err set
+// and does not fail the listing. The error is for the listing as a whole (a
+// refusal: an *[Error] wrapping [ErrPermanent], Op "list"; [ErrTransient];
+// or ctx's), and no partial result comes with one.
 func InspectPrefix(ctx context.Context, cc *container.Client, prefix string) ([]Status, error) {
 	t, err := containerTarget(cc)
 	if err != nil {

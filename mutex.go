@@ -427,26 +427,19 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lock *Lock)
 }
 
 // Claim takes the first of the named locks that nobody holds, in order, and
-// returns its name and Lock: a job reservation, where several
-// workers split a list of jobs. When every lock is held it returns an error
-// wrapping [ErrLeaseHeld]. Each name is a lock blob in the container cc
-// points at.
+// returns its name and Lock: a job reservation, where several workers split
+// a list of jobs. When every lock is held it returns an error wrapping
+// [ErrLeaseHeld]. Each name is a lock blob in the container cc points at.
 //
-// It looks before it acquires: one List Blobs request returns the lease
-// state and record of every blob whose name starts with the names' longest
-// common prefix (filtered to the names given), and Claim then tries to
-// acquire, in order, only the names the listing shows free (available,
-// expired, broken, or not created yet). A Claim over names that are all
-// held costs that one request, and none fails; taking a free one costs what
-// a TryLock costs (the listing stands in for the read its epoch write would
-// make). The listing costs a request per 5,000 blobs under the common
-// prefix, and reads the whole container when the names share no prefix:
-// give the names of one Claim a common prefix ("jobs/…") when the
-// container holds many other blobs. A name taken between the listing and
-// its acquisition is refused (one request) and Claim goes on to the next.
-// The listing's transient failures are retried for at most 2 ×
-// AttemptTimeout, as are each acquisition's; a listing that fails returns
-// its error.
+// It looks before it acquires: one List Blobs request (per 5,000 blobs under
+// the names' longest common prefix) shows which names are free (available,
+// expired, broken, or not created yet), and Claim tries only those, in
+// order; a name taken meanwhile is refused (one request) and Claim goes on.
+// So a Claim over names that are all held costs one request, none failing,
+// and taking a free one costs what a TryLock costs. Names without a common
+// prefix make it list the whole container: give them one ("jobs/…").
+// Transient failures are retried for at most 2 × AttemptTimeout per request;
+// a listing that fails returns its error.
 func Claim(ctx context.Context, cc *container.Client, names []string, opts *MutexOptions) (string, *Lock, error) {
 	if len(names) == 0 {
 		return "", nil, optionErr("names", "empty list")

@@ -43,24 +43,16 @@ const (
 )
 
 // Token is the fencing token of one term: the lease ID Azure enforces on the
-// lock blob, and an epoch that grows with every acquisition.
+// lock blob, and an epoch larger than every earlier term's on that blob.
 //
 // Pass Epoch to anything the holder writes outside the lock blob and have it
 // reject writes whose epoch is lower than the highest it has seen (a SQL
-// "WHERE epoch <= @epoch" guard, a conditional update). That is what keeps a
-// paused or partitioned former holder from doing damage after its lease
-// expired: timing alone cannot.
-//
-// Epochs count per lock blob: an epoch orders the terms of one lock blob,
-// and nothing else. Two lock blobs (two Mutexes, the slots of a Semaphore,
-// an Elector's blob and a DoOnce key's marker) count independently, from
-// numbers that look alike (each starts near its blob's creation time in
-// milliseconds), so an epoch of one says nothing about an epoch of
-// another: a DoOnce token's 946684800007 is neither newer nor older than an
-// Elector's 946684800003. A store that takes fenced writes from the
-// holders of several lock blobs must fence per (lock blob, epoch) pair:
-// keep the highest epoch seen for each lock name, and compare an incoming
-// epoch only with the one kept for its own lock.
+// "WHERE epoch <= @epoch" guard, a conditional update): that, not timing,
+// keeps a paused or partitioned former holder from doing damage. Epochs count
+// per lock blob and look alike across blobs (they start near the blob's
+// creation time in milliseconds), so a store fenced by several locks keeps
+// the highest epoch per lock name and compares an incoming epoch only with
+// its own lock's (docs/design/terms-and-fencing.md).
 //
 // The lease ID lets its holder write the lock blob itself; treat it as a
 // secret. Token's String and LogValue omit it.
@@ -382,6 +374,9 @@ func userMetadata(md map[string]*string) map[string]string {
 
 // Status is what anyone can read about a lock blob, holder or not: the lease
 // state Azure reports and the record azlease keeps in the blob's metadata.
+// [Inspect] reads one with one request, [InspectPrefix] many with one request
+// per 5,000 blobs, with read access only. It decides nothing: its times are
+// informational, by the clocks of whoever recorded them.
 type Status struct {
 	// Name is the lock blob's name.
 	Name string
@@ -402,15 +397,11 @@ type Status struct {
 	Epoch    uint64
 	Acquired time.Time
 	// Released is true when the holder of Epoch released the lease cleanly,
-	// after stopping its work: an Elector that stopped or whose task
-	// returned, a Mutex's (or Semaphore's) Unlock, a DoOnce runner that
-	// finished. Each records it with one metadata write just before its
-	// release, in one attempt: if that write fails, the release still
-	// happens and Released reads false. A bare [Lease]'s Release does not
-	// record it (it costs a request the low-level type leaves to its
-	// user), nor does [Lease.HandOff], which passes the lease on rather
-	// than releasing it: their holders read as not released, like a holder
-	// that crashed.
+	// after stopping its work (an Elector, a Mutex's or Semaphore's Unlock, a
+	// DoOnce runner), recorded with one write just before the release, in one
+	// attempt (if it fails, Released reads false). A bare [Lease]'s Release
+	// and [Lease.HandOff] record nothing: their holders read as not released,
+	// like a holder that crashed.
 	Released bool
 	// Next names the successor the holder of Epoch is handing the lease to
 	// (a queue ticket of a fair Mutex or Semaphore, or an Elector
@@ -439,13 +430,10 @@ type Status struct {
 	// History lists the recorded terms, newest first: the latest term
 	// first. Each says how it began and ended (see [HistoryEntry]).
 	History []HistoryEntry
-	// Role is the kind of holder that began the latest term, as it
-	// recorded it with its epoch: "elector" (an [Elector]), "mutex" (a
-	// [Mutex], or a slot of a [Semaphore]), "once" (a [DoOnce] runner) or
-	// "lease" (a bare [Lease], which is also what package shards uses).
-	// "" when the term was begun by an azlease that did not record it, or
-	// the blob was never leased. For display (azlease ui): it decides
-	// nothing.
+	// Role is the kind of holder that began the latest term, as it recorded
+	// it: "elector", "mutex" (a Mutex, or a Semaphore's slot), "once" (a
+	// DoOnce runner) or "lease" (a bare [Lease], as package shards uses); ""
+	// when not recorded (an older azlease, or never leased). For display.
 	Role string
 	// Metadata is the lock blob's metadata that is not azlease's, with
 	// lower-case names.

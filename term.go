@@ -19,15 +19,11 @@ import (
 // says why ([ErrStopped], or an error wrapping [ErrLeaseLost]); read it with
 // [context.Cause] or [Term.Err].
 //
-// Everything a Term reports checks the clock itself: [Term.Valid],
-// [Term.Err] and the Err of [Term.Context] report the term as ended as soon
-// as its validity deadline has passed, even if no azlease goroutine has run
-// since (after a pause of the whole process, the holder's goroutine may run
-// first). Check one of them immediately before each action that must happen
-// under the lease.
-//
-// A Term is safe for concurrent use. The zero Term is not held: it reports
-// [ErrNotHeld].
+// [Term.Valid], [Term.Err] and the Err of [Term.Context] check the clock
+// themselves: they report the term ended as soon as its deadline passed, even
+// if no azlease goroutine has run since (a paused process). Check one of them
+// right before each action that must happen under the lease. A Term is safe
+// for concurrent use; the zero Term is not held: it reports [ErrNotHeld].
 type Term struct {
 	ctx    *termContext
 	cancel context.CancelCauseFunc // ends the term; counts its end once
