@@ -62,7 +62,7 @@ func (s stopTiming) killAfterStop(now, deadline int64) int64 {
 	return min(now+int64(s.killAfter), s.killAt(deadline))
 }
 
-// stopSchedule is the arithmetic of --help's table for one set of flags,
+// stopSchedule is the arithmetic of the docs' stop table for one set of flags,
 // counted from the send of the last successful renewal.
 type stopSchedule struct {
 	validity   time.Duration // to the validity deadline D
