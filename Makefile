@@ -132,7 +132,7 @@ browser-if-possible:
 	@./scripts/install-browser.sh --if-possible
 
 # The browser test of azlease ui, keeping its screenshots of a leader's
-# timeline and a shard grid in docs/ for the README.
+# timeline, an election's candidates and a shard grid in docs/ for the README.
 screenshots: browser
 	cd internal/uitest && AZLEASE_UI_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run TestBrowser ./...
 

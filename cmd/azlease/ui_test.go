@@ -273,6 +273,97 @@ func TestUIModel(t *testing.T) {
 	})
 }
 
+// TestUIModelCandidates: an election's candidates in the ui's data, from a
+// listing of real Electors: the leader's standby marked (and nobody else);
+// one cut off (as a crashed instance is, as far as storage can tell) is
+// gone, with when it was last seen, not ready, never the standby, and
+// listed last, within a lease duration, storage's second and the leader's
+// poll; the leader makes the next one its standby.
+func TestUIModelCandidates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv := azleasetest.NewServer(t, nil)
+		var els []*azlease.Elector
+		for _, c := range []struct {
+			id       string
+			priority int
+		}{{"lead-a", 10}, {"next-b", 5}, {"last-c", 1}} {
+			el, err := azlease.NewElector(srv.Client(c.id), "sched", &azlease.ElectorOptions{Identity: c.id, Priority: c.priority})
+			require.NoError(t, err)
+			require.NoError(t, el.Start(ctx, func(ctx context.Context, _ *azlease.Term) error { <-ctx.Done(); return nil }))
+			els = append(els, el)
+			if c.id == "lead-a" {
+				for !el.IsLeader() {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}
+		defer func() {
+			srv.Heal("next-b")
+			for _, el := range els {
+				require.NoError(t, el.Stop(ctx))
+			}
+		}()
+		candidates := func() []uiCandidate {
+			listed, err := azlease.InspectPrefix(ctx, srv.Client("ui"), "")
+			require.NoError(t, err)
+			return itemByName(buildUIModel(listed), "sched").Candidates
+		}
+		// marked is who the data marks: standby, or designated successor.
+		marked := func(cs []uiCandidate) []string {
+			var out []string
+			for _, c := range cs {
+				if c.Standby || c.Designated {
+					out = append(out, c.Identity)
+				}
+			}
+			return out
+		}
+		ids := func(cs []uiCandidate) []string {
+			var out []string
+			for _, c := range cs {
+				out = append(out, c.Identity)
+			}
+			return out
+		}
+		time.Sleep(10 * time.Second) // the leader's listing names its standby
+		cs := candidates()
+		assert.Equal(t, []string{"lead-a", "next-b", "last-c"}, ids(cs))
+		assert.Equal(t, []string{"next-b"}, marked(cs), "the standby, alone")
+		for _, c := range cs {
+			assert.True(t, c.Ready, c.Identity)
+			assert.False(t, c.Gone, c.Identity)
+			assert.NotNil(t, c.Refreshed, c.Identity)
+		}
+
+		srv.Partition("next-b", azleasetest.Blackhole)
+		cut := time.Now()
+		var goneAfter time.Duration
+		for goneAfter == 0 && time.Since(cut) < time.Minute {
+			time.Sleep(100 * time.Millisecond)
+			for _, c := range candidates() {
+				if c.Identity == "next-b" && c.Gone {
+					goneAfter = time.Since(cut)
+				}
+			}
+		}
+		t.Logf("shown gone %v after it was cut off", goneAfter)
+		require.NotZero(t, goneAfter, "shown gone")
+		assert.LessOrEqual(t, goneAfter, azlease.DefaultDuration+time.Second+100*time.Millisecond, "within a lease duration and storage's second")
+		// Within the leader's poll, the next one is its standby.
+		time.Sleep(6 * time.Second) // the default PollInterval (5 s) and its jitter
+		cs = candidates()
+		assert.Equal(t, []string{"lead-a", "last-c", "next-b"}, ids(cs), "a gone candidate last")
+		assert.Equal(t, []string{"last-c"}, marked(cs))
+		b := cs[2]
+		assert.True(t, b.Gone)
+		assert.False(t, b.Ready, "a gone candidate is not ready")
+		assert.False(t, b.Standby, "nor a standby")
+		require.NotNil(t, b.Refreshed)
+		assert.WithinRange(t, *b.Refreshed, cut.Add(-azlease.DefaultDuration/3-2*time.Second), cut, "last seen before it was cut off")
+	})
+}
+
 // sl is the name of the semaphore slot that was taken.
 func sl(listed []azlease.Status) string {
 	for _, st := range listed {

@@ -161,7 +161,10 @@
   function waitingNote(it) {
     const parts = [];
     if (it.queue && it.queue.length) parts.push(it.queue.length + " waiting");
-    if (it.candidates && it.candidates.length) parts.push(it.candidates.length + " candidates");
+    if (it.candidates && it.candidates.length) {
+      const gone = it.candidates.filter(c => c.gone).length;
+      parts.push(it.candidates.length + (it.candidates.length === 1 ? " candidate" : " candidates") + (gone ? " (" + gone + " gone)" : ""));
+    }
     return parts.length ? el("span", { class: "muted" }, " · " + parts.join(", ")) : "";
   }
 
@@ -178,7 +181,7 @@
     if (it.group) parts.push(...renderGroup(it.group));
     if (it.terms && it.terms.length) parts.push(...renderTimeline(d, it));
     if (["mutex", "semaphore-slot", "lock"].includes(it.kind)) parts.push(...renderQueue(it.queue));
-    if (["leader", "lock"].includes(it.kind)) parts.push(...renderCandidates(it.candidates));
+    if (["leader", "lock"].includes(it.kind)) parts.push(...renderCandidates(it.candidates, it.state === "leased" ? it.holder : ""));
     if (it.blobs && it.blobs.length > 1) parts.push(renderBlobs(it.blobs));
     setMain(...parts);
   }
@@ -195,6 +198,12 @@
     if (last && last.epoch === it.epoch) add("began", "began", last.began_text);
     add("last release", "release", it.state === "leased" ? "— (held now)" : releaseText(it.last_release));
     if (it.slot) add("semaphore", "slot", "slot " + it.slot.index + " of " + it.slot.semaphore);
+    if (it.kind === "leader" && it.state === "leased") {
+      const mark = candidateRoles(it.candidates || []);
+      if (mark.role === "standby") add("standby", "standby", mark.who);
+      else if (mark.who) add("handing over to", "standby", mark.who);
+      else add("standby", "standby", el("span", { class: "muted" }, "none"));
+    }
     if (it.error) add("record", "error", el("span", { class: "release-not-clean" }, it.error));
     return dl;
   }
@@ -363,13 +372,48 @@
       : el("p", { class: "muted", id: "queue" }, "No waiters.")];
   }
 
-  function renderCandidates(cs) {
-    const rows = (cs || []).map(c => el("tr", {}, el("td", {}, c.identity), el("td", { class: "num" }, String(c.priority)),
-      el("td", {}, (c.stopping ? "stopping" : c.ready ? "ready" : "not ready") + (c.acknowledged ? ", designated successor (ready)" : c.designated ? ", designated successor" : "")),
-      el("td", {}, Object.entries(c.labels || {}).map(([k, v]) => k + "=" + v).join(", ")),
-      el("td", {}, c.since ? stamp(c.since) : "—")));
-    return [el("h2", {}, "Candidates"), rows.length ? table([{ text: "candidate" }, { text: "priority", num: true }, { text: "ready" }, { text: "labels" }, { text: "since" }], rows, { id: "candidates" })
-      : el("p", { class: "muted", id: "candidates" }, "No candidates recorded.")];
+  // An election's candidates, best first as the leader ranks them. A
+  // candidate whose instance stopped writing its candidacy (crashed, hung,
+  // cut off) is gone: said so with when it was last seen, greyed and struck
+  // through, and never shown as standby or successor. At most one candidate
+  // is marked: the one the leader is handing over to, else its standby.
+  function candidateState(c) {
+    if (c.gone) return c.refreshed ? "gone (last seen " + ago(c.refreshed) + ")" : "gone";
+    if (c.stopping) return "stopping";
+    return c.ready ? "ready" : "not ready";
+  }
+
+  function candidateRoles(cs) {
+    const live = cs.filter(c => !c.gone);
+    const succ = live.find(c => c.acknowledged) || live.find(c => c.designated);
+    if (succ) return { who: succ.identity, role: succ.acknowledged ? "successor" : "designated", text: succ.acknowledged ? "designated successor, ready to take over" : "designated successor" };
+    const standby = live.find(c => c.standby);
+    if (standby) return { who: standby.identity, role: "standby", text: "standby" };
+    return { who: null };
+  }
+
+  function renderCandidates(cs, leader) {
+    cs = cs || [];
+    const mark = candidateRoles(cs);
+    const rows = cs.map(c => {
+      const role = c.identity === mark.who ? mark.role : "";
+      const leads = !c.gone && !role && leader && c.identity === leader;
+      const state = c.gone ? "gone" : c.stopping ? "stopping" : c.ready ? "ready" : "not-ready";
+      return el("tr", { class: "cand cand-" + state + (role ? " cand-marked" : ""), "data-candidate": c.identity, "data-state": state, "data-role": role },
+        el("td", {}, c.identity),
+        el("td", { class: "num" }, String(c.priority)),
+        el("td", { class: "cstate" }, c.gone ? el("span", { class: "badge state-gone", title: "stopped writing its candidacy: crashed, hung or cut off from storage" + (c.refreshed ? "; last written " + stamp(c.refreshed) + " (storage's clock)" : "") }, candidateState(c)) : candidateState(c)),
+        el("td", { class: "role", "data-leads": leads ? "true" : null }, role ? el("span", { class: "badge role-" + role }, mark.text) : leads ? "leader" : ""),
+        el("td", {}, Object.entries(c.labels || {}).map(([k, v]) => k + "=" + v).join(", ")),
+        el("td", {}, c.since ? stamp(c.since) : "—"));
+    });
+    const gone = cs.filter(c => c.gone).length;
+    return [el("h2", {}, "Candidates"),
+      el("p", { class: "muted" }, "Best first, as the leader ranks them. The standby is the one the leader keeps ready to take over: it looks at the lease " +
+        "five times as often as the others. A designated successor is the one the leader is handing over to now. A gone candidate stopped writing its candidacy for a lease duration " +
+        "(crashed, hung or cut off): no leader hands over to it, and the leader forgets it after 5 minutes."),
+      rows.length ? table([{ text: "candidate" }, { text: "priority", num: true }, { text: "state" }, { text: "role" }, { text: "labels" }, { text: "started (its clock)" }], rows, { id: "candidates", "data-gone": String(gone) })
+        : el("p", { class: "muted", id: "candidates" }, "No candidates recorded.")];
   }
 
   function renderBlobs(blobs) {
