@@ -752,7 +752,10 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 			s.mu.Unlock()
 			continue
 		}
-		succs = append(succs, successor{key: c.Identity, id: c.id, wait: c.fast + successionTakeMargin})
+		// Its term's record names it by its Elector's identity, the one
+		// its candidacy publishes: the chain tells its term from another
+		// holder's by it.
+		succs = append(succs, successor{key: c.Identity, id: c.id, holder: c.Identity, wait: c.fast + successionTakeMargin})
 		heirs = append(heirs, c.Identity)
 	}
 	if term.Err() != nil {
@@ -968,7 +971,11 @@ func (e *Elector) handOver(ctx context.Context, k *keeper, taskDone chan error, 
 		s.syncCandidacy(context.WithoutCancel(ctx))
 	}
 	if out.taker == "" {
-		reply(handOverReply{err: fmt.Errorf("%w: the designated successor did not take the lease over; released", ErrNoSuccessor)})
+		what := "released"
+		if out.lost != "" {
+			what = "the lease was " + out.lost // expired, broken, taken by another holder…
+		}
+		reply(handOverReply{err: fmt.Errorf("%w: the designated successor did not take the lease over; %s", ErrNoSuccessor, what)})
 	} else {
 		reply(handOverReply{taker: out.taker})
 	}
@@ -1074,7 +1081,11 @@ func (e *Elector) handLeaseOn(id string, succs []successor, reason string, stopp
 		e.log.Info("azlease: handed leadership over", slog.String("successor", out.taker), slog.String("reason", reason), slog.Int("passed_over", len(out.passed)))
 		e.lease.tm.handedOver(reason, "taken")
 	case err == nil:
-		e.log.Info("azlease: no designated successor took leadership over; released", slog.String("reason", reason))
+		what := "released"
+		if out.lost != "" {
+			what = "the lease was " + out.lost
+		}
+		e.log.Info("azlease: no designated successor took leadership over; "+what, slog.String("reason", reason))
 		e.lease.tm.handedOver(reason, "released")
 	case errors.Is(err, ErrNotHeld):
 		// The term's validity ran out before the hand-off: release what

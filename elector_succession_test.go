@@ -397,6 +397,65 @@ func TestSuccessionYieldFromTask(t *testing.T) {
 	})
 }
 
+// TestSuccessionHandOverTakenByAnother: while a leader hands the lease over
+// to the successor it designated (which acknowledged, then does not take
+// it: its Change hangs), an operator breaks the lease and another holder
+// takes it. The hand-over's outcome must not say the successor took it:
+// Yield fails with ErrNoSuccessor, saying the lease was taken by another
+// holder (or broken). Before, any newer epoch counted as the successor's
+// term, and Yield returned the successor's identity.
+func TestSuccessionHandOverTakenByAnother(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newSuccessionCluster(t, azlease.ElectorOptions{})
+		a := c.start("a", nil)
+		c.waitFor("a", time.Minute)
+		c.start("b", nil)
+		time.Sleep(10 * time.Second) // a lists b: its standby
+		taking := make(chan struct{}, 1)
+		c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "b" && r.Op == azleasetest.OpChangeLease && r.Blob == c.blob {
+				select {
+				case taking <- struct{}{}:
+				default:
+				}
+				return azleasetest.Fault{Action: azleasetest.Hang}
+			}
+			return azleasetest.Fault{}
+		})
+		type result struct {
+			to  string
+			err error
+		}
+		yielded := make(chan result, 1)
+		go func() {
+			to, err := a.Yield(ctx)
+			yielded <- result{to, err}
+		}()
+		<-taking // a handed the lease to b, whose take hangs
+		time.Sleep(time.Millisecond)
+		operator, err := azlease.NewLease(c.emu.client("operator"), c.blob, nil)
+		require.NoError(t, err)
+		_, err = operator.Break(ctx, 0)
+		require.NoError(t, err)
+		intruder, err := azlease.NewLease(c.emu.client("intruder"), c.blob, &azlease.LeaseOptions{Identity: "intruder"})
+		require.NoError(t, err)
+		_, err = intruder.Acquire(ctx)
+		require.NoError(t, err)
+		r := <-yielded
+		t.Logf("Yield: %q, %v", r.to, r.err)
+		require.NotEqual(t, "b", r.to, "b never took the lease")
+		require.ErrorIs(t, r.err, azlease.ErrNoSuccessor)
+		require.Regexp(t, `the lease was (taken by another holder|broken)$`, r.err.Error())
+		st, err := azlease.Inspect(ctx, c.emu.client("x"), c.blob)
+		require.NoError(t, err)
+		require.Equal(t, "intruder", st.Holder)
+		c.setFaults(nil)
+		require.NoError(t, intruder.Release(ctx))
+		c.stopAll()
+	})
+}
+
 // TestSuccessionDesignatedDies: the successor a stopping leader designated
 // acknowledges and then dies (cut off). The leader, which waited only for
 // it, hands the lease to it, waits its bound (its successor poll and a

@@ -66,7 +66,8 @@ type successor struct {
 	// id is the lease ID it announced (its Lease's NextLeaseID).
 	id string
 	// holder is its identity, as its term's record will name it ("":
-	// unknown), to tell its term from another's (handOnOutcome).
+	// unknown), to tell its term from another holder's (handOnOutcome,
+	// takenBy): a fair lock's waiter's, an Elector candidate's identity.
 	holder string
 	// wait is how long it may take to notice the marker and change the
 	// lease to its own ID: its poll interval, while it polls the lock
@@ -250,7 +251,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		// 3. Its term, within its wait and a margin for requests in flight:
 		// four round trips as the two requests above measured them.
 		margin := max(minHandOffMargin, 2*rtt)
-		took, gone, left, err := l.awaitTaker(ctx, epoch, time.Now().Add(s.wait+margin), s.look)
+		took, gone, left, err := l.awaitTaker(ctx, epoch, s.holder, time.Now().Add(s.wait+margin), s.look)
 		switch {
 		case err != nil:
 			return out, err
@@ -259,7 +260,8 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			return out, nil
 		case gone:
 			// No lease any more: the successor took it and released it
-			// already, or gave it back, or it expired or was broken.
+			// already, or gave it back, or it expired or was broken; or
+			// another holder's term followed the hand-off's.
 			return l.chainLost(ctx, out, epoch, cur, prev, false), nil
 		}
 		out.passed = append(out.passed, s.key)
@@ -294,8 +296,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 
 // chainLost settles how a hand-on chain ended when its lease was no longer
 // under cur, the ID it last handed it to (prev): it reads the lock blob.
-// A newer term than the hand-off's (epoch) is prev's when its record names
-// prev's holder (or prev's holder is unknown); a lease held with the
+// A newer term than the hand-off's (epoch) is prev's when the first term
+// recorded after the hand-off's names prev's holder (takenBy; or prev's
+// holder is unknown); a lease held with the
 // hand-off's epoch may be prev's term starting (its Change applied, its
 // epoch not written yet), so it waits a few round trips for the epoch
 // before calling it held by an unknown ID. renewing says a renewal under
@@ -307,14 +310,14 @@ func (l *Lease) chainLost(ctx context.Context, out handOnOutcome, epoch uint64, 
 	if err == nil && st.Leased && st.Epoch <= epoch {
 		// Changed by prev at the last moment, or by someone else: give
 		// the epoch write a few attempts' time.
-		if took, gone, _, _ := l.awaitTaker(ctx, epoch, time.Now().Add(2*l.cfg.attemptTimeout), nil); took || gone {
+		if took, gone, _, _ := l.awaitTaker(ctx, epoch, prev.holder, time.Now().Add(2*l.cfg.attemptTimeout), nil); took || gone {
 			st, err = l.inspect(ctx, time.Now().Add(l.cfg.attemptTimeout))
 		}
 	}
 	switch {
 	case err != nil:
 		out.lost = lostHeld // unknown: say the least
-	case st.Epoch > epoch && (prev.holder == "" || st.Holder == prev.holder):
+	case st.Epoch > epoch && takenBy(st, epoch, prev.holder):
 		out.taker = prev.key
 	case st.Epoch > epoch:
 		out.lost = lostTaken
@@ -462,14 +465,16 @@ func (l *Lease) changeID(ctx context.Context, from, to string, limit time.Time) 
 }
 
 // awaitTaker polls the lock blob until deadline for the successor's term:
-// an epoch above epoch (took), or no lease at all (gone: the successor
-// released it already, or it expired). Its last look is at the deadline.
+// an epoch above epoch whose first term is holder's (took; takenBy), or no
+// lease at all (gone: the successor released it already, or it expired),
+// or a newer term of another holder's (gone too: the lease was broken or
+// expired and taken). Its last look is at the deadline.
 // Each look may take until the deadline, and at least awaitLook: bounded by
 // the deadline alone, no look would be sent in its last timing.MinAttempt,
 // and a successor that took the lease then would be passed over. look,
 // when not nil, makes each look (successor.look) and reports that the
 // successor left (left: it will not take the lease).
-func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time, look func(context.Context, time.Time) (Status, bool, error)) (took, gone, left bool, err error) {
+func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, holder string, deadline time.Time, look func(context.Context, time.Time) (Status, bool, error)) (took, gone, left bool, err error) {
 	step := min(max(time.Until(deadline)/8, 10*time.Millisecond), 100*time.Millisecond)
 	for {
 		limit := deadline
@@ -490,7 +495,8 @@ func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time
 		case ierr != nil && ctx.Err() != nil:
 			return false, false, false, ierr
 		case ierr == nil && st.Epoch > epoch:
-			return true, false, false, nil
+			took := takenBy(st, epoch, holder)
+			return took, !took, false, nil
 		case ierr == nil && !st.Leased:
 			return false, true, false, nil
 		case ierr == nil && away:
@@ -504,6 +510,26 @@ func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, deadline time.Time
 			return false, false, false, context.Cause(ctx)
 		}
 	}
+}
+
+// takenBy reports whether the first term st records after epoch (the
+// hand-off's) is holder's, or holder is unknown (""): whether the
+// successor took the lease, rather than another holder after an expiry or
+// a break. The first term after epoch, not the latest: the successor may
+// have handed the lease on already. With that term no longer recorded, the
+// latest holder decides.
+func takenBy(st Status, epoch uint64, holder string) bool {
+	if holder == "" {
+		return true
+	}
+	first := st.Holder
+	for _, h := range st.History { // newest first
+		if h.Epoch <= epoch {
+			break
+		}
+		first = h.Holder
+	}
+	return first == holder
 }
 
 // awaitLook is the least time one of awaitTaker's looks may take, retries

@@ -1,5 +1,5 @@
 // This file tests handOffID: the lease ID of one term's hand-off to one
-// successor (succession.go).
+// successor, and takenBy: whose term followed a hand-off (succession.go).
 package azlease
 
 import (
@@ -35,5 +35,34 @@ func TestHandOffIDPerTerm(t *testing.T) {
 			t.Errorf("handOffID(%s, %d) = handOffID of %s", c.announced, c.epoch, prev)
 		}
 		seen[id] = key
+	}
+}
+
+// TestTakenBy: the term that followed a hand-off (of epoch 10) is the first
+// recorded after it, not the latest: a successor that handed the lease on
+// already took it; a newer term of another holder (after a break) is not
+// the successor's; an unknown successor counts every newer term; without
+// that term recorded, the latest holder decides.
+func TestTakenBy(t *testing.T) {
+	hist := func(hs ...HistoryEntry) Status {
+		return Status{Epoch: hs[0].Epoch, Holder: hs[0].Holder, History: hs}
+	}
+	for _, c := range []struct {
+		name   string
+		st     Status
+		holder string
+		want   bool
+	}{
+		{"the successor's term", hist(HistoryEntry{Holder: "b", Epoch: 11}, HistoryEntry{Holder: "a", Epoch: 10}), "b", true},
+		{"another holder's, after a break", hist(HistoryEntry{Holder: "x", Epoch: 11}, HistoryEntry{Holder: "a", Epoch: 10}), "b", false},
+		{"the successor handed it on already", hist(HistoryEntry{Holder: "c", Epoch: 12}, HistoryEntry{Holder: "b", Epoch: 11}, HistoryEntry{Holder: "a", Epoch: 10}), "b", true},
+		{"another took it, then the successor", hist(HistoryEntry{Holder: "b", Epoch: 12}, HistoryEntry{Holder: "x", Epoch: 11}, HistoryEntry{Holder: "a", Epoch: 10}), "b", false},
+		{"successor unknown", hist(HistoryEntry{Holder: "x", Epoch: 11}, HistoryEntry{Holder: "a", Epoch: 10}), "", true},
+		{"no history: the latest holder", Status{Epoch: 11, Holder: "b"}, "b", true},
+		{"no history, another holder", Status{Epoch: 11, Holder: "x"}, "b", false},
+	} {
+		if got := takenBy(c.st, 10, c.holder); got != c.want {
+			t.Errorf("%s: takenBy = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
