@@ -53,7 +53,9 @@
 //
 // Each lease operation is one "other" transaction: with the defaults a leader
 // renews and a follower polls every 5 s (720 to 760 requests an hour each),
-// and each Elector publishes its candidacy every 5 s. The waiters of a fair
+// and each Elector publishes its candidacy every 5 s (as many again); an
+// Elector's leader and its standby also look every second, for a yield
+// within a second (about 7,000 requests an hour more). The waiters of a fair
 // lock make 5 to 6 requests a second in all, whatever their number. A held
 // lease costs two timers, not a goroutine: a process can hold tens of
 // thousands on one container client. The README's Costs and

@@ -66,9 +66,11 @@ type LeaderInfo struct {
 // yield hands the lease straight to a ready standby, never free in between.
 //
 // Cost: a leader renews, a follower polls and each publishes its candidacy
-// every 5 s by default (docs/design/succession.md). Watch for: the goroutine
-// [Elector.Start] starts runs until [Elector.Stop] ([Elector.Run] does
-// both); a task must return when its context ends; an Elector runs once.
+// every 5 s by default; the leader and its standby also look every second
+// (about 7,000 requests an hour more: docs/design/succession.md). Watch
+// for: the goroutine [Elector.Start] starts runs until [Elector.Stop]
+// ([Elector.Run] does both); a task must return when its context ends; an
+// Elector runs once.
 // It is safe for concurrent use.
 type Elector struct {
 	t     target

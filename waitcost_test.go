@@ -430,7 +430,9 @@ func TestWaiterCosts(t *testing.T) {
 	fmt.Fprintf(&b, "every poll is the old Mutex.Lock; TryAcquire every poll, which tries the slots one by one, the old Semaphore.Acquire;\n")
 	fmt.Fprintf(&b, "a TryLock per name the old Claim). After: Mutex.Lock, Semaphore.Acquire (both with MutexOptions.Unordered, the waiting\n")
 	fmt.Fprintf(&b, "these loops replaced; the fair queue's costs are in their own section), Claim as they are now. DoOnce's waiters and\n")
-	fmt.Fprintf(&b, "an Elector's followers already read before acquiring: the same code, measured once.\n\n")
+	fmt.Fprintf(&b, "an Elector's followers already read before acquiring: the same code, measured once. The Elector's follower (one\n")
+	fmt.Fprintf(&b, "that is not the leader's standby) also writes its candidacy every 5 s since issue 36 (planned succession: its\n")
+	fmt.Fprintf(&b, "liveness), half of its requests; a standby's and a leader's costs are in docs/design/succession.md.\n\n")
 	fmt.Fprintf(&b, "| waiter | poll | before: requests/min | before: failed/min | after: requests/min | after: failed/min |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
