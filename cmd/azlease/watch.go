@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	// defaultWatchInterval is watch's --poll-interval default: 1,800
-	// requests an hour for one lock.
+	// defaultWatchInterval is watch's --poll-interval default: two requests
+	// a poll for one lock (its blob and its queue), 3,600 an hour.
 	defaultWatchInterval = 2 * time.Second
 	// minWatchInterval and maxWatchInterval bound watch's --poll-interval.
 	minWatchInterval = 100 * time.Millisecond
