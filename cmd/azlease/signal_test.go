@@ -22,8 +22,14 @@ import (
 )
 
 // startScript is a command that says when it runs and exits 7 on a signal.
+// It waits for its sleep with the wait builtin, which a trapped signal
+// interrupts: a shell runs a trap only once its foreground command ends, so
+// a signal that came while it started a foreground sleep (after "ran", as
+// the group's signal reached the shell but not the sleep, not yet forked)
+// would wait the sleep out and meet the guardian's SIGKILL (exit 137; seen
+// in make test under load).
 func startScript(log string) string {
-	return fmt.Sprintf(`trap 'echo got >> %[1]s; exit 7' TERM INT HUP; echo ran >> %[1]s; sleep 20; echo finished >> %[1]s`, log)
+	return fmt.Sprintf(`trap 'echo got >> %[1]s; exit 7' TERM INT HUP; echo ran >> %[1]s; sleep 20 & wait $!; echo finished >> %[1]s`, log)
 }
 
 func TestSignalWhileTheCommandStarts(t *testing.T) {
