@@ -87,6 +87,20 @@ func (c *cluster) partition(name string, a azleasetest.Action) {
 	c.mu.Unlock()
 }
 
+// cutOffFor cuts name off for d, then heals it in a goroutine wg waits
+// for. Its requests hang, or are dropped when d is even: the seed picks.
+func (c *cluster) cutOffFor(wg *sync.WaitGroup, name string, d time.Duration) {
+	how := azleasetest.Hang
+	if d%2 == 0 {
+		how = azleasetest.Drop
+	}
+	c.partition(name, how)
+	wg.Go(func() {
+		time.Sleep(d)
+		c.heal(name)
+	})
+}
+
 func (c *cluster) heal(name string) {
 	c.mu.Lock()
 	delete(c.cut, name)

@@ -226,16 +226,7 @@ func runRetentionScenario(t *testing.T, sc retentionScenario) retentionStats {
 		time.Sleep(time.Until(t0.Add(ev.at)))
 		switch ev.kind {
 		case "crash":
-			name := fmt.Sprintf("c%d", ev.node)
-			how := azleasetest.Hang
-			if ev.dur%2 == 0 {
-				how = azleasetest.Drop
-			}
-			c.partition(name, how)
-			pending.Go(func() {
-				time.Sleep(ev.dur)
-				c.heal(name)
-			})
+			c.cutOffFor(&pending, fmt.Sprintf("c%d", ev.node), ev.dur)
 		case "outage":
 			outage.Store(true)
 			time.Sleep(min(ev.dur, 10*time.Second))
@@ -314,12 +305,7 @@ func runRetentionScenario(t *testing.T, sc retentionScenario) retentionStats {
 
 // retentionSeeds: -seeds, else a twentieth of simSeeds (make test: 12), at
 // least 6.
-func retentionSeeds() int {
-	if *seedsFlag > 0 {
-		return *seedsFlag
-	}
-	return max(simSeeds()/20, 6)
-}
+func retentionSeeds() int { return partSeeds(20, 6) }
 
 // TestDoOnceRetentionSimulation plays once-per-tick scenarios with a
 // Retention in fake time; see the top of this file for what it asserts.

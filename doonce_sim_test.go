@@ -323,16 +323,7 @@ func runOnceScenario(t *testing.T, sc onceScenario) onceStats {
 		time.Sleep(time.Until(t0.Add(ev.at)))
 		switch ev.kind {
 		case "crash":
-			name := fmt.Sprintf("c%d", ev.node)
-			how := azleasetest.Hang
-			if ev.dur%2 == 0 {
-				how = azleasetest.Drop
-			}
-			c.partition(name, how)
-			pending.Go(func() {
-				time.Sleep(ev.dur)
-				c.heal(name)
-			})
+			c.cutOffFor(&pending, fmt.Sprintf("c%d", ev.node), ev.dur)
 		case "outage":
 			outage.Store(true)
 			time.Sleep(min(ev.dur, 10*time.Second))
@@ -471,12 +462,7 @@ func describeCalls(calls []onceCall) string {
 // onceSeeds is how many seeds the DoOnce simulation runs: -seeds, else a
 // fifth of simSeeds (make test: 48, about 12 s with -race on two cores; 20
 // without AZLEASE_SEEDS), at least 10.
-func onceSeeds() int {
-	if *seedsFlag > 0 {
-		return *seedsFlag
-	}
-	return max(simSeeds()/5, 10)
-}
+func onceSeeds() int { return partSeeds(5, 10) }
 
 // TestDoOnceSimulation plays random DoOnce scenarios in fake time; see the
 // top of this file for what it asserts. More seeds (about 20 s per 500

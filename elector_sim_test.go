@@ -47,6 +47,15 @@ func simSeeds() int {
 	return 100
 }
 
+// partSeeds is a simulation's share of simSeeds: -seeds as given, else
+// simSeeds()/div, at least least.
+func partSeeds(div, least int) int {
+	if *seedsFlag > 0 {
+		return *seedsFlag
+	}
+	return max(simSeeds()/div, least)
+}
+
 // simulation is the seed loop every simulation shares: one subtest per seed
 // 0..seeds−1, its scenario played in a synctest bubble.
 type simulation[S, R any] struct {

@@ -1081,12 +1081,7 @@ func (r *fairRun) lockOnce(w *simWaiter, rng *rand.Rand, lock func(context.Conte
 // a thirtieth of simSeeds, at least 8 (make test: 8: two of each kind; the
 // seeds run in parallel; a seed plays five minutes of up to fourteen
 // clients polling every 100 to 500 ms).
-func fairSeeds() int {
-	if *seedsFlag > 0 {
-		return *seedsFlag
-	}
-	return max(simSeeds()/30, 8)
-}
+func fairSeeds() int { return partSeeds(30, 8) }
 
 // TestFairLockSimulation plays random scenarios of a fair Mutex (and, in a
 // fourth of the seeds, a Semaphore) in fake time (see the top of this

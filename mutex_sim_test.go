@@ -221,12 +221,7 @@ func runMutexScenario(t *testing.T, sc mutexScenario) mutexStats {
 // mutexSeeds is how many seeds the Mutex simulation runs: -seeds, else a
 // tenth of simSeeds (make test: 30), to keep make test's cost modest; each
 // seed keeps every client busy for its whole length.
-func mutexSeeds() int {
-	if *seedsFlag > 0 {
-		return *seedsFlag
-	}
-	return max(simSeeds()/10, 10)
-}
+func mutexSeeds() int { return partSeeds(10, 10) }
 
 // TestMutexSafetySimulation plays random scenarios in fake time: two to five
 // clients loop Lock, work through the lock's term (fenced writes, metadata
