@@ -43,6 +43,36 @@ type Shard struct {
 	// Term.Write): a checkpoint written through the term can never be
 	// overwritten by a former owner. Epochs count per shard.
 	Term *azlease.Term
+
+	meter *loadMeter
+}
+
+// SetLoad reports the shard's load now: a rate in the unit the work
+// chooses (requests/s, messages/s, CPU ms/s), the same for every shard of
+// the group. The replica smooths what is reported (a moving average with a
+// half-life of LoadHalfLife, the value held between reports, the first
+// value taken as it is), publishes it for the others, and balances load
+// per capacity (Options.Weight) rather than shard counts once any shard of
+// the group reports one; a shard that never reports counts as the mean of
+// those that do. Zero is an idle shard's load; a negative, NaN or infinite
+// value is ignored. When the shard moves, its smoothed load goes with it:
+// the receiver starts from it. Safe for concurrent use; a no-op on a Shard
+// the group did not give.
+func (s *Shard) SetLoad(load float64) {
+	if s == nil {
+		return
+	}
+	s.meter.set(load, time.Now())
+}
+
+// Load returns the shard's smoothed load now, and false when none is known
+// yet (nothing reported in this term, and nothing carried from the
+// previous owner).
+func (s *Shard) Load() (float64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	return s.meter.value(time.Now())
 }
 
 // Group is one replica of a shard group: the shards of a named group are
@@ -71,9 +101,10 @@ type Group struct {
 	listing   episode   // the listings' failures, for the logs
 	refusals  episode   // shard acquisitions storage refuses for good, for the logs
 	member    *azlease.Lock
-	memberOp  bool   // a join or a write of the membership is under way
-	published string // what the membership's metadata says ("\x00": not known)
-	idBudget  int    // bytes the announced lease IDs may take in the membership's metadata
+	memberOp  bool            // a join or a write of the membership is under way
+	published *announcement   // what the membership's metadata says (nil: not known)
+	idBudget  int             // bytes the announced lease IDs may take in the membership's metadata
+	hotLogged map[string]bool // hot shards this replica logged
 
 	wg     sync.WaitGroup // the shards' work
 	movers sync.WaitGroup // hand-offs under way
@@ -114,7 +145,7 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 	g := &Group{
 		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), sum: listSum(shards), cfg: cfg,
 		done: make(chan struct{}), owned: map[string]*owned{}, acquiring: map[string]bool{},
-		leases: map[string]*azlease.Lease{}, published: unknown, idBudget: initialIDBudget,
+		leases: map[string]*azlease.Lease{}, hotLogged: map[string]bool{}, idBudget: initialIDBudget,
 		slots: make(chan struct{}, acquireConcurrency),
 	}
 	// Every blob name must be valid: check them once with the library's
@@ -376,20 +407,19 @@ func (g *Group) fail(err error) {
 func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Lease, settled bool) {
 	self := g.cfg.identity
 	g.reap()
-	in := v.input(g.shards, self, g.cfg.weight)
-	p := plan(in)
-	a := assess(in, p)
-	g.tm.observe(a.misplaced)
+	d := v.decide(g.shards, self, g.cfg.weight, time.Now(), g.cfg.cooldown)
+	p := d.owner
+	g.observe(v, d)
 
-	// Incoming: shards planned here that another member owns. Their lease
-	// IDs go into the membership, for their owners to hand them to. Not
-	// for a shard this replica still holds (a hand-off of it under way,
-	// or a lost term whose work has not returned) or is acquiring: it
-	// cannot be handed here, and its Lease may be busy with that term or
-	// that acquisition (NextLeaseID would wait for it).
+	// Incoming: shards this round hands here. Their lease IDs go into the
+	// membership, for their owners to hand them to. Not for a shard this
+	// replica still holds (a hand-off of it under way, or a lost term
+	// whose work has not returned) or is acquiring: it cannot be handed
+	// here, and its Lease may be busy with that term or that acquisition
+	// (NextLeaseID would wait for it).
 	var incoming []string
 	for _, s := range g.shards {
-		if p[s] == self && in.owner[s] != "" && in.owner[s] != self && !g.busy(s) {
+		if mv, ok := d.round[s]; ok && mv.to == self && !g.busy(s) {
 			incoming = append(incoming, s)
 		}
 	}
@@ -413,10 +443,9 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 		}
 	}
 
-	// Hand on what is planned elsewhere, to live members only.
+	// Hand on what this round moves elsewhere, to live members only.
 	moves := 0
 	for _, s := range g.shards {
-		to := p[s]
 		o := g.ownedState(s)
 		if o == nil || o.moving() {
 			continue
@@ -429,17 +458,42 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 			g.startClear(ctx, o)
 			continue
 		}
-		if to == "" || to == self {
+		mv, ok := d.round[s]
+		if !ok || mv.from != self || mv.to == self {
 			continue
 		}
-		if _, live := v.members[to]; !live {
+		if _, live := v.members[mv.to]; !live {
 			continue
 		}
 		if g.cfg.maxMoves > 0 && moves >= g.cfg.maxMoves {
 			break
 		}
 		moves++
-		g.startMove(ctx, work, s, o, to)
+		g.startMove(ctx, work, s, o, mv)
+	}
+}
+
+// observe records a poll's decision in the metrics, and logs at Info once
+// each hot shard this replica owns: a shard whose load alone exceeds a
+// replica's share, which no placement can balance.
+func (g *Group) observe(v view, d decision) {
+	weights := map[string]int{g.cfg.identity: g.cfg.weight}
+	for _, m := range v.members {
+		weights[m.name] = m.weight
+	}
+	hosts := map[string]bool{}
+	for _, h := range d.hot {
+		hosts[d.owner[h]] = true
+	}
+	g.tm.observe(d.misplaced, d.members[g.cfg.identity], g.cfg.weight, d.imbalance(weights, hosts), len(d.hot))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, h := range d.hot {
+		if o := g.owned[h]; o != nil && !g.hotLogged[h] {
+			g.hotLogged[h] = true
+			g.cfg.log.Info("azlease/shards: shard "+h+" alone exceeds a replica's share: split it",
+				slog.String("shard", h), slog.Float64("load", d.load[h]), slog.Float64("share", d.level*float64(g.cfg.weight)))
+		}
 	}
 }
 

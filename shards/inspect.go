@@ -45,6 +45,16 @@ type Assignment struct {
 	// plan puts them with (free ones, and ones still being handed over,
 	// included): 0 when the group is balanced and PlanKnown.
 	Misplaced int
+	// ByLoad reports whether the replicas balance by load (some shard of
+	// the group reports one) rather than by count.
+	ByLoad bool
+	// Level is the load per unit of capacity (weight) the members are
+	// balanced to: the group's load over its capacity, once the hot
+	// shards' members are set aside.
+	Level float64
+	// Hot lists the shards whose load alone exceeds a member's share,
+	// heaviest first: each gets a member to itself, and should be split.
+	Hot []string
 }
 
 // Balanced reports whether the plan is known and every shard is where it
@@ -67,6 +77,10 @@ type MemberStatus struct {
 	// being handed on: it may have crashed. It keeps its share until its
 	// membership expires (within a lease duration of its last renewal).
 	Suspect bool
+	// Load is the sum of the loads of the shards it owns (a shard whose
+	// load is not reported counts as the mean); Load/Weight is what the
+	// balancer compares with the group's Level.
+	Load float64
 }
 
 // ShardStatus is one shard.
@@ -86,6 +100,14 @@ type ShardStatus struct {
 	// Planned is where the plan puts it ("" when no member is live, or
 	// the plan is not known).
 	Planned string
+	// Load is its smoothed load as its owner publishes it (or as its
+	// hand-off carries it); when LoadReported is false, nobody reports it
+	// and it counts as the mean of the shards that do.
+	Load         float64
+	LoadReported bool
+	// Moved says why its latest term began by a hand-on (join, load,
+	// hot, zone, list), or why it is being handed on now; "" otherwise.
+	Moved string
 }
 
 // Inspect reads the assignment of the group named group in the container cc
@@ -138,16 +160,25 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 	in := v.input(list, "", 0)
 	var (
 		p = map[string]string{}
-		a = assessment{target: map[string]int{}}
+		d decision
 	)
 	if known {
-		p = plan(in)
-		a = assess(in, p)
+		d = v.decide(list, "", 0, time.Now(), DefaultCooldown)
+		p = d.owner
+		out.ByLoad, out.Level, out.Hot = d.byLoad, d.level, d.hot
 		// The replicas plan as if a shard being handed over were its
 		// successor's already (so as not to move it twice); what Inspect
 		// reports is where the shards are: one still being handed over
 		// is misplaced until its successor holds it.
 		out.Misplaced = assess(v.held(list, in.members), p).misplaced
+	} else {
+		d = v.decide(list, "", 0, time.Now(), DefaultCooldown)
+	}
+	share := map[string]int{}
+	for _, s := range list {
+		if o := p[s]; o != "" {
+			share[o]++
+		}
 	}
 	owns := map[string]int{}
 	for _, s := range list {
@@ -155,7 +186,11 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 		if !ok {
 			info = shardInfo{name: s}
 		}
-		st := ShardStatus{Name: s, State: info.state, Planned: p[s], HandingTo: info.pendingTo, Epoch: info.epoch, Since: info.since}
+		st := ShardStatus{Name: s, State: info.state, Planned: p[s], HandingTo: info.pendingTo, Epoch: info.epoch, Since: info.since,
+			Load: d.load[s], LoadReported: d.known[s]}
+		if info.handed || info.handedIn {
+			st.Moved = info.why
+		}
 		if info.leased {
 			st.Owner = info.holder
 			owns[info.holder]++
@@ -164,8 +199,8 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 	}
 	for _, m := range v.members {
 		out.Members = append(out.Members, MemberStatus{
-			Name: m.name, Weight: m.weight, Joined: m.joined, Owns: owns[m.name], Share: a.target[m.name],
-			Count: m.count, Suspect: v.suspects[m.name],
+			Name: m.name, Weight: m.weight, Joined: m.joined, Owns: owns[m.name], Share: share[m.name],
+			Count: m.count, Suspect: v.suspects[m.name], Load: d.members[m.name],
 		})
 	}
 	slices.SortFunc(out.Members, func(a, b MemberStatus) int { return cmp.Compare(a.Name, b.Name) })

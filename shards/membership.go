@@ -7,6 +7,7 @@ package shards
 // the poll loop; and withdrawing it when the replica leaves.
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +28,11 @@ import (
 
 // Azure refuses a blob's metadata (400 MetadataTooLarge) when its names and
 // values take more than 8 KiB together. A membership's metadata holds
-// azlease's own record of the lease's terms and the group's keys; the lease
-// IDs it announces get what is left, and are cut to fit: the weight is
-// always written, so that the others count the replica.
+// azlease's own record of the lease's terms and the group's keys; the loads
+// it publishes get at most loadBudget bytes (300 shards, the heaviest; the
+// rest as their count and mean), and the lease IDs it announces get what is
+// left, cut to fit: the weight is always written, so that the others count
+// the replica.
 const (
 	metadataLimit = 8 << 10
 	// recordReserve is the room kept for azlease's record on the blob:
@@ -39,21 +43,33 @@ const (
 	// 20 + 1 + 20 + 1 + 192, with 7 separators): 2,200 bytes at most,
 	// rounded up.
 	recordReserve = 2304
-	// fixedMetadataMax is what the group's own keys other than the IDs take
-	// at most: the weight (up to 4 digits), when it joined (Unix ms, up to
-	// 20 characters), the shard count (4 digits), the shard list's digest,
-	// and the name of the IDs' key.
-	fixedMetadataMax = len(metaWeight) + 4 + len(metaJoined) + 20 + len(metaCount) + 4 + len(metaSum) + sumLen + len(metaIn)
-	// initialIDBudget is the room for the announced IDs: 5,797 bytes, 71
+	// fixedMetadataMax is what the group's own keys other than the IDs and
+	// the loads take at most: the weight (up to 4 digits), when it joined
+	// (Unix ms, up to 20 characters), the shard count (4 digits), the shard
+	// list's digest, the rest of the loads (a count of up to 4 digits, a
+	// colon and a code), and the names of the IDs' and the loads' keys.
+	fixedMetadataMax = len(metaWeight) + 4 + len(metaJoined) + 20 + len(metaCount) + 4 + len(metaSum) + sumLen +
+		len(metaLoadRest) + 4 + 1 + loadCodeLen + len(metaIn) + len(metaLoads)
+	// loadBudget is the room for the published loads: 300 entries of 8
+	// bytes.
+	loadBudget = 300 * loadEntryLen
+	// initialIDBudget is the room for the announced IDs: 3,367 bytes, 41
 	// IDs for names of 43 bytes ("tenant-<uuid>"), and one for the
 	// longest name a group allows (1,015 bytes, escaped to 3,045 at most).
-	initialIDBudget = metadataLimit - recordReserve - fixedMetadataMax
+	initialIDBudget = metadataLimit - recordReserve - fixedMetadataMax - loadBudget
 )
 
-// unknown is what published says when the membership's metadata is not
-// known to say anything: before the first write of a term, or after a
+// announcement is what a membership's metadata says that changes: the
+// lease IDs it accepts shards under and the loads it publishes. A nil
+// *announcement is what the group's published says when the metadata is
+// not known to say anything: before the first write of a term, or after a
 // write that failed.
-const unknown = "\x00"
+type announcement struct {
+	accept string    // the IDs' value
+	loads  string    // the loads' entries
+	rest   string    // the rest of the loads: "count:code", or ""
+	at     time.Time // when the loads were last written (for their pace)
+}
 
 // sumLen is the length of a shard list's digest, in hex.
 const sumLen = 16
@@ -76,9 +92,12 @@ func listSum(shards []string) string {
 }
 
 // keepMembership holds the membership and keeps its metadata announcing
-// IDs for incoming (in the group's order), as many as fit: it starts a
-// join or a write in bg when one is needed and none is under way, and
-// does not wait for it.
+// IDs for incoming (in the group's order), as many as fit, and publishing
+// the loads of the shards this replica owns: it starts a join or a write in
+// bg when one is needed and none is under way, and does not wait for it.
+// New IDs are written at once; loads when their total changed by
+// loadTotalStep or more (touch is then true: the others should list soon),
+// otherwise at most every loadRepublish.
 func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incoming []string) {
 	g.mu.Lock()
 	busy, m, published, budget := g.memberOp, g.member, g.published, g.idBudget
@@ -86,9 +105,26 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 	if busy {
 		return // the next poll looks again
 	}
-	accept := g.announce(incoming, budget)
-	if m != nil && m.Valid() && accept == published {
-		return
+	now := time.Now()
+	next := &announcement{accept: g.announce(incoming, budget)}
+	next.loads, next.rest = g.publishedLoads(now)
+	touch := false
+	if m != nil && m.Valid() && published != nil {
+		big, small := loadsChanged(published, next)
+		switch {
+		case next.accept != published.accept || big:
+			touch = big
+		case small && now.Sub(published.at) >= loadRepublish:
+		default:
+			return
+		}
+		if !big && !small {
+			next.loads, next.rest = published.loads, published.rest
+			next.at = published.at
+		}
+	}
+	if next.at.IsZero() {
+		next.at = now
 	}
 	g.mu.Lock()
 	g.memberOp = true
@@ -99,8 +135,134 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 			g.memberOp = false
 			g.mu.Unlock()
 		}()
-		g.membership(ctx, mlease, accept)
+		g.membership(ctx, mlease, next, touch)
 	})
+}
+
+// loadRepublish is how often at most a replica writes its membership for
+// loads that changed by less than a quarter.
+const loadRepublish = 10 * time.Second
+
+// loadItem is a shard's smoothed load, as a replica publishes it.
+type loadItem struct {
+	name string
+	v    float64
+}
+
+// publishedLoads is the loads' value of the shards this replica owns whose
+// load is known (see formatLoads).
+func (g *Group) publishedLoads(now time.Time) (entries, rest string) {
+	g.mu.Lock()
+	var items []loadItem
+	for _, o := range g.owned {
+		if !o.lock.Valid() {
+			continue
+		}
+		if v, ok := o.meter.value(now); ok {
+			items = append(items, loadItem{name: o.name, v: v})
+		}
+	}
+	g.mu.Unlock()
+	return formatLoads(items)
+}
+
+// formatLoads is the loads' value of items, the heaviest first (then by
+// name), as many as fit loadBudget, and the rest as "count:code" of their
+// mean. Two shards whose keys collide are both left to the rest.
+func formatLoads(items []loadItem) (entries, rest string) {
+	if len(items) == 0 {
+		return "", ""
+	}
+	keys := make(map[string]int, len(items))
+	for _, it := range items {
+		keys[loadKey(it.name)]++
+	}
+	slices.SortFunc(items, func(a, b loadItem) int {
+		if c := cmp.Compare(b.v, a.v); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	var b strings.Builder
+	restN, restSum := 0, 0.0
+	for _, it := range items {
+		k := loadKey(it.name)
+		if keys[k] > 1 || b.Len()+loadEntryLen > loadBudget {
+			restN++
+			restSum += it.v
+			continue
+		}
+		b.WriteString(k)
+		b.WriteString(encodeLoad(it.v))
+	}
+	if restN > 0 {
+		rest = strconv.Itoa(restN) + ":" + encodeLoad(restSum/float64(restN))
+	}
+	return b.String(), rest
+}
+
+// loadsChanged compares two announcements' loads: big when their total
+// moved by loadTotalStep or more (what the balancer compares is a member's
+// total), small when anything else differs.
+func loadsChanged(old, next *announcement) (big, small bool) {
+	if old.loads == next.loads && old.rest == next.rest {
+		return false, false
+	}
+	before, after := loadsTotal(old), loadsTotal(next)
+	return bigChange(before, after), true
+}
+
+// loadTotalStep is the relative change of a member's published total load
+// that is written at once: smaller ones wait for loadRepublish.
+const loadTotalStep = 0.03
+
+// loadsTotal is the sum of an announcement's loads.
+func loadsTotal(a *announcement) float64 {
+	t := 0.0
+	for _, v := range parseLoads(a.loads) {
+		t += v
+	}
+	if n, mean, ok := parseRest(a.rest); ok {
+		t += float64(n) * mean
+	}
+	return t
+}
+
+// bigChange reports whether a total load moved from a to b by
+// loadTotalStep or more, or became zero or not.
+func bigChange(a, b float64) bool {
+	if (a == 0) != (b == 0) {
+		return true
+	}
+	return b > (1+loadTotalStep)*a || a > (1+loadTotalStep)*b
+}
+
+// parseLoads reads a membership's loads' entries: key → load. Malformed
+// entries are skipped (a value whose length is not a whole number of
+// entries is read up to its last whole one).
+func parseLoads(v string) map[string]float64 {
+	out := make(map[string]float64, len(v)/loadEntryLen)
+	for i := 0; i+loadEntryLen <= len(v); i += loadEntryLen {
+		e := v[i : i+loadEntryLen]
+		if l, ok := decodeLoad(e[loadKeyLen:]); ok {
+			out[e[:loadKeyLen]] = l
+		}
+	}
+	return out
+}
+
+// parseRest reads the rest of a membership's loads, "count:code".
+func parseRest(v string) (n int, mean float64, ok bool) {
+	c, code, found := strings.Cut(v, ":")
+	if !found {
+		return 0, 0, false
+	}
+	n, err := strconv.Atoi(c)
+	if err != nil || n < 1 || n > MaxShards {
+		return 0, 0, false
+	}
+	mean, ok = decodeLoad(code)
+	return n, mean, ok
 }
 
 // announce is the IDs' value, "name=id,…" (names escaped), for as many of
@@ -132,7 +294,7 @@ func (g *Group) announce(incoming []string, budget int) string {
 // membership joins the group if this replica is not a member (again, if
 // the membership was lost), then writes what the membership says. Storage
 // refusing the membership for good stops the group.
-func (g *Group) membership(ctx context.Context, mlease *azlease.Lease, accept string) {
+func (g *Group) membership(ctx context.Context, mlease *azlease.Lease, next *announcement, touch bool) {
 	g.mu.Lock()
 	m := g.member
 	g.mu.Unlock()
@@ -140,7 +302,7 @@ func (g *Group) membership(ctx context.Context, mlease *azlease.Lease, accept st
 		if m != nil {
 			_ = m.Unlock(ctx) // lost: say so, give back what may be held
 			g.mu.Lock()
-			g.member, g.published = nil, unknown
+			g.member, g.published = nil, nil
 			g.mu.Unlock()
 			g.cfg.log.Warn("azlease/shards: lost the membership; joining again")
 		}
@@ -161,37 +323,48 @@ func (g *Group) membership(ctx context.Context, mlease *azlease.Lease, accept st
 			return
 		}
 		g.mu.Lock()
-		g.member, g.published = lock, unknown
+		g.member, g.published = lock, nil
 		g.mu.Unlock()
 		m = lock
+		touch = true // the others count this replica at their next poll
 		g.cfg.log.Info("azlease/shards: joined the group", slog.Int("weight", g.cfg.weight))
 	}
-	g.writeMembership(ctx, m, accept)
+	if g.writeMembership(ctx, m, next) && touch {
+		g.touch(ctx)
+	}
 }
 
-// writeMembership writes the membership's metadata with the IDs accept.
-// If Azure finds it too large (azlease's record, or metadata written by
-// someone else, took more room than reserved), it announces fewer IDs, for
-// good, down to none: the weight is always written.
-func (g *Group) writeMembership(ctx context.Context, m *azlease.Lock, accept string) {
+// writeMembership writes the membership's metadata with next's IDs and
+// loads, and reports whether it did. If Azure finds it too large
+// (azlease's record, or metadata written by someone else, took more room
+// than reserved), it announces fewer IDs, for good, down to none, then
+// publishes no loads: the weight is always written.
+func (g *Group) writeMembership(ctx context.Context, m *azlease.Lock, next *announcement) bool {
 	for {
-		err := m.SetMetadata(ctx, g.membershipMetadata(m, accept))
+		err := m.SetMetadata(ctx, g.membershipMetadata(m, next))
 		switch {
 		case err == nil:
 			g.mu.Lock()
 			if g.member == m {
-				g.published = accept
+				g.published = next
 			}
 			g.mu.Unlock()
-			return
-		case bloberror.HasCode(err, bloberror.MetadataTooLarge) && accept != "":
-			budget := len(accept) / 2
-			g.mu.Lock()
-			g.idBudget = min(g.idBudget, budget)
-			g.mu.Unlock()
-			g.cfg.log.Warn("azlease/shards: the membership's metadata is too large for Azure; announcing fewer lease IDs",
-				slog.Int("id_bytes", len(accept)), slog.Int("budget", budget))
-			accept = cutAccept(accept, budget)
+			return true
+		case bloberror.HasCode(err, bloberror.MetadataTooLarge) && (next.accept != "" || next.loads != ""):
+			cut := *next
+			if next.accept != "" {
+				budget := len(next.accept) / 2
+				g.mu.Lock()
+				g.idBudget = min(g.idBudget, budget)
+				g.mu.Unlock()
+				g.cfg.log.Warn("azlease/shards: the membership's metadata is too large for Azure; announcing fewer lease IDs",
+					slog.Int("id_bytes", len(next.accept)), slog.Int("budget", budget))
+				cut.accept = cutAccept(next.accept, budget)
+			} else {
+				g.cfg.log.Warn("azlease/shards: the membership's metadata is too large for Azure even without lease IDs; publishing no loads")
+				cut.loads, cut.rest = "", ""
+			}
+			next = &cut
 			continue
 		case ctx.Err() != nil:
 		case errors.Is(err, azlease.ErrPermanent):
@@ -202,10 +375,10 @@ func (g *Group) writeMembership(ctx context.Context, m *azlease.Lock, accept str
 		}
 		g.mu.Lock()
 		if g.member == m {
-			g.published = unknown
+			g.published = nil
 		}
 		g.mu.Unlock()
-		return
+		return false
 	}
 }
 
@@ -223,16 +396,23 @@ func cutAccept(accept string, budget int) string {
 }
 
 // membershipMetadata is what a membership says: weight, when it joined,
-// the shard list it runs (count and digest), and the lease IDs it accepts
-// shards under.
-func (g *Group) membershipMetadata(m *azlease.Lock, accept string) map[string]string {
-	return map[string]string{
+// the shard list it runs (count and digest), the lease IDs it accepts
+// shards under, and the loads of the shards it owns.
+func (g *Group) membershipMetadata(m *azlease.Lock, a *announcement) map[string]string {
+	md := map[string]string{
 		metaWeight: strconv.Itoa(g.cfg.weight),
 		metaJoined: strconv.FormatInt(m.StartedAt().UnixMilli(), 10),
 		metaCount:  strconv.Itoa(len(g.shards)),
 		metaSum:    g.sum,
-		metaIn:     accept,
+		metaIn:     a.accept,
 	}
+	if a.loads != "" {
+		md[metaLoads] = a.loads
+	}
+	if a.rest != "" {
+		md[metaLoadRest] = a.rest
+	}
+	return md
 }
 
 // withdrawTimeout bounds the withdrawal of a leaving replica's IDs.
@@ -256,7 +436,7 @@ func (g *Group) leave() {
 			// must not hold up the stop, and the withdrawal only saves a
 			// lease duration in the rare case above.
 			wctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
-			_ = m.SetMetadata(wctx, g.membershipMetadata(m, ""))
+			_ = m.SetMetadata(wctx, g.membershipMetadata(m, &announcement{}))
 			cancel()
 		}
 		_ = m.Unlock(ctx)
@@ -292,3 +472,7 @@ func (g *Group) leave() {
 	g.wg.Wait()
 	g.cfg.log.Info("azlease/shards: left the group")
 }
+
+// touch tells the others to list the group at their next poll. Every
+// replica lists every poll for now, so there is nothing to do.
+func (g *Group) touch(context.Context) {}

@@ -9,10 +9,15 @@ package shards
 //	azlease.shards.misplaced         gauge      {shard}  shards not where the plan puts them, at the last poll
 //	azlease.shards.acquisitions      counter    {shard}  shards taken: azlease.shards.how (free, handed over)
 //	azlease.shards.moves             counter    {shard}  hand-offs started: azlease.outcome (handed_off, failed, no_receiver)
+//	azlease.shards.handons           counter    {shard}  shards handed on: azlease.shards.reason (join, load, hot, zone, list)
 //	azlease.shards.losses            counter    {shard}  shards whose lease was lost
 //	azlease.shards.releases          counter    {shard}  shards released as the replica left
 //	azlease.shards.balance.duration  histogram  s        from a poll that saw the group unbalanced to the first that saw it balanced
 //	azlease.shards.list.failures     counter    {request} listings that failed
+//	azlease.shards.load              gauge      1        this replica's load (its shards' smoothed loads, in the work's unit), at the last poll
+//	azlease.shards.capacity          gauge      1        this replica's capacity (Options.Weight)
+//	azlease.shards.imbalance         gauge      1        the group's largest load per capacity over its level, at the last poll
+//	azlease.shards.hot               gauge      {shard}  shards whose load alone exceeds a replica's share, at the last poll
 //
 // Each carries azlease.shards.group, the group's name.
 
@@ -32,6 +37,7 @@ type telemetry struct {
 	group        attribute.KeyValue
 	acquisitions metric.Int64Counter
 	moves        metric.Int64Counter
+	handOns      metric.Int64Counter
 	losses       metric.Int64Counter
 	releases     metric.Int64Counter
 	listFailures metric.Int64Counter
@@ -41,6 +47,10 @@ type telemetry struct {
 	mu         sync.Mutex
 	misplaced  int64
 	unbalanced time.Time // when a poll first saw the group unbalanced; zero while balanced
+	load       float64   // this replica's load at the last poll
+	imbalance  float64   // the group's max over level at the last poll
+	hot        int64
+	capacity   int64
 }
 
 func newTelemetry(mp metric.MeterProvider, group string, owned func() int64) *telemetry {
@@ -52,6 +62,7 @@ func newTelemetry(mp metric.MeterProvider, group string, owned func() int64) *te
 	// Constructors return usable no-op instruments along with any error.
 	t.acquisitions, _ = m.Int64Counter("azlease.shards.acquisitions", metric.WithUnit("{shard}"), metric.WithDescription("Shards taken by this replica."))
 	t.moves, _ = m.Int64Counter("azlease.shards.moves", metric.WithUnit("{shard}"), metric.WithDescription("Hand-offs of shards to other replicas."))
+	t.handOns, _ = m.Int64Counter("azlease.shards.handons", metric.WithUnit("{shard}"), metric.WithDescription("Shards handed on to other replicas, by reason."))
 	t.losses, _ = m.Int64Counter("azlease.shards.losses", metric.WithUnit("{shard}"), metric.WithDescription("Shards whose lease this replica lost."))
 	t.releases, _ = m.Int64Counter("azlease.shards.releases", metric.WithUnit("{shard}"), metric.WithDescription("Shards released as this replica left."))
 	t.listFailures, _ = m.Int64Counter("azlease.shards.list.failures", metric.WithUnit("{request}"), metric.WithDescription("Listings of the group that failed."))
@@ -60,14 +71,22 @@ func newTelemetry(mp metric.MeterProvider, group string, owned func() int64) *te
 		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
 	ownedG, _ := m.Int64ObservableGauge("azlease.shards.owned", metric.WithUnit("{shard}"), metric.WithDescription("Shards this replica owns."))
 	misG, _ := m.Int64ObservableGauge("azlease.shards.misplaced", metric.WithUnit("{shard}"), metric.WithDescription("Shards not where the plan puts them, at the last poll."))
+	loadG, _ := m.Float64ObservableGauge("azlease.shards.load", metric.WithUnit("1"), metric.WithDescription("This replica's load: its shards' smoothed loads, in the work's unit."))
+	capG, _ := m.Int64ObservableGauge("azlease.shards.capacity", metric.WithUnit("1"), metric.WithDescription("This replica's capacity (Options.Weight)."))
+	imbG, _ := m.Float64ObservableGauge("azlease.shards.imbalance", metric.WithUnit("1"), metric.WithDescription("The group's largest load per capacity over its level, at the last poll."))
+	hotG, _ := m.Int64ObservableGauge("azlease.shards.hot", metric.WithUnit("{shard}"), metric.WithDescription("Shards whose load alone exceeds a replica's share, at the last poll."))
 	t.reg, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(ownedG, owned(), metric.WithAttributes(t.group))
 		t.mu.Lock()
-		mis := t.misplaced
+		mis, load, imb, hot, capacity := t.misplaced, t.load, t.imbalance, t.hot, t.capacity
 		t.mu.Unlock()
 		o.ObserveInt64(misG, mis, metric.WithAttributes(t.group))
+		o.ObserveFloat64(loadG, load, metric.WithAttributes(t.group))
+		o.ObserveInt64(capG, capacity, metric.WithAttributes(t.group))
+		o.ObserveFloat64(imbG, imb, metric.WithAttributes(t.group))
+		o.ObserveInt64(hotG, hot, metric.WithAttributes(t.group))
 		return nil
-	}, ownedG, misG)
+	}, ownedG, misG, loadG, capG, imbG, hotG)
 	return t
 }
 
@@ -89,15 +108,22 @@ func (t *telemetry) acquired(how string) {
 func (t *telemetry) moved(outcome string) {
 	t.add(t.moves, attribute.String("azlease.outcome", outcome))
 }
+
+// movedFor counts a hand-on made, by its reason.
+func (t *telemetry) movedFor(reason string) {
+	t.add(t.handOns, attribute.String("azlease.shards.reason", reason))
+}
 func (t *telemetry) lost()     { t.add(t.losses) }
 func (t *telemetry) released() { t.add(t.releases) }
 func (t *telemetry) failure()  { t.add(t.listFailures) }
 
-// observe records what a poll saw: how many shards are misplaced.
-func (t *telemetry) observe(misplaced int) {
+// observe records what a poll saw: how many shards are misplaced, this
+// replica's load and capacity, the group's imbalance and hot shards.
+func (t *telemetry) observe(misplaced int, load float64, capacity int, imbalance float64, hot int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.misplaced = int64(misplaced)
+	t.load, t.capacity, t.imbalance, t.hot = load, int64(capacity), imbalance, int64(hot)
 	switch {
 	case misplaced > 0 && t.unbalanced.IsZero():
 		t.unbalanced = time.Now()

@@ -99,6 +99,7 @@ type config struct {
 	settle   time.Duration
 	drain    time.Duration
 	maxMoves int
+	cooldown time.Duration
 	log      *slog.Logger
 	meters   metric.MeterProvider
 }
@@ -175,6 +176,7 @@ func (o *Options) config() (config, error) {
 	case c.drain < time.Millisecond || c.drain > azlease.MaxWait:
 		return c, optionErr("Options.DrainTimeout", "%v: must be from 1ms to 24h", o.DrainTimeout)
 	}
+	c.cooldown = DefaultCooldown
 	if c.maxMoves < 0 {
 		return c, optionErr("Options.MaxMovesPerPoll", "%d: must not be negative", o.MaxMovesPerPoll)
 	}

@@ -21,8 +21,9 @@ import (
 
 // owned is a shard this replica holds, for one term.
 type owned struct {
-	name string
-	lock *azlease.Lock
+	name  string
+	lock  *azlease.Lock
+	meter *loadMeter // the shard's load in this term
 
 	mu       sync.Mutex
 	ctx      context.Context // the work's context: ends with the term, or when cancelled
@@ -147,7 +148,10 @@ func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 		}
 		return
 	}
-	o := &owned{name: info.name, lock: lock}
+	o := &owned{name: info.name, lock: lock, meter: &loadMeter{}}
+	if info.pendingTo != "" && info.hasCarried {
+		o.meter.carry(info.carried, time.Now())
+	}
 	o.newContext()
 	g.mu.Lock()
 	g.owned[info.name] = o
@@ -180,7 +184,7 @@ func (g *Group) runWork(ctx context.Context, o *owned, work Work) {
 	pause := time.Second
 	for {
 		start := time.Now()
-		err := callWork(ctx, work, &Shard{Name: o.name, Term: o.lock.Term})
+		err := callWork(ctx, work, &Shard{Name: o.name, Term: o.lock.Term, meter: o.meter})
 		if ctx.Err() != nil {
 			return
 		}
@@ -271,9 +275,9 @@ const reaping = "\x00reaping"
 
 // startMove hands a shard on to another member, in a goroutine the group
 // waits for.
-func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, to string) {
-	o.setMoving(to)
-	g.movers.Go(func() { g.move(context.WithoutCancel(ctx), work, o, to) })
+func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, mv move) {
+	o.setMoving(mv.to)
+	g.movers.Go(func() { g.move(context.WithoutCancel(ctx), work, o, mv.to, mv.reason) })
 }
 
 // move hands a shard to the member to: it reads the lease ID the receiver
@@ -283,7 +287,7 @@ func (g *Group) startMove(ctx context.Context, work Work, s string, o *owned, to
 // happens, the shard is never handed over while its work may still act: if
 // the work does not return within DrainTimeout, the lease is left to
 // expire.
-func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
+func (g *Group) move(ctx context.Context, work Work, o *owned, to, reason string) {
 	id := g.acceptID(ctx, to, o.name)
 	if id == "" {
 		// The receiver has not announced an ID for it (yet): keep it, its
@@ -297,7 +301,10 @@ func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
 		return
 	}
 	epoch := o.lock.Epoch()
-	marker := map[string]string{metaTo: url.QueryEscape(to), metaEpoch: strconv.FormatUint(epoch, 10)}
+	marker := map[string]string{metaTo: url.QueryEscape(to), metaEpoch: strconv.FormatUint(epoch, 10), metaWhy: reason}
+	if v, ok := o.meter.value(time.Now()); ok {
+		marker[metaLoad] = encodeLoad(v)
+	}
 	if err := o.lock.SetMetadata(ctx, marker); err != nil {
 		if errors.Is(err, azlease.ErrLeaseLost) || !o.lock.Valid() {
 			g.dropLost(ctx, o, err)
@@ -316,7 +323,9 @@ func (g *Group) move(ctx context.Context, work Work, o *owned, to string) {
 		return
 	}
 	g.tm.moved("handed_off")
-	g.cfg.log.Info("azlease/shards: handed a shard on", slog.String("shard", o.name), slog.String("to", to), slog.Uint64("epoch", epoch))
+	g.tm.movedFor(reason)
+	g.cfg.log.Info("azlease/shards: handed a shard on", slog.String("shard", o.name), slog.String("to", to), slog.Uint64("epoch", epoch),
+		slog.String("reason", reason))
 }
 
 // startClear removes a stale hand-off marker from a shard this replica

@@ -23,9 +23,14 @@ const (
 	metaIn     = "shardin"     // lease IDs it accepts shards under: "name=id,name=id", names escaped
 	metaCount  = "shardcount"  // how many shards the member's group has
 	metaSum    = "shardsum"    // the digest of its shard list (listSum)
+	metaLoads  = "shardloads"  // the smoothed loads of shards it owns: key (loadKey) and code (encodeLoad), the heaviest first
+	// the rest of its loads, those that did not fit: "count:code" of their mean
+	metaLoadRest = "shardloadrest"
 	// On a shard blob, written by its owner before it hands the shard on.
 	metaTo    = "shardto"    // the member the shard is handed to (escaped)
 	metaEpoch = "shardepoch" // the epoch of the term that handed it: the marker counts only while it is the latest
+	metaLoad  = "shardload"  // the shard's smoothed load as it was handed on (encodeLoad), for the receiver to start from
+	metaWhy   = "shardwhy"   // why it was handed on: join, load, hot, zone, list
 )
 
 // memberInfo is a live member as listed.
@@ -33,9 +38,12 @@ type memberInfo struct {
 	name   string
 	weight int
 	joined time.Time
-	accept map[string]string // shard → lease ID it accepts the shard under
-	count  int               // how many shards it runs; 0 when it does not say (an older version)
-	sum    string            // the digest of its shard list, with count
+	accept map[string]string  // shard → lease ID it accepts the shard under
+	count  int                // how many shards it runs; 0 when it does not say (an older version)
+	sum    string             // the digest of its shard list, with count
+	loads  map[string]float64 // loadKey → smoothed load, of the shards it owns and reports
+	restN  int                // how many of its reporting shards are not in loads
+	restMu float64            // their mean load
 }
 
 // shardInfo is a shard as listed.
@@ -48,6 +56,15 @@ type shardInfo struct {
 	since     time.Time // the latest term's start, by its holder's clock
 	pendingTo string    // handed to this member, which has not taken it yet
 	handed    bool      // the latest term handed it on (its lease may have expired since)
+	// carried is the load the hand-off marker carries, while it speaks
+	// of the latest term (handed on, not taken yet) or of the one before
+	// it, taken by the marker's receiver (which may not publish it yet).
+	carried    float64
+	hasCarried bool
+	// handedIn is true when the latest term began by a hand-on: its
+	// holder is the receiver the marker of the term before names.
+	handedIn bool
+	why      string // the marker's reason
 }
 
 // owner is who the plan counts as owning the shard: the member it was
@@ -88,7 +105,8 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 			if !st.Leased || err != nil || w < 1 || w > MaxWeight || st.Err != nil {
 				continue // not a live member (yet)
 			}
-			m := memberInfo{name: id, weight: w, accept: parseAccept(st.Metadata[metaIn])}
+			m := memberInfo{name: id, weight: w, accept: parseAccept(st.Metadata[metaIn]), loads: parseLoads(st.Metadata[metaLoads])}
+			m.restN, m.restMu, _ = parseRest(st.Metadata[metaLoadRest])
 			if ms, err := strconv.ParseInt(st.Metadata[metaJoined], 10, 64); err == nil {
 				m.joined = time.UnixMilli(ms).UTC()
 			}
@@ -105,6 +123,11 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 				s.handed = to != "" && err == nil && e == st.Epoch && e > 0
 				if s.handed && st.Leased {
 					s.pendingTo = to
+				}
+				s.handedIn = to != "" && err == nil && e > 0 && e+1 == st.Epoch && st.Holder == to
+				s.why = st.Metadata[metaWhy]
+				if l, ok := decodeLoad(st.Metadata[metaLoad]); ok && (s.handed || s.handedIn) {
+					s.carried, s.hasCarried = l, true
 				}
 			}
 			v.shards[s.name] = s

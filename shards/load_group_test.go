@@ -1,0 +1,292 @@
+package shards_test
+
+// Balancing by load on the public API, in fake time on the emulator:
+// replicas whose work reports Zipf loads converge within the band; a
+// shard's load goes with it when it moves; shards that never report count
+// as the mean (count balancing); a shard heavier than a replica's share is
+// alone on its replica and said so; loads fit a membership at MaxShards
+// with the longest names.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/shards"
+)
+
+// loads is each shard's load, as the tests' work reports it every second.
+type loads struct {
+	mu sync.Mutex
+	v  map[string]float64
+}
+
+func (l *loads) set(s string, v float64) {
+	l.mu.Lock()
+	l.v[s] = v
+	l.mu.Unlock()
+}
+
+func (l *loads) get(s string) (float64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.v[s]
+	return v, ok
+}
+
+// zipfLoads is 1/(i+1)^s for shard i: the heaviest have neighbouring
+// names, so the count plan gives them to the same replica.
+func zipfLoads(names []string, s float64) *loads {
+	l := &loads{v: map[string]float64{}}
+	for i, n := range names {
+		l.v[n] = 1 / math.Pow(float64(i+1), s)
+	}
+	return l
+}
+
+// reporting wraps an owners' work: it reports the shard's load every
+// second while it runs, and records its load when it starts.
+func reporting(o *owners, replica string, l *loads, started func(shard string, load float64, ok bool)) shards.Work {
+	inner := o.work(replica)
+	return func(ctx context.Context, s *shards.Shard) error {
+		if started != nil {
+			v, ok := s.Load()
+			started(s.Name, v, ok)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if v, ok := l.get(s.Name); ok {
+					s.SetLoad(v)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+		err := inner(ctx, s)
+		<-done
+		return err
+	}
+}
+
+// imbalance is what Inspect says: the largest load per capacity over the
+// level among the members that host no hot shard.
+func imbalance(a shards.Assignment) float64 {
+	hosts := map[string]bool{}
+	for _, h := range a.Hot {
+		for _, s := range a.Shards {
+			if s.Name == h {
+				hosts[s.Owner] = true
+			}
+		}
+	}
+	worst := 0.0
+	for _, m := range a.Members {
+		if !hosts[m.Name] && a.Level > 0 {
+			worst = max(worst, m.Load/float64(m.Weight)/a.Level)
+		}
+	}
+	return worst
+}
+
+// TestGroupBalancesByLoad: four replicas on 32 shards whose loads follow
+// Zipf(0.8), the heaviest with neighbouring names (the count plan puts
+// them together: 2.1 × the mean), converge within the band (1.10) and
+// stay there, never owning a shard twice.
+func TestGroupBalancesByLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(32)
+		l := zipfLoads(names, 0.8)
+		o := newOwners()
+		var groups []*shards.Group
+		for i := range 4 {
+			id := fmt.Sprintf("r%d", i)
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
+			groups = append(groups, g)
+		}
+		obs := srv.Client("observer")
+		var a shards.Assignment
+		start := time.Now()
+		for time.Since(start) < 3*time.Minute {
+			time.Sleep(time.Second)
+			var err error
+			a, err = shards.Inspect(context.Background(), obs, "g", nil)
+			require.NoError(t, err)
+			if a.ByLoad && a.Misplaced == 0 && imbalance(a) <= 1.10 {
+				break
+			}
+		}
+		took := time.Since(start)
+		require.True(t, a.ByLoad, "balanced by load")
+		require.LessOrEqual(t, imbalance(a), 1.10, "within the band after %v: %+v", took, a.Members)
+		t.Logf("within the band after %v, max/mean %.3f", took, imbalance(a))
+		// It stays there.
+		for range 60 {
+			time.Sleep(time.Second)
+			a, err := shards.Inspect(context.Background(), obs, "g", nil)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, imbalance(a), 1.10)
+		}
+		for _, g := range groups {
+			require.NoError(t, g.Stop(context.Background()))
+		}
+		o.check(t, srv, "g", names)
+	})
+}
+
+// TestLoadGoesWithTheShard: a shard handed on carries its smoothed load:
+// the receiver's work finds it in Shard.Load before reporting anything,
+// and Inspect shows it while the receiver has not published it yet.
+func TestLoadGoesWithTheShard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(2)
+		l := &loads{v: map[string]float64{"0": 100, "1": 100}}
+		o := newOwners()
+		a, err := shards.New(srv.Client("a"), "g", names, &shards.Options{Identity: "a"})
+		require.NoError(t, err)
+		require.NoError(t, a.Start(context.Background(), reporting(o, "a", l, nil)))
+		time.Sleep(30 * time.Second)
+		require.Equal(t, map[string]int{"a": 2}, o.counts())
+
+		// b reports nothing: what it knows of the load came with the shard.
+		var mu sync.Mutex
+		seen := map[string]float64{}
+		b, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: "b"})
+		require.NoError(t, err)
+		require.NoError(t, b.Start(context.Background(), reporting(o, "b", &loads{v: map[string]float64{}}, func(s string, v float64, ok bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				seen[s] = v
+			} else {
+				seen[s] = -1
+			}
+		})))
+		time.Sleep(30 * time.Second)
+		require.Equal(t, map[string]int{"a": 1, "b": 1}, o.counts())
+		mu.Lock()
+		require.Len(t, seen, 1)
+		for _, v := range seen {
+			assert.InEpsilon(t, 100, v, 0.01, "the receiver starts from the load carried")
+		}
+		mu.Unlock()
+		got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
+		require.NoError(t, err)
+		for _, s := range got.Shards {
+			assert.True(t, s.LoadReported, "%+v", s)
+			assert.InEpsilon(t, 100, s.Load, 0.01, "%+v", s)
+			if s.Owner == "b" {
+				assert.Equal(t, "join", s.Moved, "why it moved: b held nothing")
+			}
+		}
+		require.NoError(t, b.Stop(context.Background()))
+		require.NoError(t, a.Stop(context.Background()))
+		o.check(t, srv, "g", names)
+	})
+}
+
+// TestUnreportedShardsCountAsTheMean: when half the shards report a load
+// of 1 and the rest nothing, the rest count as 1: the group balances by
+// count, 8 and 8.
+func TestUnreportedShardsCountAsTheMean(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(16)
+		l := &loads{v: map[string]float64{}}
+		for _, s := range names[:8] {
+			l.v[s] = 1
+		}
+		o := newOwners()
+		var groups []*shards.Group
+		for _, id := range []string{"a", "b"} {
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
+			groups = append(groups, g)
+			time.Sleep(20 * time.Second)
+		}
+		time.Sleep(time.Minute)
+		assert.Equal(t, map[string]int{"a": 8, "b": 8}, o.counts())
+		got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
+		require.NoError(t, err)
+		assert.True(t, got.ByLoad)
+		reported := 0
+		for _, s := range got.Shards {
+			if s.LoadReported {
+				reported++
+			}
+			assert.InEpsilon(t, 1, s.Load, 0.01, "%+v", s)
+		}
+		assert.Equal(t, 8, reported)
+		for _, g := range groups {
+			require.NoError(t, g.Stop(context.Background()))
+		}
+		o.check(t, srv, "g", names)
+	})
+}
+
+// TestHotShardIsAlone: a shard whose load alone exceeds a replica's share
+// ends alone on its replica; Inspect names it, its owner says so once at
+// Info, and the others share the rest within the band.
+func TestHotShardIsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(12)
+		l := &loads{v: map[string]float64{}}
+		for _, s := range names {
+			l.v[s] = 1
+		}
+		l.v["5"] = 20 // the rest is 11: each of three replicas' share would be 31/3
+		o := newOwners()
+		var logs syncBuffer
+		var groups []*shards.Group
+		for _, id := range []string{"a", "b", "c"} {
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id,
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
+			groups = append(groups, g)
+		}
+		time.Sleep(3 * time.Minute)
+		got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
+		require.NoError(t, err)
+		require.Equal(t, []string{"5"}, got.Hot)
+		host := ""
+		owns := map[string]int{}
+		for _, s := range got.Shards {
+			owns[s.Owner]++
+			if s.Name == "5" {
+				host = s.Owner
+			}
+		}
+		assert.Equal(t, 1, owns[host], "alone on its replica: %v", owns)
+		assert.InDelta(t, 5.5, got.Level, 0.2, "the others' level: 11 over 2")
+		assert.LessOrEqual(t, imbalance(got), 1.10)
+		assert.Equal(t, 1, strings.Count(logs.String(), "shard 5 alone exceeds a replica's share: split it"), logs.String())
+		for _, g := range groups {
+			require.NoError(t, g.Stop(context.Background()))
+		}
+		o.check(t, srv, "g", names)
+	})
+}
+
+var _ = azlease.ErrStopped
