@@ -237,3 +237,90 @@ func TestMembershipWeightSurvivesATooLargeAnswer(t *testing.T) {
 		o.check(t, srv, "g", names)
 	})
 }
+
+// TestMembershipLoadsFitWithTheLongestNames: a replica whose work reports
+// loads owns 320 shards with the longest names (more than the 300 loads
+// that fit), is planned shards another member holds (their lease IDs to
+// announce), and its membership carries azlease's fullest record under the
+// longest identity: every write of its membership fits 8 KiB, its loads are
+// published (the heaviest 300, the rest as their count and mean), and
+// Inspect reads every one of its shards' loads back.
+func TestMembershipLoadsFitWithTheLongestNames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		var mu sync.Mutex
+		largest := 0
+		srv.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpSetMetadata && strings.Contains(r.Blob, "/members/") {
+				mu.Lock()
+				largest = max(largest, requestMetadataSize(r))
+				mu.Unlock()
+			}
+			return azleasetest.Fault{}
+		})
+		obs := srv.Client("observer")
+		names := longestNames(720)
+		for _, s := range names[:400] { // leased for 60 s
+			holdByHand(t, obs, "g/shards/"+s, "a")
+		}
+		ml, err := azlease.NewLease(obs, "g/members/a", &azlease.LeaseOptions{Identity: "a"})
+		require.NoError(t, err)
+		mlock, err := ml.Hold(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, mlock.SetMetadata(context.Background(), map[string]string{"shardweight": "1"}))
+
+		id := strings.Repeat("%", azlease.MaxIdentity)
+		var hist []string
+		for i := range 8 {
+			hist = append(hist, fmt.Sprintf("%d,%d,%s", 9_000_000_000_000_000_000+i, time.Now().UnixMilli(), url.QueryEscape(id)))
+		}
+		_, err = obs.NewBlockBlobClient("g/members/"+id).Upload(context.Background(), streaming.NopCloser(bytes.NewReader(nil)),
+			&blockblob.UploadOptions{Metadata: map[string]*string{
+				"azleaseepoch": to.Ptr("9000000000000000007"), "azleaseholder": to.Ptr(url.QueryEscape(id)),
+				"azleaseacquired": to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)), "azleasereleased": to.Ptr("9000000000000000007"),
+				"azleasehistory": to.Ptr(strings.Join(hist, ";")),
+			}})
+		require.NoError(t, err)
+
+		load := map[string]float64{}
+		for i, s := range names {
+			load[s] = 1 + float64(i%97)
+		}
+		g, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: id, Settle: -1})
+		require.NoError(t, err)
+		require.NoError(t, g.Start(context.Background(), func(ctx context.Context, s *shards.Shard) error {
+			s.SetLoad(load[s.Name])
+			<-ctx.Done()
+			return nil
+		}))
+		t.Cleanup(func() { _ = g.Stop(context.Background()) })
+		for len(g.Owned()) < 320 {
+			time.Sleep(time.Second)
+		}
+		time.Sleep(12 * time.Second) // past a republish, before a's leases expire
+
+		st, err := azlease.Inspect(context.Background(), obs, "g/members/"+id)
+		require.NoError(t, err)
+		assert.Len(t, st.History, 8, "the fullest history")
+		assert.Len(t, st.Metadata["shardloads"], 300*8, "300 loads")
+		assert.True(t, strings.HasPrefix(st.Metadata["shardloadrest"], "20:"), "the rest: %q", st.Metadata["shardloadrest"])
+		assert.NotEmpty(t, st.Metadata["shardin"], "IDs for the shards a hands on")
+		props, err := obs.NewBlobClient("g/members/"+id).GetProperties(context.Background(), nil)
+		require.NoError(t, err)
+		mu.Lock()
+		t.Logf("membership metadata: %d bytes; the largest write: %d bytes", metadataSize(props.Metadata), largest)
+		assert.LessOrEqual(t, largest, 8<<10, "no write larger than Azure takes")
+		mu.Unlock()
+
+		a, err := shards.Inspect(context.Background(), obs, "g", names)
+		require.NoError(t, err)
+		require.True(t, a.ByLoad)
+		for _, s := range a.Shards {
+			if s.Owner == id {
+				assert.True(t, s.LoadReported, "%s", s.Name[:4])
+			}
+		}
+		require.NoError(t, g.Stop(context.Background()))
+		require.NoError(t, mlock.Unlock(context.Background()))
+	})
+}
