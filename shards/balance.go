@@ -402,6 +402,63 @@ func balance(in balanceInput) balancePlan {
 		}
 		add(best, bestTo, reason)
 	}
+	// Zones: each zone's load within 10 % of its share of the capacity,
+	// while a move between the most and the least loaded zones helps.
+	zones := map[string]bool{}
+	for _, m := range ms {
+		zones[m.zone] = true
+	}
+	for range len(shards) {
+		if len(zones) < 2 {
+			break
+		}
+		zl, zc := map[string]float64{}, map[string]float64{}
+		for _, m := range ms {
+			zl[m.zone] += p.load[m.name]
+			zc[m.zone] += m.capacity
+		}
+		whole := total / capTotal
+		hi, lo := "", ""
+		for z := range zones {
+			zu := zl[z] / zc[z]
+			if hi == "" || zu > zl[hi]/zc[hi] || zu == zl[hi]/zc[hi] && z < hi {
+				hi = z
+			}
+			if lo == "" || zu < zl[lo]/zc[lo] || zu == zl[lo]/zc[lo] && z < lo {
+				lo = z
+			}
+		}
+		uhi, ulo := zl[hi]/zc[hi], zl[lo]/zc[lo]
+		if uhi <= bandHigh*whole && ulo >= whole/bandHigh {
+			break
+		}
+		var best *bshard
+		bestTo, bestF := "", uhi
+		for _, a := range ms {
+			if a.zone != hi || dedicated[a.name] != nil {
+				continue
+			}
+			for _, s := range held[a.name] {
+				if !movable(s) {
+					continue
+				}
+				for _, b := range ms {
+					if b.zone != lo || dedicated[b.name] != nil || !ok(s.name, b.name) ||
+						u(b.name)+s.load/b.capacity > bandHigh*level+1e-12 {
+						continue
+					}
+					f := max((zl[hi]-s.load)/zc[hi], (zl[lo]+s.load)/zc[lo])
+					if f < bestF-1e-12 || best != nil && math.Abs(f-bestF) <= 1e-12 && (s.name < best.name || s.name == best.name && b.name < bestTo) {
+						best, bestTo, bestF = s, b.name, f
+					}
+				}
+			}
+		}
+		if best == nil {
+			break
+		}
+		add(best, bestTo, "zone")
+	}
 	for i := range shards {
 		p.owner[shards[i].name] = shards[i].owner
 	}

@@ -76,7 +76,8 @@ func (v view) shardLoad(s string) (float64, bool) {
 // weight count this replica as a member before its membership is listed
 // (self "": an observer). now and cooldown decide which shards moved too
 // recently to move for load.
-func (v view) decide(shards []string, self string, weight int, now time.Time, cooldown time.Duration) decision {
+func (v view) decide(set shardSet, self string, weight int, zone string, now time.Time, cooldown time.Duration) decision {
+	shards := set.names
 	d := decision{load: make(map[string]float64, len(shards)), known: make(map[string]bool, len(shards)), members: map[string]float64{}}
 	sum, n := 0.0, 0
 	for _, s := range shards {
@@ -108,7 +109,18 @@ func (v view) decide(shards []string, self string, weight int, now time.Time, co
 	}
 	d.byLoad = n > 0 && sum > 0
 	d.round = map[string]move{}
-	if !d.byLoad {
+	zones := map[string]string{}
+	for _, m := range v.members {
+		zones[m.name] = m.zone
+	}
+	if self != "" {
+		zones[self] = zone
+	}
+	distinct := map[string]bool{}
+	for _, z := range zones {
+		distinct[z] = true
+	}
+	if !d.byLoad && set.eligible == nil && len(distinct) <= 1 {
 		p := plan(in)
 		a := assess(in, p)
 		d.owner, d.misplaced, d.target = p, a.misplaced, a.target
@@ -133,14 +145,19 @@ func (v view) decide(shards []string, self string, weight int, now time.Time, co
 		}
 		return d
 	}
-	bi := balanceInput{now: now, cooldown: cooldown}
+	// By load (or by count, as unit loads, when lists differ or zones
+	// are set).
+	bi := balanceInput{now: now, cooldown: cooldown, eligible: set.eligible}
 	for _, m := range in.members {
-		bi.members = append(bi.members, bmember{name: m.name, capacity: float64(m.weight)})
+		bi.members = append(bi.members, bmember{name: m.name, capacity: float64(m.weight), zone: zones[m.name]})
 	}
 	inflight := 0
 	for _, s := range shards {
 		info := v.shards[s]
 		b := bshard{name: s, owner: in.owner[s], load: d.load[s], known: d.known[s], pending: info.pendingTo != ""}
+		if !d.byLoad {
+			b.load = 1
+		}
 		if b.pending {
 			inflight++
 		}

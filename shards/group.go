@@ -106,6 +106,17 @@ type Group struct {
 	idBudget  int             // bytes the announced lease IDs may take in the membership's metadata
 	hotLogged map[string]bool // hot shards this replica logged
 
+	// What the poll loop knows of the shard set (the loop's own: no lock).
+	reg          registry            // the registry as last read
+	regVersion   uint64              // the version the listing said when it was read
+	regRead      bool                // reg was read at least once
+	known        map[string][]string // static lists by digest: this replica's, and those read
+	cappedLogged bool
+	set          shardSet  // the set at the last poll (under mu: Owned reads it)
+	unsettled    bool      // the last poll saw the group unsettled: list at the next one
+	listedBeacon string    // the registry's version and touch as the last listing said
+	lastList     time.Time // when the last listing succeeded
+
 	wg     sync.WaitGroup // the shards' work
 	movers sync.WaitGroup // hand-offs under way
 	// bg holds what the poll loop starts and does not wait for, so that
@@ -126,15 +137,31 @@ func Numbered(k int) []string {
 }
 
 // New returns a replica of the group named group (a prefix of blob names:
-// the group keeps its blobs under "group/") with the given shards, in the
-// container cc points at. Every replica must use the same shard names in
-// the same order. It makes no request until started.
+// the group keeps its blobs under "group/") with the given static list of
+// shards, in the container cc points at. It makes no request until
+// started.
+//
+// The group runs the shards of its replicas' static lists, plus those
+// AddShards adds, minus those RemoveShards removes; a replica owns only
+// shards of its own list or added ones, so replicas started with different
+// lists (a rolling deploy that changes the list) run the union, each shard
+// owned by a replica whose list has it: a shard only the old replicas
+// list stops when the last of them leaves, one only the new list has
+// starts with the first new replica, and no shard flaps or is owned twice.
+// Replicas of one list must give it in the same order. shards may be empty
+// (nil): the replica then runs only shards added at run time, or any shard
+// of the others' lists.
 func New(cc *container.Client, group string, shards []string, opts *Options) (*Group, error) {
 	if cc == nil {
 		return nil, optionErr("container", "nil *container.Client")
 	}
-	if err := checkNames(group, shards); err != nil {
+	if err := checkGroup(group); err != nil {
 		return nil, err
+	}
+	if len(shards) > 0 {
+		if err := checkNames(group, shards); err != nil {
+			return nil, err
+		}
 	}
 	cfg, err := opts.config()
 	if err != nil {
@@ -146,7 +173,11 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), sum: listSum(shards), cfg: cfg,
 		done: make(chan struct{}), owned: map[string]*owned{}, acquiring: map[string]bool{},
 		leases: map[string]*azlease.Lease{}, hotLogged: map[string]bool{}, idBudget: initialIDBudget,
+		known: map[string][]string{},
 		slots: make(chan struct{}, acquireConcurrency),
+	}
+	if len(shards) > 0 {
+		g.known[g.sum] = g.shards
 	}
 	// Every blob name must be valid: check them once with the library's
 	// own rules, through a Lease that makes no request.
@@ -280,12 +311,29 @@ func (g *Group) Owned() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []string
-	for _, s := range g.shards {
+	for _, s := range g.set.names {
 		if o := g.owned[s]; o != nil && o.lock.Valid() {
 			out = append(out, s)
 		}
 	}
+	for s, o := range g.owned { // being removed
+		if !g.set.has(s) && o.lock.Valid() {
+			out = append(out, s)
+		}
+	}
 	return out
+}
+
+// Shards returns the group's shards as this replica's last listing showed
+// them: its static list, plus those added at run time and those of other
+// replicas' lists, minus those removed (see New), in the group's order.
+func (g *Group) Shards() []string {
+	if g.initErr() != nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.set.names)
 }
 
 func (g *Group) ownedCount() int64 { return int64(len(g.Owned())) }
@@ -320,17 +368,27 @@ func (g *Group) run(ctx context.Context, work Work) {
 		g.leave()
 	}()
 	for ctx.Err() == nil {
-		v, err := g.list(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return
-		case err != nil:
-			if g.refused(err) {
+		// A listing when one is due (see listDue); otherwise a look at the
+		// registry, the group's beacon, and a listing only if it changed.
+		if g.listDue(start) || g.headBeacon(ctx, g.listedBeacon) {
+			v, err := g.list(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
 				return
+			case err != nil:
+				if g.refused(err) {
+					return
+				}
+				g.listFailed(err)
+				g.unsettled = true
+			default:
+				g.lastList, g.listedBeacon = time.Now(), v.beacon
+				set := g.refreshSet(ctx, v)
+				g.mu.Lock()
+				g.set = set
+				g.mu.Unlock()
+				g.act(ctx, work, v, set, mlease, time.Since(start) >= g.cfg.settle)
 			}
-			g.listFailed(err)
-		default:
-			g.act(ctx, work, v, mlease, time.Since(start) >= g.cfg.settle)
 		}
 		wait := g.pollWait()
 		if left := g.cfg.settle - time.Since(start); left > 0 && left < wait {
@@ -340,6 +398,15 @@ func (g *Group) run(ctx context.Context, work Work) {
 			return
 		}
 	}
+}
+
+// listDue reports whether the replica lists the group at this poll rather
+// than look at the beacon: at its first polls (until settled), while the
+// last poll saw the group unsettled (shards free or misplaced, hand-offs
+// or acquisitions under way), and at least every ListInterval.
+func (g *Group) listDue(start time.Time) bool {
+	return g.lastList.IsZero() || g.unsettled || time.Since(start) < g.cfg.settle+g.cfg.poll ||
+		time.Since(g.lastList) >= g.cfg.list-g.cfg.poll/2
 }
 
 // list lists the group's blobs.
@@ -404,10 +471,10 @@ func (g *Group) fail(err error) {
 // act is one poll's decisions on a view. It waits for no request: the
 // membership's writes and the acquisitions run in bg, and the moves in
 // movers.
-func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Lease, settled bool) {
+func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease *azlease.Lease, settled bool) {
 	self := g.cfg.identity
 	g.reap()
-	d := v.decide(g.shards, self, g.cfg.weight, time.Now(), g.cfg.cooldown)
+	d := v.decide(set, self, g.cfg.weight, g.cfg.zone, time.Now(), g.cfg.cooldown)
 	p := d.owner
 	g.observe(v, d)
 
@@ -418,7 +485,7 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 	// here, and its Lease may be busy with that term or that acquisition
 	// (NextLeaseID would wait for it).
 	var incoming []string
-	for _, s := range g.shards {
+	for _, s := range set.names {
 		if mv, ok := d.round[s]; ok && mv.to == self && !g.busy(s) {
 			incoming = append(incoming, s)
 		}
@@ -427,7 +494,7 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 
 	// Take what is planned here: free shards once settled, and shards
 	// handed here at once.
-	for _, s := range g.shards {
+	for _, s := range set.names {
 		info := v.shards[s]
 		info.name = s // also for a shard whose blob does not exist yet
 		switch {
@@ -443,11 +510,16 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 		}
 	}
 
-	// Hand on what this round moves elsewhere, to live members only.
+	// Hand on what this round moves elsewhere, to live members only; stop
+	// the shards the set no longer has.
 	moves := 0
-	for _, s := range g.shards {
-		o := g.ownedState(s)
-		if o == nil || o.moving() {
+	for _, o := range g.ownedShards() {
+		s := o.name
+		if o.moving() {
+			continue
+		}
+		if !set.has(s) {
+			g.startRetire(ctx, o, set.removed[s])
 			continue
 		}
 		if v.shards[s].pendingTo != "" && v.shards[s].epoch == o.lock.Epoch() {
@@ -458,6 +530,10 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 			g.startClear(ctx, o)
 			continue
 		}
+		if v.shards[s].gone && o.lock.Valid() {
+			g.startClear(ctx, o) // added again after it was removed
+			continue
+		}
 		mv, ok := d.round[s]
 		if !ok || mv.from != self || mv.to == self {
 			continue
@@ -466,11 +542,63 @@ func (g *Group) act(ctx context.Context, work Work, v view, mlease *azlease.Leas
 			continue
 		}
 		if g.cfg.maxMoves > 0 && moves >= g.cfg.maxMoves {
-			break
+			continue
 		}
 		moves++
 		g.startMove(ctx, work, s, o, mv)
 	}
+
+	// Removed shards whose blob was left uncleared (their owner stopped
+	// or crashed first): the first live member by name clears them.
+	if first := firstMember(v, self); first == self {
+		for s := range set.removed {
+			if info, ok := v.shards[s]; ok && !info.leased && !info.gone && !g.busy(s) {
+				if !g.startCleanup(ctx, s) {
+					break
+				}
+			}
+		}
+	}
+	g.unsettled = d.misplaced > 0 || len(d.round) > 0 || len(incoming) > 0 || g.inFlight()
+}
+
+// firstMember is the first live member by name, self included.
+func firstMember(v view, self string) string {
+	first := self
+	for m := range v.members {
+		if first == "" || m < first {
+			first = m
+		}
+	}
+	return first
+}
+
+// ownedShards returns the shards this replica holds, by name.
+func (g *Group) ownedShards() []*owned {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*owned, 0, len(g.owned))
+	for _, o := range g.owned {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b *owned) int { return naturalCompare(a.name, b.name) })
+	return out
+}
+
+// inFlight reports whether acquisitions or hand-offs of this replica's
+// are under way.
+func (g *Group) inFlight() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.acquiring) > 0 {
+		return true
+	}
+	for _, o := range g.owned {
+		if o.moving() {
+			return true
+		}
+	}
+	return false
 }
 
 // observe records a poll's decision in the metrics, and logs at Info once

@@ -93,7 +93,7 @@ func TestGroupBalances(t *testing.T) {
 		o := newOwners()
 		groups := map[string]*shards.Group{}
 		start := func(id string) {
-			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, LeaseDuration: 15 * time.Second, Logger: testLogger(id)})
 			require.NoError(t, err)
 			require.NoError(t, g.Start(context.Background(), o.work(id)))
 			groups[id] = g
@@ -119,7 +119,7 @@ func TestGroupBalances(t *testing.T) {
 		assert.Equal(t, 32, c["b"]+c["c"]+c["d"], "%v", c)
 
 		srv.Partition("b", azleasetest.Blackhole)
-		time.Sleep(40 * time.Second)
+		time.Sleep(40 * time.Second) // D + ListInterval + P + 1 s = 33.4 s
 		c = o.counts()
 		assert.Equal(t, 16, c["c"], "%v", c)
 		assert.Equal(t, 16, c["d"], "%v", c)
@@ -265,7 +265,7 @@ func lostShardReleasedFirst(t *testing.T) {
 			return azleasetest.Fault{}
 		})
 		o := newOwners()
-		g, err := shards.New(srv.Client("a"), "g", shards.Numbered(1), &shards.Options{Identity: "a", PollInterval: 100 * time.Millisecond})
+		g, err := shards.New(srv.Client("a"), "g", shards.Numbered(1), &shards.Options{Identity: "a", PollInterval: 100 * time.Millisecond, LeaseDuration: 15 * time.Second})
 		require.NoError(t, err)
 		require.NoError(t, g.Start(context.Background(), o.work("a")))
 		t.Cleanup(func() { _ = g.Stop(context.Background()) })

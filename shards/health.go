@@ -17,10 +17,11 @@ import (
 // Check reports the replica's health, for liveness probes. It fails when
 // the group is not running (with why it stopped, if it stopped on its own),
 // and when no listing has succeeded for longer than the lease duration
-// (counted from the start until the first listing succeeds), with the
-// last listing's error. That is when a replica cut off from storage has
-// lost its membership and its shards: azlease's Elector.Check fails after
-// the same time without an answer.
+// plus ListInterval (counted from the start until the first listing
+// succeeds), with the last listing's error. A replica lists at least every
+// ListInterval: a lease duration past that, a replica cut off from storage
+// has lost its membership and its shards (azlease's Elector.Check fails
+// after a lease duration without an answer).
 func (g *Group) Check() error {
 	if err := g.initErr(); err != nil {
 		return err
@@ -39,7 +40,7 @@ func (g *Group) Check() error {
 	if !started {
 		return errors.New("azlease/shards: not started")
 	}
-	return listingHealth(time.Now(), startedAt, listedAt, listErr, g.cfg.duration)
+	return listingHealth(time.Now(), startedAt, listedAt, listErr, g.cfg.duration+g.cfg.list)
 }
 
 // listingHealth is Check's verdict on the listings at now: an error when

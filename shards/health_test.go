@@ -239,12 +239,12 @@ func TestShardRefusalsAreLoggedOncePerEpisode(t *testing.T) {
 }
 
 // TestCheckAfterOneLeaseDurationWithoutListing (issue 24 item 7): Check
-// passes while a replica starts, for a lease duration, even if no listing
-// has succeeded yet, then fails saying since when; after listings
-// succeeded, it fails one lease duration after the last one, as its
-// documentation says (the code waited two), naming the last error. It used
-// to fail at once before the first listing, reading "no successful
-// listing for 2562047h47m16s".
+// passes while a replica starts, for a lease duration and a listing
+// interval (15 s and 2 s here), even if no listing has succeeded yet, then
+// fails saying since when; after listings succeeded, it fails that long
+// after the last one, as its documentation says (the code waited two
+// lease durations), naming the last error. It used to fail at once before
+// the first listing, reading "no successful listing for 2562047h47m16s".
 func TestCheckAfterOneLeaseDurationWithoutListing(t *testing.T) {
 	t.Run("before the first listing", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -255,18 +255,19 @@ func TestCheckAfterOneLeaseDurationWithoutListing(t *testing.T) {
 				}
 				return azleasetest.Fault{}
 			})
-			g, err := shards.New(srv.Client("a"), "g", shards.Numbered(4), &shards.Options{Identity: "a"})
+			g, err := shards.New(srv.Client("a"), "g", shards.Numbered(4), &shards.Options{Identity: "a",
+				LeaseDuration: 15 * time.Second, ListInterval: 2 * time.Second})
 			require.NoError(t, err)
 			require.NoError(t, g.Start(context.Background(), newOwners().work("a")))
 			t.Cleanup(func() { _ = g.Stop(context.Background()) })
 			start := time.Now()
 			assert.NoError(t, g.Check(), "starting")
-			time.Sleep(14 * time.Second)
-			assert.NoError(t, g.Check(), "within a lease duration of the start")
-			time.Sleep(time.Until(start.Add(15*time.Second + time.Millisecond)))
+			time.Sleep(16 * time.Second)
+			assert.NoError(t, g.Check(), "within a lease duration and a listing interval of the start")
+			time.Sleep(time.Until(start.Add(17*time.Second + time.Millisecond)))
 			err = g.Check()
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), "no listing of the group has succeeded since the replica started 15.001s ago")
+			assert.Contains(t, err.Error(), "no listing of the group has succeeded since the replica started 17.001s ago")
 			assert.Contains(t, err.Error(), "ServerBusy")
 			assert.NotContains(t, err.Error(), "2562047h")
 			require.NoError(t, g.Stop(context.Background()))
@@ -290,7 +291,8 @@ func TestCheckAfterOneLeaseDurationWithoutListing(t *testing.T) {
 				last = time.Now()
 				return azleasetest.Fault{}
 			})
-			g, err := shards.New(srv.Client("a"), "g", shards.Numbered(4), &shards.Options{Identity: "a"})
+			g, err := shards.New(srv.Client("a"), "g", shards.Numbered(4), &shards.Options{Identity: "a",
+				LeaseDuration: 15 * time.Second, ListInterval: 2 * time.Second})
 			require.NoError(t, err)
 			require.NoError(t, g.Start(context.Background(), newOwners().work("a")))
 			t.Cleanup(func() { _ = g.Stop(context.Background()) })
@@ -300,12 +302,12 @@ func TestCheckAfterOneLeaseDurationWithoutListing(t *testing.T) {
 			failing = true
 			lastOK := last
 			mu.Unlock()
-			time.Sleep(time.Until(lastOK.Add(15 * time.Second)))
-			assert.NoError(t, g.Check(), "a lease duration after the last listing")
+			time.Sleep(time.Until(lastOK.Add(17 * time.Second)))
+			assert.NoError(t, g.Check(), "a lease duration and a listing interval after the last listing")
 			time.Sleep(time.Millisecond)
 			err = g.Check()
-			require.Error(t, err, "just over a lease duration after the last listing")
-			assert.Contains(t, err.Error(), "no successful listing of the group for 15.001s; last error:")
+			require.Error(t, err, "just over a lease duration and a listing interval after the last listing")
+			assert.Contains(t, err.Error(), "no successful listing of the group for 17.001s; last error:")
 			assert.Contains(t, err.Error(), "ServerBusy")
 			require.NoError(t, g.Stop(context.Background()))
 		})

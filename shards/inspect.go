@@ -163,7 +163,7 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 		d decision
 	)
 	if known {
-		d = v.decide(list, "", 0, time.Now(), DefaultCooldown)
+		d = v.decide(shardSet{names: list}, "", 0, "", time.Now(), DefaultCooldown)
 		p = d.owner
 		out.ByLoad, out.Level, out.Hot = d.byLoad, d.level, d.hot
 		// The replicas plan as if a shard being handed over were its
@@ -172,7 +172,7 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 		// is misplaced until its successor holds it.
 		out.Misplaced = assess(v.held(list, in.members), p).misplaced
 	} else {
-		d = v.decide(list, "", 0, time.Now(), DefaultCooldown)
+		d = v.decide(shardSet{names: list}, "", 0, "", time.Now(), DefaultCooldown)
 	}
 	share := map[string]int{}
 	for _, s := range list {

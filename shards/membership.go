@@ -470,9 +470,8 @@ func (g *Group) leave() {
 	}
 	wg.Wait()
 	g.wg.Wait()
+	// The others list at their next poll, rather than at their listing
+	// interval, and take the shards released.
+	g.touch(ctx)
 	g.cfg.log.Info("azlease/shards: left the group")
 }
-
-// touch tells the others to list the group at their next poll. Every
-// replica lists every poll for now, so there is nothing to do.
-func (g *Group) touch(context.Context) {}

@@ -25,9 +25,18 @@ const (
 	MaxShards = 4096
 	// MaxWeight is the largest Options.Weight.
 	MaxWeight = 1000
-	// DefaultPollInterval is how often a replica lists the group when
+	// DefaultPollInterval is how often a replica looks at the group when
 	// Options.PollInterval is zero.
 	DefaultPollInterval = 2 * time.Second
+	// DefaultListInterval is how often at least a replica lists the group
+	// when Options.ListInterval is zero.
+	DefaultListInterval = 15 * time.Second
+	// DefaultLeaseDuration is the shard and membership leases' duration
+	// when Options.LeaseDuration is zero: 60 s, for cost (see the package
+	// documentation).
+	DefaultLeaseDuration = 60 * time.Second
+	// MaxZone is the longest Options.Zone.
+	MaxZone = 64
 )
 
 // Options configures a replica of a [Group]. A nil *Options means the
@@ -45,15 +54,35 @@ type Options struct {
 	Weight int
 
 	// LeaseDuration is the duration of the shard and membership leases, in
-	// whole seconds from 15 s to 60 s. Zero means 15 s. A crashed replica's
-	// shards are taken over after about LeaseDuration plus a poll.
+	// whole seconds from 15 s to 60 s. Zero means 60 s. A crashed replica's
+	// shards are taken over after about LeaseDuration plus ListInterval;
+	// each lease is renewed every third of it, so 15 s costs four times the
+	// renewals of 60 s.
 	LeaseDuration time.Duration
 
-	// PollInterval is how often a replica lists the group (one request per
-	// 5,000 blobs) and acts on what it sees. Zero means 2 s. Otherwise from
-	// 100 ms to 1 h; negative is an error. A joining replica is balanced in
-	// within about two poll intervals plus the drain time.
+	// PollInterval is how often a replica looks at the group and acts on
+	// what it sees: it reads the properties of the group's registry blob
+	// (one request billed as "other"), and lists the group (one List Blobs
+	// request per 5,000 blobs, billed as a write) when the registry says
+	// the group changed, while anything is moving, and every ListInterval.
+	// Zero means 2 s. Otherwise from 100 ms to 1 h; negative is an error.
+	// A joining replica is balanced in within about two poll intervals
+	// plus the drain time.
 	PollInterval time.Duration
+
+	// ListInterval is how often at least a replica lists the group while
+	// nothing seems to change: what a listing alone shows (a replica that
+	// crashed, loads that drifted) is seen within it. Zero means 15 s;
+	// otherwise from PollInterval to 1 h (PollInterval: a listing every
+	// poll, as the cost of promptness).
+	ListInterval time.Duration
+
+	// Zone is the failure domain of this replica (an availability zone,
+	// a rack): the group keeps each zone's load within 10 % of its share
+	// of the capacity, so that a zone's loss leaves the others their
+	// share. Zero means none (every replica without a zone counts as one
+	// zone). At most 64 bytes of letters, digits, '.', '-' and '_'.
+	Zone string
 
 	// Jitter spreads each poll over PollInterval × (1 ± Jitter). Zero means
 	// 0.2; negative means none; at most 0.5.
@@ -100,6 +129,8 @@ type config struct {
 	drain    time.Duration
 	maxMoves int
 	cooldown time.Duration
+	list     time.Duration
+	zone     string
 	log      *slog.Logger
 	meters   metric.MeterProvider
 }
@@ -112,6 +143,9 @@ func (n leaseNames) member(id string) string  { return n.group + "/members/" + i
 func (n leaseNames) shard(name string) string { return n.group + "/shards/" + name }
 func (n leaseNames) membersPrefix() string    { return n.group + "/members/" }
 func (n leaseNames) shardsPrefix() string     { return n.group + "/shards/" }
+func (n leaseNames) registry() string         { return n.group + "/shardset" }
+func (n leaseNames) listsPrefix() string      { return n.group + "/lists/" }
+func (n leaseNames) list(sum string) string   { return n.group + "/lists/" + sum }
 
 func optionErr(field, format string, args ...any) error {
 	return &azlease.OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -139,7 +173,7 @@ func (o *Options) config() (config, error) {
 		return c, optionErr("Options.Weight", "%d: must be from 1 to %d", o.Weight, MaxWeight)
 	}
 	if c.duration == 0 {
-		c.duration = azlease.DefaultDuration
+		c.duration = DefaultLeaseDuration
 	}
 	if c.duration < azlease.MinDuration || c.duration > azlease.MaxDuration || c.duration%time.Second != 0 {
 		return c, optionErr("Options.LeaseDuration", "%v: must be whole seconds from 15s to 60s", o.LeaseDuration)
@@ -150,6 +184,18 @@ func (o *Options) config() (config, error) {
 	case c.poll < 100*time.Millisecond || c.poll > time.Hour:
 		return c, optionErr("Options.PollInterval", "%v: must be from 100ms to 1h", o.PollInterval)
 	}
+	switch {
+	case o.ListInterval == 0:
+		c.list = max(DefaultListInterval, c.poll)
+	case o.ListInterval < c.poll || o.ListInterval > time.Hour:
+		return c, optionErr("Options.ListInterval", "%v: must be from PollInterval (%v) to 1h", o.ListInterval, c.poll)
+	default:
+		c.list = o.ListInterval
+	}
+	if r := zoneProblem(o.Zone); r != "" {
+		return c, optionErr("Options.Zone", "%q: %s", o.Zone, r)
+	}
+	c.zone = o.Zone
 	switch {
 	case o.Jitter == 0:
 		c.jitter = 0.2
@@ -184,6 +230,19 @@ func (o *Options) config() (config, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// zoneProblem says what is wrong with a zone's name, or "".
+func zoneProblem(z string) string {
+	if len(z) > MaxZone {
+		return fmt.Sprintf("longer than %d bytes", MaxZone)
+	}
+	for _, r := range z {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return "may hold only letters, digits, '.', '-' and '_'"
+		}
+	}
+	return ""
 }
 
 // maxPoll is the longest jittered poll interval.
@@ -221,10 +280,18 @@ func defaultIdentity() string {
 	return strings.ToValidUTF8(strings.ReplaceAll(host, "/", "_"), "?") + pid
 }
 
-// checkNames validates a group's name and shard names.
-func checkNames(group string, shards []string) error {
+// checkGroup validates a group's name.
+func checkGroup(group string) error {
 	if group == "" || strings.HasSuffix(group, "/") {
 		return optionErr("group", "%q: must be a non-empty blob name prefix not ending with a slash", group)
+	}
+	return nil
+}
+
+// checkNames validates a group's name and shard names.
+func checkNames(group string, shards []string) error {
+	if err := checkGroup(group); err != nil {
+		return err
 	}
 	if len(shards) == 0 || len(shards) > MaxShards {
 		return optionErr("shards", "%d shards: must be from 1 to %d", len(shards), MaxShards)

@@ -2,6 +2,7 @@ package shards_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -33,17 +34,24 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"Options.DrainTimeout", shards.Options{DrainTimeout: -time.Second}},
 		{"Options.MaxMovesPerPoll", shards.Options{MaxMovesPerPoll: -1}},
 		{"Options.Identity", shards.Options{Identity: "a/b"}},
+		{"Options.ListInterval", shards.Options{ListInterval: time.Second}},
+		{"Options.ListInterval", shards.Options{ListInterval: 2 * time.Hour}},
+		{"Options.Zone", shards.Options{Zone: "eu west"}},
+		{"Options.Zone", shards.Options{Zone: strings.Repeat("z", shards.MaxZone+1)}},
 	} {
 		_, err := shards.New(cc, "g", shards.Numbered(4), &tc.opts)
 		var oe *azlease.OptionError
 		require.ErrorAs(t, err, &oe, tc.field)
 		assert.Equal(t, tc.field, oe.Field)
 	}
-	for _, bad := range [][]string{nil, {"a", "a"}, {"a/b"}, {""}, shards.Numbered(shards.MaxShards + 1)} {
+	for _, bad := range [][]string{{"a", "a"}, {"a/b"}, {""}, shards.Numbered(shards.MaxShards + 1)} {
 		_, err := shards.New(cc, "g", bad, nil)
 		require.ErrorIs(t, err, azlease.ErrInvalidOptions, "%q", bad)
 	}
-	_, err := shards.New(cc, "", shards.Numbered(2), nil)
+	g, err := shards.New(cc, "g", nil, nil)
+	require.NoError(t, err, "no static list: the shards added at run time")
+	assert.Empty(t, g.Shards())
+	_, err = shards.New(cc, "", shards.Numbered(2), nil)
 	require.ErrorIs(t, err, azlease.ErrInvalidOptions)
 	_, err = shards.New(nil, "g", shards.Numbered(2), nil)
 	require.ErrorIs(t, err, azlease.ErrInvalidOptions)

@@ -410,3 +410,81 @@ func (g *Group) finish(ctx context.Context, o *owned) {
 	g.forget(o)
 	g.tm.released()
 }
+
+// errRemoved is the cause with which a shard's context ends when the shard
+// leaves the group's set.
+var errRemoved = fmt.Errorf("%w: the shard was removed from the group", azlease.ErrStopped)
+
+// retiring is what movingTo says while a shard that left the set is being
+// stopped: no move or clearing starts meanwhile.
+const retiring = "\x00retiring"
+
+// startRetire stops a shard that left the group's set, in a goroutine the
+// group waits for: it ends the work's context, waits for the work, and,
+// when the registry removed the shard, clears its blob (content and the
+// group's metadata, marking it cleared) before releasing it; a shard
+// that left only because no live replica's list has it any more is just
+// released. If the work does not return within DrainTimeout, its lease is
+// left to expire, and the first live member clears it later.
+func (g *Group) startRetire(ctx context.Context, o *owned, removed bool) {
+	o.setMoving(retiring)
+	o.end(errRemoved)
+	g.movers.Go(func() {
+		ctx := context.WithoutCancel(ctx)
+		if !g.settle(ctx, o) {
+			return
+		}
+		if removed {
+			if err := clearShard(ctx, o.lock); err != nil {
+				g.cfg.log.Warn("azlease/shards: could not clear a removed shard; the first member clears it once it is free",
+					slog.String("shard", o.name), slog.Any("error", err))
+			}
+		}
+		_ = o.lock.Unlock(ctx)
+		g.forget(o)
+		g.tm.released()
+		g.cfg.log.Info("azlease/shards: stopped a shard that left the group's set", slog.String("shard", o.name), slog.Bool("removed", removed))
+	})
+}
+
+// clearShard empties a removed shard's blob under its lock: its content,
+// and the group's metadata but the mark that it was cleared.
+func clearShard(ctx context.Context, lock *azlease.Lock) error {
+	if err := lock.Write(ctx, nil); err != nil {
+		return err
+	}
+	return lock.SetMetadata(ctx, map[string]string{metaGone: "1"})
+}
+
+// startCleanup clears the blob of a removed shard that was left uncleared
+// (its owner stopped before, or crashed): it takes the shard's lease,
+// clears the blob and releases it, in bg, as an acquisition; it reports
+// whether a slot was free.
+func (g *Group) startCleanup(ctx context.Context, s string) bool {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		return false
+	}
+	g.mu.Lock()
+	g.acquiring[s] = true
+	g.mu.Unlock()
+	g.bg.Go(func() {
+		defer func() {
+			g.mu.Lock()
+			delete(g.acquiring, s)
+			g.mu.Unlock()
+			<-g.slots
+		}()
+		lock, err := g.lease(s).Hold(ctx)
+		if err != nil {
+			return // held again, or failing: a later poll sees
+		}
+		if err := clearShard(ctx, lock); err != nil {
+			g.cfg.log.Debug("azlease/shards: could not clear a removed shard", slog.String("shard", s), slog.Any("error", err))
+		}
+		_ = lock.Unlock(ctx)
+		g.cfg.log.Info("azlease/shards: cleared a removed shard", slog.String("shard", s))
+	})
+	return true
+}

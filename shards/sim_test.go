@@ -80,6 +80,7 @@ type simScenario struct {
 	badStart     time.Duration
 	badLen       time.Duration
 	slowDrains   bool    // some replicas' work takes longer than DrainTimeout to return
+	listEvery    bool    // ListInterval = PollInterval: a listing every poll
 	clockRate    float64 // the server's clock speed relative to the replicas'
 	rng          *rand.Rand
 }
@@ -112,6 +113,7 @@ func newSimScenario(seed uint64) simScenario {
 	if rng.IntN(10) == 0 {
 		sc.slowDrains, sc.drainTimeout = true, 2*time.Second
 	}
+	sc.listEvery = rng.IntN(3) == 0
 	kinds := []string{"join", "stop", "crash", "partition", "pause", "pause", "outage", "restart", "break"}
 	for at := 20 * time.Second; at < sc.length-10*time.Second; at += time.Duration(10+rng.IntN(35)) * time.Second {
 		ev := simEvent{at: at, kind: kinds[rng.IntN(len(kinds))], pick: rng.IntN(1 << 20), dur: time.Duration(1+rng.IntN(40)) * time.Second}
@@ -138,6 +140,9 @@ func (sc simScenario) String() string {
 // options are a replica's options in the scenario.
 func (sc simScenario) options() shards.Options {
 	o := shards.Options{LeaseDuration: sc.lease, PollInterval: sc.poll, MaxMovesPerPoll: sc.maxMoves, DrainTimeout: sc.drainTimeout}
+	if sc.listEvery {
+		o.ListInterval = sc.poll
+	}
 	if sc.weighted {
 		o.Weight = 1 + sc.rng.IntN(3)
 	}
@@ -284,11 +289,16 @@ func runSim(t *testing.T, sc simScenario) simResult {
 	// The bound: requests still on their way are applied within 2 lease
 	// durations after their sender gave up (an attempt lasts at most 3 s),
 	// and may leave a lease nobody renews, which expires within a lease
-	// duration; from then on it is a crash: D + 2P + 1 s, plus the drain.
+	// duration; from then on it is a crash: D + L + 2P + 1 s, plus the
+	// drain.
 	// With MaxMovesPerPoll m, a replica that holds s shards above its
 	// share hands them on over s/m polls.
 	P := longestPoll(sc.poll)
-	res.bound = 2*sc.lease + 3*time.Second + sc.lease + 2*P + maxDrain + time.Second
+	L := max(shards.DefaultListInterval, sc.poll)
+	if sc.listEvery {
+		L = sc.poll
+	}
+	res.bound = 2*sc.lease + 3*time.Second + sc.lease + L + 2*P + maxDrain + time.Second
 	want := w.liveIDs()
 	if sc.maxMoves > 0 {
 		if a, err := shards.Inspect(context.Background(), w.obs, w.group, w.names); err == nil {

@@ -72,7 +72,8 @@ func runTiming(t *testing.T, c timingCase, seed uint64, d time.Duration) timingR
 	w := newSimWorld(t, c.k, seed)
 	w.rec.writeGap = 10 * time.Second
 	P := longestPoll(shards.DefaultPollInterval)
-	D := 15 * time.Second // the default lease duration
+	D := w.lease // 15 s: the simulation's (the package's default is 60 s)
+	L := shards.DefaultListInterval
 	var reps []*simReplica
 	var last time.Time
 	for i := range c.n {
@@ -116,7 +117,7 @@ func runTiming(t *testing.T, c timingCase, seed uint64, d time.Duration) timingR
 		target = reps[rng.IntN(len(reps))]
 		w.stop(target)
 	case "crash":
-		run.bound = D + 2*P + time.Second
+		run.bound = D + L + 2*P + time.Second
 		target = reps[rng.IntN(len(reps))]
 		w.crash(target, azleasetest.Hang)
 	}
@@ -139,14 +140,15 @@ func runTiming(t *testing.T, c timingCase, seed uint64, d time.Duration) timingR
 }
 
 // TestShardsTimingTargets measures the package documentation's timing
-// table in fake time, without faults, with the default options (P = 2.4 s
-// the longest jittered poll interval, D = 15 s the lease duration), the
-// work returning d (0 to 3 s, by run) after its context ends:
+// table in fake time, without faults, with the default options but a
+// lease duration of 15 s (P = 2.4 s the longest jittered poll interval, L =
+// 15 s the listing interval, D = 15 s), the work returning d (0 to 3 s, by
+// run) after its context ends:
 //
 //	cold start of N within 1 s   balanced within 2P + 1 s of the last start, each shard granted once
 //	join                         2P + d + 1 s, moving the fewest shards possible
 //	clean stop                   d + P + 1 s, only its shards move
-//	crash                        D + 2P + 1 s, only its shards move
+//	crash                        D + L + 2P + 1 s, only its shards move
 func TestShardsTimingTargets(t *testing.T) {
 	n := timingRuns()
 	cases := []timingCase{

@@ -149,6 +149,9 @@ func (w *simWorld) start(id string, o shards.Options, drain time.Duration) *simR
 	client := fmt.Sprintf("%s#%d", id, w.incarnations[id])
 	w.mu.Unlock()
 	o.Identity = id
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = w.lease
+	}
 	if o.Logger == nil {
 		o.Logger = simLogger(client)
 	}

@@ -23,6 +23,7 @@ const (
 	metaIn     = "shardin"     // lease IDs it accepts shards under: "name=id,name=id", names escaped
 	metaCount  = "shardcount"  // how many shards the member's group has
 	metaSum    = "shardsum"    // the digest of its shard list (listSum)
+	metaZone   = "shardzone"   // its zone (Options.Zone), or absent
 	metaLoads  = "shardloads"  // the smoothed loads of shards it owns: key (loadKey) and code (encodeLoad), the heaviest first
 	// the rest of its loads, those that did not fit: "count:code" of their mean
 	metaLoadRest = "shardloadrest"
@@ -31,6 +32,7 @@ const (
 	metaEpoch = "shardepoch" // the epoch of the term that handed it: the marker counts only while it is the latest
 	metaLoad  = "shardload"  // the shard's smoothed load as it was handed on (encodeLoad), for the receiver to start from
 	metaWhy   = "shardwhy"   // why it was handed on: join, load, hot, zone, list
+	metaGone  = "shardgone"  // its blob was cleared after the shard was removed
 )
 
 // memberInfo is a live member as listed.
@@ -39,8 +41,10 @@ type memberInfo struct {
 	weight int
 	joined time.Time
 	accept map[string]string  // shard → lease ID it accepts the shard under
-	count  int                // how many shards it runs; 0 when it does not say (an older version)
-	sum    string             // the digest of its shard list, with count
+	count  int                // how many shards its static list has; 0 when it does not say (an older version) or has none
+	sum    string             // the digest of its static list, with count
+	says   bool               // it publishes count and sum
+	zone   string             // Options.Zone
 	loads  map[string]float64 // loadKey → smoothed load, of the shards it owns and reports
 	restN  int                // how many of its reporting shards are not in loads
 	restMu float64            // their mean load
@@ -65,6 +69,7 @@ type shardInfo struct {
 	// holder is the receiver the marker of the term before names.
 	handedIn bool
 	why      string // the marker's reason
+	gone     bool   // cleared after the shard was removed (see RemoveShards)
 }
 
 // owner is who the plan counts as owning the shard: the member it was
@@ -92,11 +97,18 @@ type view struct {
 	// membership has not expired yet. For display only: the plan counts
 	// them as members until their membership expires (see input).
 	suspects map[string]bool
+	// registry is true when the registry blob exists; version is its
+	// version, beacon its version and touch (see registry.go).
+	registry bool
+	version  uint64
+	beacon   string
+	// lists are the static lists published, by digest.
+	lists map[string]bool
 }
 
 // parseView reads a listing of the group's blobs.
 func parseView(names leaseNames, listed []azlease.Status) view {
-	v := view{members: map[string]memberInfo{}, shards: map[string]shardInfo{}, suspects: map[string]bool{}}
+	v := view{members: map[string]memberInfo{}, shards: map[string]shardInfo{}, suspects: map[string]bool{}, lists: map[string]bool{}}
 	for _, st := range listed {
 		switch {
 		case strings.HasPrefix(st.Name, names.membersPrefix()):
@@ -110,12 +122,20 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 			if ms, err := strconv.ParseInt(st.Metadata[metaJoined], 10, 64); err == nil {
 				m.joined = time.UnixMilli(ms).UTC()
 			}
-			if n, err := strconv.Atoi(st.Metadata[metaCount]); err == nil && n >= 1 && n <= MaxShards && len(st.Metadata[metaSum]) == sumLen {
-				m.count, m.sum = n, st.Metadata[metaSum]
+			if n, err := strconv.Atoi(st.Metadata[metaCount]); err == nil && n >= 0 && n <= MaxShards && len(st.Metadata[metaSum]) == sumLen {
+				m.count, m.sum, m.says = n, st.Metadata[metaSum], true
 			}
+			m.zone = st.Metadata[metaZone]
 			v.members[id] = m
+		case st.Name == names.registry():
+			v.registry = true
+			v.beacon = st.Metadata[metaVersion] + "/" + st.Metadata[metaTouch]
+			v.version, _ = strconv.ParseUint(st.Metadata[metaVersion], 10, 64)
+		case strings.HasPrefix(st.Name, names.listsPrefix()):
+			v.lists[strings.TrimPrefix(st.Name, names.listsPrefix())] = true
 		case strings.HasPrefix(st.Name, names.shardsPrefix()):
-			s := shardInfo{name: strings.TrimPrefix(st.Name, names.shardsPrefix()), state: st.State, leased: st.Leased}
+			s := shardInfo{name: strings.TrimPrefix(st.Name, names.shardsPrefix()), state: st.State, leased: st.Leased,
+				gone: st.Metadata[metaGone] != ""}
 			if st.Err == nil {
 				s.holder, s.epoch, s.since = st.Holder, st.Epoch, st.Acquired
 				to, _ := url.QueryUnescape(st.Metadata[metaTo])
