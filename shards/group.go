@@ -124,7 +124,12 @@ type Group struct {
 	// listings: acquisitions, the membership's join and writes, and the
 	// release of lost shards. leave waits for them first.
 	bg    sync.WaitGroup
-	slots chan struct{} // bounds bg's acquisitions and releases
+	slots chan struct{} // bounds bg's releases and clean-ups
+	// The acquisitions' queue (see startTake).
+	queue  []shardInfo
+	queued map[string]bool
+	takers int
+	pace   pacer
 }
 
 // Numbered returns the shard names "0" to "k-1", for a group of k shards.
@@ -174,7 +179,7 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 		done: make(chan struct{}), owned: map[string]*owned{}, acquiring: map[string]bool{},
 		leases: map[string]*azlease.Lease{}, hotLogged: map[string]bool{}, idBudget: initialIDBudget,
 		known: map[string][]string{},
-		slots: make(chan struct{}, acquireConcurrency),
+		slots: make(chan struct{}, acquireConcurrency), queued: map[string]bool{},
 	}
 	if len(shards) > 0 {
 		g.known[g.sum] = g.shards
@@ -493,22 +498,25 @@ func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease
 	g.keepMembership(ctx, mlease, incoming)
 
 	// Take what is planned here: free shards once settled, and shards
-	// handed here at once.
-	for _, s := range set.names {
-		info := v.shards[s]
-		info.name = s // also for a shard whose blob does not exist yet
-		switch {
-		case g.busy(s):
-			continue
-		case info.pendingTo == self:
-		case p[s] == self && info.free() && settled:
-		default:
-			continue
-		}
-		if !g.startTake(ctx, work, info) {
-			break // as many acquisitions as allowed are under way: the rest at a later poll
+	// handed here at once (those first).
+	want := map[string]bool{}
+	for _, handed := range []bool{true, false} {
+		for _, s := range set.names {
+			info := v.shards[s]
+			info.name = s // also for a shard whose blob does not exist yet
+			switch {
+			case g.busy(s):
+				continue
+			case handed && info.pendingTo == self:
+			case !handed && info.pendingTo != self && p[s] == self && info.free() && settled:
+			default:
+				continue
+			}
+			want[s] = true
+			g.startTake(ctx, work, info)
 		}
 	}
+	g.keepQueued(want)
 
 	// Hand on what this round moves elsewhere, to live members only; stop
 	// the shards the set no longer has.
@@ -590,7 +598,7 @@ func (g *Group) ownedShards() []*owned {
 func (g *Group) inFlight() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.acquiring) > 0 {
+	if len(g.acquiring) > 0 || len(g.queue) > 0 {
 		return true
 	}
 	for _, o := range g.owned {

@@ -55,6 +55,10 @@ type Assignment struct {
 	// Hot lists the shards whose load alone exceeds a member's share,
 	// heaviest first: each gets a member to itself, and should be split.
 	Hot []string
+	// Added and Removed are the shards the group's registry adds and
+	// removes at run time (AddShards, RemoveShards), when Inspect read
+	// it (AssignmentOf does not).
+	Added, Removed []string
 }
 
 // Balanced reports whether the plan is known and every shard is where it
@@ -129,7 +133,64 @@ func Inspect(ctx context.Context, cc *container.Client, group string, shards []s
 	if err != nil {
 		return Assignment{}, err
 	}
-	return AssignmentOf(group, listed, shards), nil
+	v := parseView(leaseNames{group: group}, listed)
+	if !v.changedAtRunTime() {
+		return AssignmentOf(group, listed, shards), nil
+	}
+	// The set changed at run time, or the members run different lists:
+	// read the registry and their lists, as a replica does.
+	n := leaseNames{group: group}
+	reg, _, _, err := readRegistry(ctx, cc, n)
+	if err != nil {
+		return Assignment{}, err
+	}
+	known := map[string][]string{}
+	if shards != nil {
+		known[listSum(shards)] = shards
+	}
+	for _, m := range v.members {
+		if m.count > 0 && known[m.sum] == nil && v.lists[m.sum] {
+			l, err := readList(ctx, cc, n, m.sum)
+			if err != nil {
+				return Assignment{}, err
+			}
+			known[m.sum] = l
+		}
+	}
+	set := groupSet(v, reg, known, "", "")
+	note := ""
+	if set.unknown > 0 {
+		note = fmt.Sprintf("%d live members run a shard list that is not published (an older version, or not yet): their shards are not shown", set.unknown)
+	}
+	out := assignmentOf(v, set, set.unknown == 0, note)
+	out.Added, out.Removed = reg.added, sortedRemoved(reg)
+	return out, nil
+}
+
+// changedAtRunTime reports whether the registry has changed the set, or
+// the members publish different lists: the set is then not the members'
+// one list.
+func (v view) changedAtRunTime() bool {
+	if v.version > 0 {
+		return true
+	}
+	sums := map[string]bool{}
+	for _, m := range v.members {
+		if m.count > 0 {
+			sums[m.sum] = true
+		}
+	}
+	return len(sums) > 1
+}
+
+// sortedRemoved is the registry's removed names in natural order.
+func sortedRemoved(r registry) []string {
+	var out []string
+	for s := range r.removed {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, naturalCompare)
+	return out
 }
 
 // AssignmentOf is what [Inspect] answers, from a listing the caller made:
@@ -145,11 +206,10 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 	}
 	names := leaseNames{group: group}
 	v := parseView(names, listed)
-	out := Assignment{}
 	list, known, note := v.shardList(shards)
-	out.PlanKnown, out.Note = known, note
-	if c, ok := v.agreedCount(); ok {
-		out.Count = c
+	if v.version > 0 {
+		known = false
+		note = "the group's shard set changed at run time (AddShards, RemoveShards): Inspect reads it"
 	}
 	if list == nil {
 		for s := range v.shards {
@@ -157,13 +217,24 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 		}
 		slices.SortFunc(list, naturalCompare)
 	}
+	return assignmentOf(v, shardSet{names: list}, known, note)
+}
+
+// assignmentOf is the assignment of v for set; known tells whether the
+// plan is the replicas'.
+func assignmentOf(v view, set shardSet, known bool, note string) Assignment {
+	list := set.names
+	out := Assignment{PlanKnown: known, Note: note}
+	if c, ok := v.agreedCount(); ok {
+		out.Count = c
+	}
 	in := v.input(list, "", 0)
 	var (
 		p = map[string]string{}
 		d decision
 	)
+	d = v.decide(set, "", 0, "", time.Now(), DefaultCooldown)
 	if known {
-		d = v.decide(shardSet{names: list}, "", 0, "", time.Now(), DefaultCooldown)
 		p = d.owner
 		out.ByLoad, out.Level, out.Hot = d.byLoad, d.level, d.hot
 		// The replicas plan as if a shard being handed over were its
@@ -171,8 +242,6 @@ func AssignmentOf(group string, listed []azlease.Status, shards []string) Assign
 		// reports is where the shards are: one still being handed over
 		// is misplaced until its successor holds it.
 		out.Misplaced = assess(v.held(list, in.members), p).misplaced
-	} else {
-		d = v.decide(shardSet{names: list}, "", 0, "", time.Now(), DefaultCooldown)
 	}
 	share := map[string]int{}
 	for _, s := range list {

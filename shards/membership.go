@@ -465,8 +465,9 @@ func (g *Group) leave() {
 		o.end(errStopped)
 	}
 	var wg sync.WaitGroup
+	releases := make(chan struct{}, releaseConcurrency)
 	for _, o := range all {
-		wg.Go(func() { g.finish(ctx, o) })
+		wg.Go(func() { g.finish(ctx, o, releases) })
 	}
 	wg.Wait()
 	g.wg.Wait()

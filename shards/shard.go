@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -92,38 +93,105 @@ func (o *owned) drain(d time.Duration) bool {
 	}
 }
 
-// acquireConcurrency bounds the acquisitions (and releases of lost
-// shards) a replica makes at once.
+// acquireConcurrency bounds the releases of lost shards and the clean-ups
+// of removed ones a replica makes at once.
 const acquireConcurrency = 16
 
-// startTake starts acquiring a shard in bg, if fewer than
-// acquireConcurrency acquisitions and releases are under way; it reports
-// whether it did. The poll loop does not wait for it: an acquisition
-// retries transient failures for up to a lease duration.
+// Acquisitions run from a queue the polls fill, by up to takeWorkers at
+// once, paced so that they send at most takeRate requests a second after a
+// burst of takeBurst (an acquisition of a shard the listing showed costs
+// two: acquire, epoch write; of one whose blob does not exist yet, five):
+// never more than 500 in a second. A replica alone in a group of 1,000
+// shards takes them all within 5 s, while its polls keep their cadence;
+// a few dozen are taken at once, as a cold start of several replicas
+// needs (each takes its share before the others look).
+const (
+	takeWorkers = 32
+	takeRate    = 400
+	takeBurst   = 80
+)
+
+// startTake queues the acquisition of a shard, unless it is queued or
+// under way; workers in bg take the queue in order. It reports true (the
+// poll goes on).
 func (g *Group) startTake(ctx context.Context, work Work, info shardInfo) bool {
-	select {
-	case g.slots <- struct{}{}:
-	default:
-		return false
-	}
 	g.mu.Lock()
-	g.acquiring[info.name] = true
-	g.mu.Unlock()
-	g.bg.Go(func() {
-		defer func() {
-			g.mu.Lock()
-			delete(g.acquiring, info.name) // owned by now, if taken
-			g.mu.Unlock()
-			<-g.slots
-		}()
-		g.take(ctx, work, info)
-	})
+	defer g.mu.Unlock()
+	if g.queued[info.name] || g.acquiring[info.name] {
+		return true
+	}
+	g.queued[info.name] = true
+	g.queue = append(g.queue, info)
+	if g.takers < takeWorkers && g.takers < len(g.queue) {
+		g.takers++
+		g.bg.Go(func() { g.taker(ctx, work) })
+	}
 	return true
+}
+
+// keepQueued drops from the queue the shards a poll no longer takes (the
+// plan changed, or another replica took them).
+func (g *Group) keepQueued(want map[string]bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.queue = slices.DeleteFunc(g.queue, func(i shardInfo) bool {
+		if !want[i.name] {
+			delete(g.queued, i.name)
+			return true
+		}
+		return false
+	})
+}
+
+// taker takes queued shards until the queue is empty or ctx ends.
+func (g *Group) taker(ctx context.Context, work Work) {
+	for {
+		g.mu.Lock()
+		if len(g.queue) == 0 || ctx.Err() != nil {
+			g.takers-- // under the same lock as the look: startTake starts another if it queues more
+			g.mu.Unlock()
+			return
+		}
+		info := g.queue[0]
+		g.queue = g.queue[1:]
+		delete(g.queued, info.name)
+		if g.owned[info.name] != nil || g.acquiring[info.name] {
+			g.mu.Unlock()
+			continue
+		}
+		g.acquiring[info.name] = true
+		cost := 5
+		if info.st.Exists {
+			cost = 2
+		}
+		wait := g.pace.reserve(time.Now(), cost)
+		g.mu.Unlock()
+		if sleepCtx(ctx, wait) {
+			g.take(ctx, work, info)
+		}
+		g.mu.Lock()
+		delete(g.acquiring, info.name) // owned by now, if taken
+		g.mu.Unlock()
+	}
+}
+
+// pacer spaces requests at takeRate a second after a burst of takeBurst
+// (a leaky bucket: in any second, at most takeRate + takeBurst).
+type pacer struct{ tat time.Time }
+
+// reserve books n requests from now and returns how long to wait before
+// sending them.
+func (p *pacer) reserve(now time.Time, n int) time.Duration {
+	if p.tat.Before(now) {
+		p.tat = now
+	}
+	p.tat = p.tat.Add(time.Duration(n) * time.Second / takeRate)
+	return max(0, p.tat.Sub(now)-takeBurst*time.Second/takeRate)
 }
 
 // take acquires one shard and starts its work.
 func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
-	lock, err := g.lease(info.name).Hold(ctx)
+	lock, err := g.lease(info.name).HoldAfter(ctx, info.st)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -402,14 +470,27 @@ func (g *Group) acceptID(ctx context.Context, to, shard string) string {
 
 // finish stops a shard as the replica leaves: waits for its work, then
 // releases it (or leaves it to expire if the work does not return).
-func (g *Group) finish(ctx context.Context, o *owned) {
+// Its release waits for one of the slots in releases, and is paced as
+// acquisitions are: a replica that stops with many shards releases them a
+// bounded number at a time, within takeRate requests a second.
+func (g *Group) finish(ctx context.Context, o *owned, releases chan struct{}) {
 	if !g.settle(ctx, o) {
 		return
 	}
+	releases <- struct{}{}
+	g.mu.Lock()
+	wait := g.pace.reserve(time.Now(), 2)
+	g.mu.Unlock()
+	time.Sleep(wait)
 	_ = o.lock.Unlock(ctx)
+	<-releases
 	g.forget(o)
 	g.tm.released()
 }
+
+// releaseConcurrency bounds the releases of a replica that stops (two
+// requests each: the release's mark and the release).
+const releaseConcurrency = 64
 
 // errRemoved is the cause with which a shard's context ends when the shard
 // leaves the group's set.

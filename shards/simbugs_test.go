@@ -71,6 +71,9 @@ func TestSimNoReceiverLeavesWorkAlone(t *testing.T) {
 		lk, err := ml.Hold(context.Background())
 		require.NoError(t, err)
 		require.NoError(t, lk.SetMetadata(context.Background(), map[string]string{"shardweight": "1"}))
+		// a's works may have started at this very instant of fake time
+		// (startAlone returns once they run): since is just after.
+		time.Sleep(time.Millisecond)
 		since := time.Now()
 		time.Sleep(30 * time.Second)
 		terms, restarts, _ := countChanges(w.rec.allRuns(), since)

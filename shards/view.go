@@ -70,6 +70,9 @@ type shardInfo struct {
 	handedIn bool
 	why      string // the marker's reason
 	gone     bool   // cleared after the shard was removed (see RemoveShards)
+	// st is the shard's blob as listed, for an acquisition that follows
+	// (Lease.HoldAfter); zero when it does not exist.
+	st azlease.Status
 }
 
 // owner is who the plan counts as owning the shard: the member it was
@@ -135,7 +138,7 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 			v.lists[strings.TrimPrefix(st.Name, names.listsPrefix())] = true
 		case strings.HasPrefix(st.Name, names.shardsPrefix()):
 			s := shardInfo{name: strings.TrimPrefix(st.Name, names.shardsPrefix()), state: st.State, leased: st.Leased,
-				gone: st.Metadata[metaGone] != ""}
+				gone: st.Metadata[metaGone] != "", st: st}
 			if st.Err == nil {
 				s.holder, s.epoch, s.since = st.Holder, st.Epoch, st.Acquired
 				to, _ := url.QueryUnescape(st.Metadata[metaTo])
