@@ -105,6 +105,8 @@ type Group struct {
 	published *announcement   // what the membership's metadata says (nil: not known)
 	idBudget  int             // bytes the announced lease IDs may take in the membership's metadata
 	hotLogged map[string]bool // hot shards this replica logged
+	warm      map[string]bool // shards handed here: warmed up (true) or warming
+	watching  map[string]bool // shards handed here that a watch looks at
 
 	// What the poll loop knows of the shard set (the loop's own: no lock).
 	reg          registry            // the registry as last read
@@ -178,7 +180,7 @@ func New(cc *container.Client, group string, shards []string, opts *Options) (*G
 		cc: cc, names: leaseNames{group: group}, shards: slices.Clone(shards), sum: listSum(shards), cfg: cfg,
 		done: make(chan struct{}), owned: map[string]*owned{}, acquiring: map[string]bool{},
 		leases: map[string]*azlease.Lease{}, hotLogged: map[string]bool{}, idBudget: initialIDBudget,
-		known: map[string][]string{},
+		known: map[string][]string{}, warm: map[string]bool{}, watching: map[string]bool{},
 		slots: make(chan struct{}, acquireConcurrency), queued: map[string]bool{},
 	}
 	if len(shards) > 0 {
@@ -491,8 +493,9 @@ func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease
 	// (NextLeaseID would wait for it).
 	var incoming []string
 	for _, s := range set.names {
-		if mv, ok := d.round[s]; ok && mv.to == self && !g.busy(s) {
+		if mv, ok := d.round[s]; ok && mv.to == self && !g.busy(s) && g.warmed(ctx, s) {
 			incoming = append(incoming, s)
+			g.watchIncoming(ctx, work, s)
 		}
 	}
 	g.keepMembership(ctx, mlease, incoming)

@@ -3,6 +3,8 @@ package shards
 // Options of a shard group, and their validation.
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -108,6 +110,18 @@ type Options struct {
 	// others per poll. Zero means no limit; negative is an error.
 	MaxMovesPerPoll int
 
+	// WarmUp, when not nil, is called with a shard's name before the shard
+	// is handed to this replica, while its owner still serves it: it may
+	// load the shard's state, so that this replica serves at once. The
+	// owner hands the shard on only once WarmUp has returned (an error is
+	// logged, and the shard taken anyway) or WarmUpTimeout has passed;
+	// ctx ends then. Not called for shards this replica takes free.
+	WarmUp func(ctx context.Context, shard string) error
+
+	// WarmUpTimeout bounds WarmUp. Zero means 30 s; otherwise from 1 ms to
+	// 1 h; negative is an error.
+	WarmUpTimeout time.Duration
+
 	// Logger receives joins, acquisitions, moves and losses at Info, and
 	// storage failures at Warn. Every line carries the attributes "group"
 	// (the group's name) and "replica" (Identity). Nil means silent.
@@ -120,19 +134,21 @@ type Options struct {
 
 // config is a validated Options with defaults filled in.
 type config struct {
-	identity string
-	weight   int
-	duration time.Duration
-	poll     time.Duration
-	jitter   float64
-	settle   time.Duration
-	drain    time.Duration
-	maxMoves int
-	cooldown time.Duration
-	list     time.Duration
-	zone     string
-	log      *slog.Logger
-	meters   metric.MeterProvider
+	identity      string
+	weight        int
+	duration      time.Duration
+	poll          time.Duration
+	jitter        float64
+	settle        time.Duration
+	drain         time.Duration
+	maxMoves      int
+	cooldown      time.Duration
+	list          time.Duration
+	zone          string
+	warmUp        func(context.Context, string) error
+	warmUpTimeout time.Duration
+	log           *slog.Logger
+	meters        metric.MeterProvider
 }
 
 // leaseNames are the blob names of a group.
@@ -196,6 +212,15 @@ func (o *Options) config() (config, error) {
 		return c, optionErr("Options.Zone", "%q: %s", o.Zone, r)
 	}
 	c.zone = o.Zone
+	c.warmUp = o.WarmUp
+	switch {
+	case o.WarmUpTimeout == 0:
+		c.warmUpTimeout = 30 * time.Second
+	case o.WarmUpTimeout < time.Millisecond || o.WarmUpTimeout > time.Hour:
+		return c, optionErr("Options.WarmUpTimeout", "%v: must be from 1ms to 1h", o.WarmUpTimeout)
+	default:
+		c.warmUpTimeout = o.WarmUpTimeout
+	}
 	switch {
 	case o.Jitter == 0:
 		c.jitter = 0.2
@@ -308,6 +333,9 @@ func checkNames(group string, shards []string) error {
 	}
 	return nil
 }
+
+// errWarmUpPanicked is what a warm-up that panicked returns.
+var errWarmUpPanicked = errors.New("azlease/shards: the warm-up panicked")
 
 // errStopped is the cause with which a shard's context ends when its
 // replica stops; errMoving when the shard moves to another replica.

@@ -135,7 +135,7 @@ func (g *Group) keepQueued(want map[string]bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.queue = slices.DeleteFunc(g.queue, func(i shardInfo) bool {
-		if !want[i.name] {
+		if !want[i.name] && i.pendingTo != g.cfg.identity { // handed here: queued by a watch before the listing shows it
 			delete(g.queued, i.name)
 			return true
 		}

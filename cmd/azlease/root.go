@@ -73,7 +73,8 @@ docs/command.md in the azlease repository.`,
 		return exitf(exitUsage, "%s (see '%s --help')", err, c.CommandPath())
 	})
 	root.SetUsageFunc(usage)
-	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newShardsCmd(g), newStatusCmd(g), newBreakCmd(g),
+	root.AddCommand(newLockCmd(g), newLeadCmd(g), newOnceCmd(g), newShardsCmd(g), newShardsChangeCmd(g, true), newShardsChangeCmd(g, false),
+		newStatusCmd(g), newBreakCmd(g),
 		newResetOnceCmd(g), newEmulatorCmd(g))
 	root.AddCommand(newWatchCmd(g), newUICmd(g), newVersionCmd(g), newYieldCmd(g))
 	for _, c := range root.Commands() {

@@ -12,6 +12,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -25,6 +30,7 @@ import (
 func newShardsCmd(g *globals) *cobra.Command {
 	var (
 		count, weight, maxMoves int
+		zone                    string
 	)
 	c := &cobra.Command{
 		Use:   "shards NAME --count K -- CMD [ARGS...]",
@@ -32,16 +38,31 @@ func newShardsCmd(g *globals) *cobra.Command {
 		Long: `Join the shard group NAME with every other 'azlease shards NAME': the K shards
 (0 to K-1) are spread over the instances, each shard owned by at most one
 instance at a time, and spread again when instances come and go. For each shard
-this instance owns, CMD runs with AZLEASE_SHARD (the shard's number),
-AZLEASE_EPOCH (its fencing epoch: it grows from owner to owner of the shard),
-AZLEASE_NAME and AZLEASE_IDENTITY.
+this instance owns, CMD runs with AZLEASE_SHARD (the shard's number, or the
+name 'azlease shards-add' gave it), AZLEASE_EPOCH (its fencing epoch: it grows
+from owner to owner of the shard), AZLEASE_NAME, AZLEASE_IDENTITY and
+AZLEASE_LOAD_FILE.
 
-Shares are floor or ceil of K × weight / total weight; a shard stays where it
-is unless its owner has more than its share, so a joining instance takes only
-the minimum. To move a shard, its owner stops its CMD (SIGTERM, SIGKILL after
---kill-after), waits for it to exit, and hands the shard's lease to the new
-owner, which starts its own CMD: never two CMDs for one shard at once. Every
-instance lists the group every --poll-interval (2s): one request per poll.
+Load: CMD may write its shard's load (a rate in any unit, the same for every
+shard: requests/s, messages/s) as a number into the file AZLEASE_LOAD_FILE
+names, as often as it likes; azlease reads it every second. Once any shard
+reports a load, the group balances load per capacity (--weight) rather than
+shard counts; a shard that reports nothing counts as the mean of those that
+do. Without loads, shares are floor or ceil of K × weight / total weight.
+Either way a shard stays where it is unless its owner is over its share (or
+over 1.10 × its share of the load), so a joining instance takes only the
+minimum, at most 2 % of the shards move per poll, and a shard moved stays a
+minute. A shard whose load alone exceeds an instance's share runs alone, and
+'azlease status NAME --shards' says to split it.
+
+To move a shard, its owner stops its CMD (SIGTERM, SIGKILL after --kill-after),
+waits for it to exit, and hands the shard's lease to the new owner, which
+starts its own CMD: never two CMDs for one shard at once. Every instance looks
+at the group every --poll-interval (2s, one request) and lists it (one more)
+when something changed, and at least every 15s. The leases last 60s by
+default (--lease-duration): a crashed instance's shards are taken over after
+about that. Shards can be added and removed while the group runs:
+'azlease shards-add NAME SHARD...', 'azlease shards-remove NAME SHARD...'.
 
 Each CMD runs under the stop rules of 'azlease lead' (see 'azlease lead --help'):
 if no renewal has moved the shard lease's validity deadline on, its process
@@ -74,33 +95,41 @@ and a shard lost or moved, never end it.
   # same line on every host or pod:
   azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD" --epoch "$AZLEASE_EPOCH"
 
-  # Who owns what:
+  # Report load: the command writes its rate into the file azlease names.
+  azlease shards orders --count 32 -- sh -c 'while :; do consume-batch "$AZLEASE_SHARD" > "$AZLEASE_LOAD_FILE"; done'
+
+  # Who owns what, with loads:
   azlease status orders --shards`,
 		Args: dashArgs("group name"),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := g.checkRunFlags(); err != nil {
+			lease := shards.DefaultLeaseDuration
+			if c.Root().PersistentFlags().Changed("lease-duration") {
+				lease = g.leaseDuration
+			}
+			if err := checkStopTiming(lease, g.killAfter); err != nil {
 				return err
 			}
 			switch {
-			case count < 1 || count > shards.MaxShards:
-				return exitf(exitUsage, "invalid --count %d: from 1 to %d", count, shards.MaxShards)
+			case count < 0 || count > shards.MaxShards:
+				return exitf(exitUsage, "invalid --count %d: from 0 (only shards added with shards-add) to %d", count, shards.MaxShards)
 			case weight < 1 || weight > shards.MaxWeight:
 				return exitf(exitUsage, "invalid --weight %d: from 1 to %d", weight, shards.MaxWeight)
 			case maxMoves < 0:
 				return exitf(exitUsage, "invalid --max-moves %d: must not be negative (0: no limit)", maxMoves)
 			}
-			return g.shards(c, args[0], args[1:], count, weight, maxMoves)
+			return g.shards(c, args[0], args[1:], count, weight, maxMoves, zone, lease)
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&count, "count", 0, "the number of shards, K (every instance must give the same)")
-	f.IntVar(&weight, "weight", 1, "this instance's share relative to the others' (2: twice the shards)")
+	f.IntVar(&count, "count", 0, "the number of shards, K (instances of a rolling deploy may give different counts: each runs only its own)")
+	f.IntVar(&weight, "weight", 1, "this instance's capacity relative to the others' (2: twice the shards, or twice the load)")
+	f.StringVar(&zone, "zone", "", "this instance's failure domain (availability zone): each zone's load is kept within 10 % of its capacity's share")
 	f.IntVar(&maxMoves, "max-moves", 0, "hand at most this many shards to others per poll (0: no limit)")
 	_ = c.MarkFlagRequired("count")
 	return c
 }
 
-func (g *globals) shards(c *cobra.Command, name string, argv []string, count, weight, maxMoves int) error {
+func (g *globals) shards(c *cobra.Command, name string, argv []string, count, weight, maxMoves int, zone string, lease time.Duration) error {
 	what := "shards " + name
 	ctx, r := newRouter(context.Background())
 	r.cancelAlways = true // a signal stops the group too, not only the commands
@@ -110,8 +139,8 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		return err
 	}
 	grp, err := shards.New(cc, name, shards.Numbered(count), &shards.Options{
-		Identity: g.identity, Weight: weight, LeaseDuration: g.leaseDuration, PollInterval: g.pollInterval,
-		MaxMovesPerPoll: maxMoves, Logger: g.log,
+		Identity: g.identity, Weight: weight, LeaseDuration: lease, PollInterval: g.pollInterval,
+		MaxMovesPerPoll: maxMoves, Zone: zone, Logger: g.log,
 		// A shard's CMD is stopped within --kill-after of its context
 		// ending, and never after the kill point: past that the shard's
 		// lease is left to expire rather than handed over.
@@ -126,6 +155,11 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		}
 		return err
 	}
+	loads, err := os.MkdirTemp("", "azlease-shards-")
+	if err != nil {
+		return exitf(exitInternal, "%s: a directory for the load files: %v", what, err)
+	}
+	defer os.RemoveAll(loads)
 	var (
 		mu    sync.Mutex
 		fatal *exitError // a CMD that could not be run, or a guardian that died
@@ -137,8 +171,11 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		if !sg.startable(wctx, s.Term) {
 			return nil // the term ended before a renewal moved its stop point on
 		}
-		env := append(leaseEnv(name, g.identity, s.Term.Epoch()), "AZLEASE_SHARD="+s.Name)
+		loadFile := filepath.Join(loads, "load-"+url.PathEscape(s.Name))
+		env := append(leaseEnv(name, g.identity, s.Term.Epoch()), "AZLEASE_SHARD="+s.Name, "AZLEASE_LOAD_FILE="+loadFile)
+		stopLoads := watchLoad(wctx, s, loadFile)
 		res := sg.runUnder(r, wctx, s.Term, env, argv, 0)
+		stopLoads()
 		switch {
 		case res.err != nil && stopsReplica(res.err.code):
 			mu.Lock()
@@ -187,6 +224,37 @@ func (g *globals) shards(c *cobra.Command, name string, argv []string, count, we
 		return classify(what, err)
 	}
 	return nil
+}
+
+// watchLoad reads the load a shard's CMD writes into path every second,
+// and reports it (Shard.SetLoad), until ctx ends or the returned function
+// is called (which waits for it). A file missing or not holding a number
+// (being written) is skipped.
+func watchLoad(ctx context.Context, s *shards.Shard, path string) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			if b, err := os.ReadFile(path); err == nil {
+				if v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil {
+					s.SetLoad(v)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		_ = os.Remove(path)
+	}
 }
 
 // stopsReplica reports whether a guardian's refusal to run CMD stops the
@@ -254,6 +322,11 @@ type assignmentJSON struct {
 	Note      string       `json:"note,omitempty"`
 	Balanced  bool         `json:"balanced"`
 	Misplaced int          `json:"misplaced"`
+	ByLoad    bool         `json:"by_load"`
+	Level     float64      `json:"level,omitempty"` // load per unit of capacity the members are balanced to
+	Hot       []string     `json:"hot,omitempty"`   // shards whose load alone exceeds a member's share: split them
+	Added     []string     `json:"added,omitempty"`
+	Removed   []string     `json:"removed,omitempty"`
 	Members   []memberJSON `json:"members"`
 	Shards    []shardJSON  `json:"shards"`
 }
@@ -266,6 +339,7 @@ type memberJSON struct {
 	Count   int        `json:"count,omitempty"`
 	Joined  *time.Time `json:"joined,omitempty"`
 	Suspect bool       `json:"suspect,omitempty"`
+	Load    float64    `json:"load"`
 }
 
 type shardJSON struct {
@@ -276,18 +350,22 @@ type shardJSON struct {
 	Since     *time.Time `json:"since,omitempty"`
 	HandingTo string     `json:"handing_to,omitempty"`
 	Planned   string     `json:"planned,omitempty"`
+	Load      float64    `json:"load"`
+	Reported  bool       `json:"load_reported"`
+	Moved     string     `json:"moved,omitempty"` // why its term began by a hand-on (or it is being handed on)
 }
 
 func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON {
 	out := assignmentJSON{Group: name, Container: containerName, Count: a.Count, PlanKnown: a.PlanKnown, Note: a.Note,
-		Balanced: a.Balanced(), Misplaced: a.Misplaced, Members: []memberJSON{}, Shards: []shardJSON{}}
+		Balanced: a.Balanced(), Misplaced: a.Misplaced, ByLoad: a.ByLoad, Level: a.Level, Hot: a.Hot, Added: a.Added, Removed: a.Removed,
+		Members: []memberJSON{}, Shards: []shardJSON{}}
 	for _, m := range a.Members {
 		out.Members = append(out.Members, memberJSON{Name: m.Name, Weight: m.Weight, Owns: m.Owns, Share: m.Share, Count: m.Count,
-			Joined: timePtr(m.Joined), Suspect: m.Suspect})
+			Joined: timePtr(m.Joined), Suspect: m.Suspect, Load: m.Load})
 	}
 	for _, s := range a.Shards {
 		out.Shards = append(out.Shards, shardJSON{Name: s.Name, State: s.State, Owner: s.Owner, Epoch: s.Epoch,
-			Since: timePtr(s.Since), HandingTo: s.HandingTo, Planned: s.Planned})
+			Since: timePtr(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Load: s.Load, Reported: s.LoadReported, Moved: s.Moved})
 	}
 	return out
 }
@@ -303,10 +381,19 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		state = fmt.Sprintf("%d shards not where the plan puts them", a.Misplaced)
 	}
 	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %s, %s\n", name, containerName, len(a.Members), count, state)
+	if a.ByLoad {
+		fmt.Fprintf(tw, "load\tbalanced by load: %s per unit of capacity (weight); a member moves shards away above 1.10 times that\n", loadText(a.Level))
+	}
+	for _, h := range a.Hot {
+		fmt.Fprintf(tw, "hot\tshard %s alone exceeds a replica's share: split it\n", h)
+	}
+	if len(a.Added) > 0 || len(a.Removed) > 0 {
+		fmt.Fprintf(tw, "changed\t%d shards added at run time, %d removed\n", len(a.Added), len(a.Removed))
+	}
 	if a.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", a.Note)
 	}
-	fmt.Fprintln(tw, "\nmember\tweight\towns\tshare\tjoined\t")
+	fmt.Fprintln(tw, "\nmember\tweight\towns\tshare\tload\tload/weight\tjoined\t")
 	for _, m := range a.Members {
 		note, share := "", "?"
 		if m.Suspect {
@@ -315,9 +402,13 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		if a.PlanKnown {
 			share = fmt.Sprint(m.Share)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", m.Name, m.Weight, m.Owns, share, stamp(m.Joined), note)
+		perCap := "-"
+		if a.ByLoad && a.Level > 0 {
+			perCap = fmt.Sprintf("%.2f × level", m.Load/float64(m.Weight)/a.Level)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Weight, m.Owns, share, loadText(m.Load), perCap, stamp(m.Joined), note)
 	}
-	fmt.Fprintln(tw, "\nshard\towner\tepoch\tsince\tstate\tplanned\t")
+	fmt.Fprintln(tw, "\nshard\towner\tepoch\tsince\tstate\tplanned\tload\tmoved\t")
 	for _, s := range a.Shards {
 		owner := s.Owner
 		switch {
@@ -341,9 +432,20 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		case planned == "":
 			planned = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, planned)
+		load := loadText(s.Load)
+		if !s.LoadReported {
+			load = "(mean)"
+		}
+		moved := s.Moved
+		if moved == "" {
+			moved = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, planned, load, moved)
 	}
 }
+
+// loadText is a load with three significant digits.
+func loadText(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
 
 // stamp is an RFC 3339 time, or "-".
 func stamp(t time.Time) string {
@@ -351,4 +453,70 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// newShardsChangeCmd is 'azlease shards-add' (add true) or 'shards-remove':
+// a change of a running group's shard set. Spelled with a hyphen so that
+// it cannot be taken for 'azlease shards NAME' with a group named "add".
+func newShardsChangeCmd(g *globals, add bool) *cobra.Command {
+	verb, use, short, long := "add", "shards-add NAME SHARD...", "Add shards to a running shard group", `Add the shards SHARD... to the group NAME of 'azlease shards NAME' while its
+instances run: within a poll interval (2s) the least loaded instance takes each
+and runs CMD for it with AZLEASE_SHARD set to its name. A shard added runs on any
+instance, whatever --count each runs; a shard removed before is added again, its
+fencing epochs going on from where they were. Shard names: printable UTF-8
+without '/' or '\', not ending with '.'.
+
+It writes the group's registry blob (NAME/shardset), conditional on what it
+read, again if another change came first; it needs write access.`
+	example := `  azlease shards-add orders tenant-42 tenant-43
+  azlease status orders --shards`
+	if !add {
+		verb, use, short, long = "remove", "shards-remove NAME SHARD...", "Remove shards from a running shard group", `Remove the shards SHARD... from the group NAME of 'azlease shards NAME' while
+its instances run: within a poll interval (2s) the owner of each stops its CMD
+(SIGTERM, SIGKILL after --kill-after), clears the shard's blob (its content and
+the group's metadata) and releases it; no instance takes it again, whatever
+--count it runs, until 'azlease shards-add' adds it again.
+
+It writes the group's registry blob (NAME/shardset), conditional on what it
+read, again if another change came first; it needs write access.`
+		example = `  azlease shards-remove orders tenant-42
+  azlease shards-remove orders 31    # one of the --count shards`
+	}
+	return &cobra.Command{
+		Use: use, Short: short, Long: long, Example: example,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return exitf(exitUsage, "usage: %s (see '%s --help')", c.UseLine(), c.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			what := "shards-" + verb + " " + args[0]
+			ctx, r := newRouter(context.Background())
+			defer r.close()
+			cc, err := g.client(ctx, c)
+			if err != nil {
+				return err
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			change := shards.AddShards
+			if !add {
+				change = shards.RemoveShards
+			}
+			if err := change(cctx, cc, args[0], args[1:]...); err != nil {
+				if ie := r.interrupted(what); ie != nil {
+					return ie
+				}
+				if oe := (*azlease.OptionError)(nil); errors.As(err, &oe) {
+					return exitf(exitUsage, "%s: %s", what, oe.Reason)
+				}
+				return classify(what, err)
+			}
+			past := map[bool]string{true: "added", false: "removed"}[add]
+			fmt.Fprintf(g.stdout, "%s %d shards %s group %s: its instances act within a poll interval\n", past, len(args)-1,
+				map[bool]string{true: "to", false: "from"}[add], args[0])
+			return nil
+		},
+	}
 }

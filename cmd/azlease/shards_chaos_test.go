@@ -46,7 +46,7 @@ func shardsChaosRun(t *testing.T, seed uint64) {
 	start := func() {
 		id := fmt.Sprintf("r%d", next)
 		next++
-		procs[id] = startProc(t, env, "shards", "--container", w.container, "--identity", id, "grp", "--count", strconv.Itoa(k), "--", self)
+		procs[id] = startProc(t, env, "shards", "--container", w.container, "--identity", id, "--lease-duration", "15s", "grp", "--count", strconv.Itoa(k), "--", self)
 	}
 	for range 3 {
 		start()

@@ -10,6 +10,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,7 +98,7 @@ func TestShardsStalledRenewalsStopOnlyThatShard(t *testing.T) {
 	})
 	w := newWorld(t, conn)
 	log := w.path("log")
-	p := w.az("shards", "--identity", "a", fast, "--kill-after", "4s", "grp", "--count", "2", "--", "sh", "-c", shardScript(log))
+	p := w.az("shards", "--identity", "a", fast, "--lease-duration", "15s", "--kill-after", "4s", "grp", "--count", "2", "--", "sh", "-c", shardScript(log))
 	first := waitLineWhile(t, p, log, "ran a 0 ", 20*time.Second)
 	waitLineWhile(t, p, log, "ran a 1 ", 20*time.Second)
 	mu.Lock()
@@ -238,4 +239,94 @@ func TestShardsStatusShowsWhatTheReplicasPlan(t *testing.T) {
 
 	p.signal(syscall.SIGTERM)
 	p.expect(128+int(syscall.SIGTERM), 20*time.Second)
+}
+
+// TestShardsLoadsAddAndRemove (issue 33 items 4 and 9): two instances whose
+// CMD writes its shard's load into $AZLEASE_LOAD_FILE (shard 0 a hundred
+// times the others'): status shows the group balanced by load, the loads,
+// and shard 0 alone on its instance, to be split; 'shards-add' starts a
+// CMD for the new shard within seconds; 'shards-remove' stops the removed
+// shard's CMD and no instance runs it again.
+func TestShardsLoadsAddAndRemove(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	log := w.dir + "/log"
+	script := fmt.Sprintf(`echo "ran $AZLEASE_IDENTITY $AZLEASE_SHARD" >> %[1]s; trap 'echo "got $AZLEASE_IDENTITY $AZLEASE_SHARD" >> %[1]s; exit 0' TERM
+load=1; [ "$AZLEASE_SHARD" = 0 ] && load=100
+while :; do echo $load > "$AZLEASE_LOAD_FILE"; sleep 0.2; done`, log)
+	a := w.az("shards", "--identity", "a", fast, "grp", "--count", "4", "--", "sh", "-c", script)
+	b := w.az("shards", "--identity", "b", fast, "grp", "--count", "4", "--", "sh", "-c", script)
+	var s assignmentJSON
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		st := w.run(10*time.Second, "status", "--json", "--shards", "grp")
+		s = assignmentJSON{}
+		require.NoError(t, json.Unmarshal([]byte(st.stdout()), &s), st.stdout())
+		owns := map[string]int{}
+		for _, sh := range s.Shards {
+			owns[sh.Owner]++
+		}
+		var host string
+		for _, sh := range s.Shards {
+			if sh.Name == "0" {
+				host = sh.Owner
+			}
+		}
+		if s.ByLoad && len(s.Hot) == 1 && host != "" && owns[host] == 1 && s.Balanced {
+			break
+		}
+		require.True(t, time.Now().Before(end), "shard 0 not alone: %s", st.stdout())
+	}
+	assert.Equal(t, []string{"0"}, s.Hot)
+	for _, sh := range s.Shards {
+		require.True(t, sh.Reported, "%+v", sh)
+		want := 1.0
+		if sh.Name == "0" {
+			want = 100
+		}
+		assert.InEpsilon(t, want, sh.Load, 0.02, "%+v", sh)
+	}
+	text := w.run(10*time.Second, "status", "--shards", "grp").stdout()
+	assert.Contains(t, text, "shard 0 alone exceeds a replica's share: split it", text)
+	assert.Contains(t, text, "balanced by load", text)
+
+	add := w.run(30*time.Second, "shards-add", "grp", "tenant-x")
+	require.Equal(t, 0, add.status(), add.stderr())
+	waitLineWhile(t, a, log, "ran ", time.Second) // the log exists
+	start := time.Now()
+	for !slices.ContainsFunc(lines(t, log), func(l string) bool { return strings.HasSuffix(l, " tenant-x") && strings.HasPrefix(l, "ran ") }) {
+		require.Less(t, time.Since(start), 10*time.Second, "tenant-x never ran:\n%s", strings.Join(lines(t, log), "\n"))
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("tenant-x's CMD started %v after shards-add returned", time.Since(start).Round(time.Millisecond))
+
+	rm := w.run(30*time.Second, "shards-remove", "grp", "3")
+	require.Equal(t, 0, rm.status(), rm.stderr())
+	start = time.Now()
+	for !slices.ContainsFunc(lines(t, log), func(l string) bool { return strings.HasPrefix(l, "got ") && strings.HasSuffix(l, " 3") }) {
+		require.Less(t, time.Since(start), 15*time.Second, "shard 3's CMD never stopped:\n%s", strings.Join(lines(t, log), "\n"))
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second)
+	ran3 := 0
+	for _, l := range lines(t, log) {
+		if strings.HasPrefix(l, "ran ") && strings.HasSuffix(l, " 3") {
+			ran3++
+		}
+	}
+	final := w.run(10*time.Second, "status", "--json", "--shards", "grp")
+	s = assignmentJSON{}
+	require.NoError(t, json.Unmarshal([]byte(final.stdout()), &s), final.stdout())
+	assert.Equal(t, []string{"tenant-x"}, s.Added)
+	assert.Equal(t, []string{"3"}, s.Removed)
+	for _, sh := range s.Shards {
+		assert.NotEqual(t, "3", sh.Name, "a removed shard is not shown as the group's")
+	}
+	usage := w.run(10*time.Second, "shards-add", "grp")
+	assert.Equal(t, exitUsage, usage.status())
+
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	a.expect(128+int(syscall.SIGTERM), 30*time.Second)
+	b.expect(128+int(syscall.SIGTERM), 30*time.Second)
+	assert.Equal(t, 1, ran3, "shard 3 ran once, before its removal")
 }
