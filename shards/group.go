@@ -570,7 +570,11 @@ func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease
 			}
 		}
 	}
-	g.unsettled = d.misplaced > 0 || len(d.round) > 0 || len(incoming) > 0 || g.inFlight()
+	handedHere := false
+	for _, info := range v.shards {
+		handedHere = handedHere || info.pendingTo == self
+	}
+	g.unsettled = d.misplaced > 0 || len(d.round) > 0 || len(incoming) > 0 || handedHere || g.inFlight()
 }
 
 // firstMember is the first live member by name, self included.
