@@ -47,13 +47,14 @@ const (
 	// the loads take at most: the weight (up to 4 digits), when it joined
 	// (Unix ms, up to 20 characters), the shard count (4 digits), the shard
 	// list's digest, the rest of the loads (a count of up to 4 digits, a
-	// colon and a code), and the names of the IDs' and the loads' keys.
+	// colon and a code), the zone, and the names of the IDs' and the
+	// loads' keys.
 	fixedMetadataMax = len(metaWeight) + 4 + len(metaJoined) + 20 + len(metaCount) + 4 + len(metaSum) + sumLen +
-		len(metaLoadRest) + 4 + 1 + loadCodeLen + len(metaIn) + len(metaLoads)
+		len(metaLoadRest) + 4 + 1 + loadCodeLen + len(metaZone) + MaxZone + len(metaIn) + len(metaLoads)
 	// loadBudget is the room for the published loads: 300 entries of 8
 	// bytes.
 	loadBudget = 300 * loadEntryLen
-	// initialIDBudget is the room for the announced IDs: 3,367 bytes, 41
+	// initialIDBudget is the room for the announced IDs: 3,294 bytes, 40
 	// IDs for names of 43 bytes ("tenant-<uuid>"), and one for the
 	// longest name a group allows (1,015 bytes, escaped to 3,045 at most).
 	initialIDBudget = metadataLimit - recordReserve - fixedMetadataMax - loadBudget
@@ -408,6 +409,9 @@ func (g *Group) membershipMetadata(m *azlease.Lock, a *announcement) map[string]
 	}
 	if a.loads != "" {
 		md[metaLoads] = a.loads
+	}
+	if g.cfg.zone != "" {
+		md[metaZone] = g.cfg.zone
 	}
 	if a.rest != "" {
 		md[metaLoadRest] = a.rest

@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -23,6 +24,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
@@ -81,6 +84,9 @@ type simScenario struct {
 	badLen       time.Duration
 	slowDrains   bool    // some replicas' work takes longer than DrainTimeout to return
 	listEvery    bool    // ListInterval = PollInterval: a listing every poll
+	loads        bool    // the work reports Zipf(0.8) loads, which swing, and a shard turns hot
+	zones        bool    // the replicas are in three zones, one of which may be lost
+	changes      bool    // shards are added and removed while the group runs
 	clockRate    float64 // the server's clock speed relative to the replicas'
 	rng          *rand.Rand
 }
@@ -114,7 +120,19 @@ func newSimScenario(seed uint64) simScenario {
 		sc.slowDrains, sc.drainTimeout = true, 2*time.Second
 	}
 	sc.listEvery = rng.IntN(3) == 0
+	sc.loads = rng.IntN(3) == 0
+	sc.zones = rng.IntN(5) == 0
+	sc.changes = rng.IntN(4) == 0
 	kinds := []string{"join", "stop", "crash", "partition", "pause", "pause", "outage", "restart", "break"}
+	if sc.loads {
+		kinds = append(kinds, "swing", "swing", "hot")
+	}
+	if sc.changes {
+		kinds = append(kinds, "add", "add", "remove")
+	}
+	if sc.zones {
+		kinds = append(kinds, "zoneloss")
+	}
 	for at := 20 * time.Second; at < sc.length-10*time.Second; at += time.Duration(10+rng.IntN(35)) * time.Second {
 		ev := simEvent{at: at, kind: kinds[rng.IntN(len(kinds))], pick: rng.IntN(1 << 20), dur: time.Duration(1+rng.IntN(40)) * time.Second}
 		ev.dur = min(ev.dur, sc.length-at) // every pause and partition ends before the calm
@@ -133,8 +151,9 @@ func (sc simScenario) String() string {
 	if sc.badLen > 0 {
 		bad = fmt.Sprintf("%v+%v", sc.badStart, sc.badLen)
 	}
-	return fmt.Sprintf("seed %d: %d shards, %d replicas, lease %v, poll %v, faults %.0f%%, server clock ×%.2f, weighted %v, max moves %d, slow drains %v, %d events, bad period %s",
-		sc.seed, sc.k, sc.n, sc.lease, sc.poll, sc.faultRate*100, sc.clockRate, sc.weighted, sc.maxMoves, sc.slowDrains, len(sc.events), bad)
+	return fmt.Sprintf("seed %d: %d shards, %d replicas, lease %v, poll %v, list every poll %v, faults %.0f%%, server clock ×%.2f, weighted %v, max moves %d, slow drains %v, loads %v, zones %v, set changes %v, %d events, bad period %s",
+		sc.seed, sc.k, sc.n, sc.lease, sc.poll, sc.listEvery, sc.faultRate*100, sc.clockRate, sc.weighted, sc.maxMoves, sc.slowDrains,
+		sc.loads, sc.zones, sc.changes, len(sc.events), bad)
 }
 
 // options are a replica's options in the scenario.
@@ -179,6 +198,7 @@ type simResult struct {
 	requests, failed int
 	late             map[azleasetest.Op]int
 	events           map[string]int
+	imbalance        float64       // loads: the largest load per capacity over the level once balanced
 	last             string        // the kind of the last event before the calm
 	lastAt           time.Duration // how long before the calm it happened
 }
@@ -198,12 +218,35 @@ func runSim(t *testing.T, sc simScenario) simResult {
 	res := simResult{events: map[string]int{}}
 	maxDrain := time.Duration(0)
 	next := 0
-	join := func() {
+	zoneOf := map[string]string{}
+	if sc.loads {
+		w.mu.Lock()
+		w.loads = map[string]float64{}
+		for i, s := range w.names {
+			w.loads[s] = 1 / math.Pow(float64(i+1), 0.8)
+		}
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	w.zoned = sc.zones
+	w.mu.Unlock()
+	startAs := func(id string) {
 		d := sc.drain()
 		maxDrain = max(maxDrain, d)
-		w.start(fmt.Sprintf("r%02d", next), sc.options(), d)
+		o := sc.options()
+		if sc.zones {
+			if zoneOf[id] == "" {
+				zoneOf[id] = string(rune('a' + len(zoneOf)%3))
+			}
+			o.Zone = zoneOf[id]
+		}
+		w.start(id, o, d)
+	}
+	join := func() {
+		startAs(fmt.Sprintf("r%02d", next))
 		next++
 	}
+	added := 0
 	// The first replicas start within a second.
 	for range sc.n {
 		join()
@@ -239,9 +282,7 @@ func runSim(t *testing.T, sc simScenario) simResult {
 				continue
 			}
 			gone = slices.Delete(gone, i, i+1)
-			d := sc.drain()
-			maxDrain = max(maxDrain, d)
-			w.start(id, sc.options(), d)
+			startAs(id)
 		case "stop":
 			w.stop(r)
 			gone = append(gone, r.id)
@@ -270,6 +311,60 @@ func runSim(t *testing.T, sc simScenario) simResult {
 				continue
 			}
 			w.breakLease(w.names[ev.pick%len(w.names)], period)
+		case "swing", "hot":
+			cur := w.current()
+			s := cur[ev.pick%len(cur)]
+			w.mu.Lock()
+			f := 0.1 + 9.9*sc.rng.Float64()
+			if ev.kind == "hot" {
+				total := 0.0
+				for _, v := range w.loads {
+					total += v
+				}
+				f = total / max(w.loads[s], 1e-9) // heavier than the others together
+			}
+			w.loads[s] *= f
+			w.mu.Unlock()
+			w.logf("load of %s ×%.2f", s, f)
+		case "add":
+			added++
+			s := fmt.Sprintf("new-%d", added)
+			w.mu.Lock()
+			w.added = append(w.added, s)
+			if w.loads != nil {
+				w.loads[s] = sc.rng.Float64()
+			}
+			w.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			require.NoError(t, shards.AddShards(ctx, w.obs, w.group, s))
+			cancel()
+			w.logf("add %s", s)
+		case "remove":
+			cur := w.current()
+			if len(cur) < 2 {
+				continue
+			}
+			s := cur[ev.pick%len(cur)]
+			w.mu.Lock()
+			w.removed = append(w.removed, s)
+			w.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			require.NoError(t, shards.RemoveShards(ctx, w.obs, w.group, s))
+			cancel()
+			w.logf("remove %s", s)
+		case "zoneloss":
+			z := string(rune('a' + ev.pick%3))
+			lost := 0
+			for _, r := range live {
+				if zoneOf[r.id] == z {
+					w.crash(r, ev.how)
+					gone = append(gone, r.id)
+					lost++
+				}
+			}
+			if lost == len(live) {
+				join() // the group keeps a live replica
+			}
 		}
 		res.events[ev.kind]++
 		res.last, lastAt = ev.kind, time.Now()
@@ -309,8 +404,29 @@ func runSim(t *testing.T, sc simScenario) simResult {
 			res.bound += time.Duration((surplus+sc.maxMoves-1)/sc.maxMoves) * P
 		}
 	}
-	res.balance, res.balanced, res.why = w.waitBalanced(want, res.bound+time.Minute, 100*time.Millisecond)
+	settle := time.Duration(0)
+	if !w.byCount() {
+		// Balancing by load (or with zones, or a changed set) moves at
+		// most max(1, 2 % of the shards) per round, a round taking two
+		// polls and the drain; a hot shard's replica hands on all it
+		// holds. And the loads settle first (the smoothing's half-life is
+		// 10 s): the group is looked at a minute and a half after the calm.
+		k, live := len(w.current()), max(len(want), 1)
+		rounds := (k/live + 1 + max(1, k/50) - 1) / max(1, k/50)
+		res.bound += time.Duration(rounds)*(2*P+maxDrain+time.Second) + 90*time.Second
+		settle = 90 * time.Second
+		time.Sleep(settle)
+	}
+	res.balance, res.balanced, res.why = w.waitBalanced(want, res.bound-settle+time.Minute, 100*time.Millisecond)
+	res.balance += settle
 	balancedAt := time.Now()
+	if sc.loads && res.balanced && len(w.current()) >= 64 {
+		// With fewer shards, a replica's share may hold too few of them
+		// for the band: then balanced means no move helps.
+		if a, err := shards.Inspect(context.Background(), w.obs, w.group, w.names); err == nil {
+			res.imbalance = imbalance(a)
+		}
+	}
 	time.Sleep(time.Minute)
 	if ok, why := w.balance(want); !ok && res.balanced {
 		res.balanced, res.why = false, "unbalanced again a minute later: "+why
@@ -338,7 +454,7 @@ func runSim(t *testing.T, sc simScenario) simResult {
 		t.Logf("%v: calm at %v, balanced at %v; runs near or after balance:\n%s", sc, calmAt.Sub(t0), balancedAt.Sub(t0), strings.Join(lines, "\n"))
 	}
 
-	res.safety = w.rec.check(w.srv, w.obs, w.group, w.names)
+	res.safety = w.rec.check(w.srv, w.obs, w.group, w.allNames(), w.removedSet())
 	res.requests, res.failed, _ = w.resp.snapshot()
 	mix.mu.Lock()
 	res.late = mix.late
@@ -394,6 +510,9 @@ func TestShardsSimulation(t *testing.T) {
 			}
 			if res.stableTerms+res.stableRestarts > 0 {
 				t.Errorf("%v: %d terms begun and %d runs restarted in the minute after balance", sc, res.stableTerms, res.stableRestarts)
+			}
+			if res.imbalance > 1.10 {
+				t.Errorf("%v: balanced by load at %.3f × the level, over the band (1.10)", sc, res.imbalance)
 			}
 		})
 		if !ok {

@@ -67,6 +67,9 @@ type simRecorder struct {
 	writeGap time.Duration // the checkpoint writes are writeGap/3 to 7·writeGap/3 apart
 	// flakyUntil: runs that start before it may return early or panic.
 	flakyUntil time.Time
+	// loadOf is the load a shard's work reports every second (false:
+	// none).
+	loadOf func(string) (float64, bool)
 }
 
 func newSimRecorder() *simRecorder {
@@ -126,6 +129,29 @@ func (r *simRecorder) work(client string, drain time.Duration) shards.Work {
 			r.runs = append(r.runs, run)
 			r.mu.Unlock()
 		}()
+		if r.loadOf != nil {
+			stop := make(chan struct{})
+			reported := make(chan struct{})
+			go func() {
+				defer close(reported)
+				for {
+					if v, ok := r.loadOf(s.Name); ok {
+						s.SetLoad(v)
+					}
+					select {
+					case <-stop:
+						return
+					case <-ctx.Done():
+						return
+					case <-time.After(time.Second):
+					}
+				}
+			}()
+			defer func() {
+				close(stop)
+				<-reported
+			}()
+		}
 		fail := 0
 		if flaky {
 			switch n := rng.IntN(30); {
@@ -283,7 +309,7 @@ func (s safety) String() string {
 // epochs must grow), its checkpoint reads against the writes acknowledged
 // before they were sent, and its final content (read by cc, after every
 // replica stopped) against the newest acknowledged write.
-func (r *simRecorder) check(srv *azleasetest.Server, cc *container.Client, group string, names []string) safety {
+func (r *simRecorder) check(srv *azleasetest.Server, cc *container.Client, group string, names []string, removed map[string]bool) safety {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var s safety
@@ -339,8 +365,8 @@ func (r *simRecorder) check(srv *azleasetest.Server, cc *container.Client, group
 				}
 			}
 		}
-		if len(acks) == 0 {
-			continue
+		if len(acks) == 0 || removed[name] {
+			continue // a removed shard's content is cleared
 		}
 		newest := int64(-1)
 		for _, a := range acks {

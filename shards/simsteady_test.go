@@ -62,7 +62,7 @@ func TestShardsNoPingPong(t *testing.T) {
 				w.setFaults(nil)
 				w.shutdown()
 				terms, restarts, losses := countChanges(runsBefore(w.rec.allRuns(), until), since)
-				s := w.rec.check(w.srv, w.obs, w.group, w.names)
+				s := w.rec.check(w.srv, w.obs, w.group, w.names, nil)
 				mix.mu.Lock()
 				requests := mix.requests
 				mix.mu.Unlock()

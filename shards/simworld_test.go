@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -55,8 +56,14 @@ type simWorld struct {
 	group string
 	names []string
 	lease time.Duration // the replicas' lease duration (15 s, the default, unless a test sets it)
-	rec   *simRecorder
-	resp  *statusCounter
+	// The shard set's changes (AddShards, RemoveShards), the shards' loads
+	// (nil: none reported) and the replicas' zones, when a scenario has
+	// them; mu guards them.
+	added, removed []string
+	loads          map[string]float64
+	zoned          bool
+	rec            *simRecorder
+	resp           *statusCounter
 
 	mu           sync.Mutex
 	cut          map[string]azleasetest.Action // by client: crashed or partitioned, and how its requests die
@@ -79,6 +86,7 @@ func newSimWorld(t *testing.T, k int, seed uint64) *simWorld {
 	}
 	w.obs = srv.Client(observer) // also creates the container
 	srv.SetFaults(w.faults)
+	w.rec.loadOf = w.loadOf
 	t.Cleanup(w.shutdown) // also when the test fails early: every goroutine of the bubble must end
 	return w
 }
@@ -180,7 +188,7 @@ func (w *simWorld) startAlone(id string) *simReplica {
 // every checkpoint read (simRecorder.check).
 func (w *simWorld) requireSafe() {
 	w.t.Helper()
-	s := w.rec.check(w.srv, w.obs, w.group, w.names)
+	s := w.rec.check(w.srv, w.obs, w.group, w.names, nil)
 	require.True(w.t, s.ok(), "%v\n%s", s, strings.Join(s.report, "\n"))
 }
 
@@ -325,15 +333,71 @@ func (w *simWorld) shutdown() {
 	w.mu.Unlock()
 }
 
+// current is the group's set now: the static list, plus the shards added,
+// minus those removed.
+func (w *simWorld) current() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, s := range append(slices.Clone(w.names), w.added...) {
+		if !slices.Contains(w.removed, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// allNames is every shard the group ever had.
+func (w *simWorld) allNames() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append(slices.Clone(w.names), w.added...)
+}
+
+// removedSet is the shards removed.
+func (w *simWorld) removedSet() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]bool{}
+	for _, s := range w.removed {
+		out[s] = true
+	}
+	return out
+}
+
+// loadOf is a shard's load for its work to report; false when the
+// scenario reports none.
+func (w *simWorld) loadOf(s string) (float64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.loads == nil {
+		return 0, false
+	}
+	v, ok := w.loads[s]
+	if !ok {
+		v = 1
+	}
+	return v, true
+}
+
+// byCount reports whether the group balances by shard counts alone: no
+// load, no zone, no change of the set.
+func (w *simWorld) byCount() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.loads == nil && !w.zoned && len(w.added)+len(w.removed) == 0
+}
+
 // maybeBalanced is a necessary condition for balance, from the work that
 // runs, without a request: every shard's work runs at a live replica, each
-// running floor(K·w/W) or one more.
+// running floor(K·w/W) or one more when the group balances by count.
 func (w *simWorld) maybeBalanced(want map[string]*simReplica) (bool, string) {
 	running := w.rec.running()
 	if len(want) == 0 {
 		return false, "no live replica"
 	}
-	for _, s := range w.names {
+	names := w.current()
+	for _, s := range names {
 		if running[s] == "" {
 			return false, fmt.Sprintf("no work runs for shard %s", s)
 		}
@@ -351,14 +415,20 @@ func (w *simWorld) maybeBalanced(want map[string]*simReplica) (bool, string) {
 		if r == nil || r.client != c {
 			return false, fmt.Sprintf("the work of shard %s runs at %s, not live", s, c)
 		}
+		if !slices.Contains(names, s) {
+			return false, fmt.Sprintf("the work of shard %s, removed, still runs at %s", s, c)
+		}
 		count[r.id]++
+	}
+	if !w.byCount() {
+		return true, ""
 	}
 	total := 0
 	for _, r := range want {
 		total += r.weight
 	}
 	for id, r := range want {
-		floor := len(w.names) * r.weight / total
+		floor := len(names) * r.weight / total
 		if count[id] < floor || count[id] > floor+1 {
 			return false, fmt.Sprintf("%s (weight %d of %d) runs %d shards", id, r.weight, total, count[id])
 		}
