@@ -133,7 +133,7 @@ func (c *cell) row() string {
 }
 
 // quantile returns the p-quantile of xs (nearest rank, lower).
-func quantile[T int | int64 | float64](xs []T, p float64) T {
+func quantile[T ~int | ~int64 | ~float64](xs []T, p float64) T {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(p*float64(len(s))))]
