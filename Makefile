@@ -148,6 +148,12 @@ MANYBENCH50K_FLAGS ?= -n 50000 -tls tls -reps 1 -dur 20s -variants azlease,raw,r
 # package and the Event Hubs algorithm, every scenario SHARDBENCH_SEEDS times in
 # fake time; about 20 minutes on 2 cores).
 SHARDBENCH_SEEDS ?= 20
+# Balancing by load side by side (internal/shardbench TestLoadBench: count
+# only, by load, an offline greedy, a Cadence-style central model; and the
+# cost table), and the balancer's pure model over many seeds (shards
+# TestLoadBalancerModel).
+LOADBENCH_SEEDS ?= 3
+MODEL_SEEDS ?= 200
 
 # Fair locks side by side (internal/lockbench, a module of its own: azlease's
 # fair Mutex, the Unordered one and etcd's concurrency.Mutex on an embedded
@@ -162,13 +168,16 @@ LOCKBENCH_FLAGS ?= -reps 3
 # measurements, all folded into bench/results.md (committed).
 bench: deps
 	@mkdir -p bench
-	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.locks.md bench/.many.md bench/.many50k.md bench/.succession.md bench/.rolling.md
+	@rm -f bench/.sim.md bench/.wait.md bench/.shards.md bench/.shardsload.md bench/.shardsmodel.md bench/.locks.md bench/.many.md bench/.many50k.md bench/.succession.md bench/.rolling.md
 	AZLEASE_SIM_REPORT=$(CURDIR)/bench/.sim.md AZLEASE_SEEDS=$(SEEDS) $(GO) test -count=1 -run 'TestNaiveLoopComparison|TestSimulatedTimings' .
 	AZLEASE_ROLLING_REPORT=$(CURDIR)/bench/.rolling.md $(GO) test -count=1 -run 'TestMultiProcessRollingDeploy' .
 	AZLEASE_ROLLING_REPORT=$(CURDIR)/bench/.rolling.md $(GO) test -count=1 -run 'TestLeadRollingDeploy' ./cmd/azlease
 	AZLEASE_SUCCESSION_REPORT=$(CURDIR)/bench/.succession.md AZLEASE_ROLLING_REPORT=$(CURDIR)/bench/.rolling.md $(GO) test -count=1 -run 'TestSuccessionBench' .
 	AZLEASE_WAIT_REPORT=$(CURDIR)/bench/.wait.md $(GO) test -count=1 -run 'TestWaiterCosts' .
 	AZLEASE_SHARDBENCH_REPORT=$(CURDIR)/bench/.shards.md AZLEASE_SHARDBENCH_SEEDS=$(SHARDBENCH_SEEDS) $(GO) test -count=1 -timeout 2h -run 'TestShardBench$$' ./internal/shardbench
+	AZLEASE_LOADBENCH_REPORT=$(CURDIR)/bench/.shardsload.md AZLEASE_LOADBENCH_SEEDS=$(LOADBENCH_SEEDS) $(GO) test -count=1 -timeout 2h -run 'TestLoadBench$$' ./internal/shardbench
+	AZLEASE_MODEL_REPORT=$(CURDIR)/bench/.shardsmodel.md AZLEASE_MODEL_SEEDS=$(MODEL_SEEDS) $(GO) test -count=1 -timeout 1h -run 'TestLoadBalancerModel$$' ./shards
+	@printf '\n### Balancing by load (issue 33)\n\n' >> bench/.shards.md && cat bench/.shardsload.md bench/.shardsmodel.md >> bench/.shards.md
 	cd internal/lockbench && $(GO) run . -out $(CURDIR)/bench/.locks.md $(LOCKBENCH_FLAGS)
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 300x . > bench/.gobench.txt
 	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
