@@ -53,7 +53,21 @@ func runWorker(path string) {
 	if shard == "" {
 		shard = "-"
 	}
+	// Under azlease shards with AZLEASE_TEST_WORKER_LOADS ("shard=load,…";
+	// other shards 1), it reports its shard's load too.
+	load, loadFile := "", os.Getenv("AZLEASE_LOAD_FILE")
+	if spec := os.Getenv("AZLEASE_TEST_WORKER_LOADS"); spec != "" && loadFile != "" {
+		load = "1"
+		for _, item := range strings.Split(spec, ",") {
+			if k, v, ok := strings.Cut(item, "="); ok && k == shard {
+				load = v
+			}
+		}
+	}
 	for {
+		if load != "" {
+			_ = os.WriteFile(loadFile, []byte(load+"\n"), 0o644)
+		}
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 		if _, err := f.WriteString(prefix + strconv.FormatInt(ts.Nano(), 10) + " " + shard + "\n"); err != nil {
