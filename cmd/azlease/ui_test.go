@@ -246,9 +246,13 @@ func TestUIModel(t *testing.T) {
 			assert.Equal(t, 3, mb.Owns, mb.Name)
 		}
 		assert.NotEmpty(t, g.Moves)
-		assert.Len(t, grp.Blobs, 2+7, "memberships and shards")
+		assert.Len(t, grp.Blobs, 2+7+2, "memberships, shards, the registry and the published list")
 		for _, b := range grp.Blobs {
-			assert.Contains(t, []string{kindMembership, kindShard}, b.Kind, b.Name)
+			if b.Name == "orders/shardset" || strings.HasPrefix(b.Name, "orders/lists/") {
+				assert.Equal(t, kindOther, b.Kind, b.Name)
+			} else {
+				assert.Contains(t, []string{kindMembership, kindShard}, b.Kind, b.Name)
+			}
 			assert.Equal(t, grp.Path, b.Item)
 		}
 		succession := 0

@@ -278,6 +278,11 @@ type uiGroup struct {
 	MemberCount int    `json:"member_count"`
 	ShardCount  int    `json:"shard_count"` // the shards that exist: one no replica has taken yet does not
 	Owned       int    `json:"owned"`
+	// ByLoad is true when the replicas balance by load; Level is the load
+	// per unit of capacity they balance to; Hot the shards to split.
+	ByLoad bool     `json:"by_load,omitempty"`
+	Level  float64  `json:"level,omitempty"`
+	Hot    []string `json:"hot,omitempty"`
 	// In /api/items/... only.
 	Members []uiMember `json:"members,omitempty"`
 	Shards  []uiShard  `json:"shards,omitempty"`
@@ -292,6 +297,7 @@ type uiMember struct {
 	Share   int        `json:"share"` // what the plan gives it
 	Joined  *time.Time `json:"joined,omitempty"`
 	Suspect bool       `json:"suspect,omitempty"` // a shard's lease expired under it: it may have crashed
+	Load    float64    `json:"load,omitempty"`    // its shards' loads
 }
 
 type uiShard struct {
@@ -306,6 +312,11 @@ type uiShard struct {
 	// Outside is true for a shard blob that is not in the members' shard
 	// list: no replica plans it.
 	Outside bool `json:"outside,omitempty"`
+	// Load is its smoothed load (Reported false: nobody reports it, it
+	// counts as the mean); Moved why its latest term began by a hand-on.
+	Load     float64 `json:"load,omitempty"`
+	Reported bool    `json:"load_reported,omitempty"`
+	Moved    string  `json:"moved,omitempty"`
 }
 
 // uiMove is a shard that changed owner: a recorded term whose holder is not
@@ -316,6 +327,7 @@ type uiMove struct {
 	To    string     `json:"to"`
 	Epoch uint64     `json:"epoch"`
 	At    *time.Time `json:"at,omitempty"`
+	Why   string     `json:"why,omitempty"` // the hand-off's reason, known for a shard's latest move
 }
 
 // maxMoves bounds the moves a group's page lists.
@@ -348,6 +360,26 @@ func groupPart(name string) (group, part, rest string, ok bool) {
 		}
 	}
 	return "", "", "", false
+}
+
+// shardListName matches a static list a shard group publishes:
+// GROUP/lists/DIGEST (16 hex digits).
+var shardListName = regexp.MustCompile(`^.+/lists/[0-9a-f]{16}$`)
+
+// shardSetGroup reports whether st is a shard group's registry
+// (GROUP/shardset) or one of its published static lists, bookkeeping that
+// is never leased, and returns the group.
+func shardSetGroup(st azlease.Status) (string, bool) {
+	if st.Epoch > 0 || st.Leased {
+		return "", false
+	}
+	if _, registry := st.Metadata["shardsetversion"]; registry && strings.HasSuffix(st.Name, "/shardset") {
+		return strings.TrimSuffix(st.Name, "/shardset"), true
+	}
+	if shardListName.MatchString(st.Name) {
+		return st.Name[:strings.LastIndex(st.Name, "/lists/")], true
+	}
+	return "", false
 }
 
 // blobKind names what a blob is, from its name, its recorded role and its
@@ -575,6 +607,15 @@ func buildUIModel(listed []azlease.Status) *uiModel {
 			continue // a fair lock's queue blob: part of its lock's item
 		}
 		kind := blobKind(st)
+		if g, ok := shardSetGroup(st); ok {
+			// A shard group's registry or published list: a blob of the
+			// group's item, never leased.
+			if _, seen := groups[g]; !seen {
+				groupOrder = append(groupOrder, g)
+			}
+			groups[g] = append(groups[g], st)
+			continue
+		}
 		if kind == kindMembership || kind == kindShard {
 			g, _, _, _ := groupPart(st.Name)
 			if _, seen := groups[g]; !seen {
@@ -688,12 +729,14 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 	it := uiItem{Kind: kindGroup, KindLabel: kindLabels[kindGroup], Name: group, Path: itemPath(kindGroup, group),
 		Queue: []uiWaiter{}, Candidates: []uiCandidate{}}
 	a := shards.AssignmentOf(group, blobs, nil)
-	g := &uiGroup{PlanKnown: a.PlanKnown, Note: a.Note, Members: []uiMember{}, Shards: []uiShard{}, Moves: []uiMove{}}
+	g := &uiGroup{PlanKnown: a.PlanKnown, Note: a.Note, Members: []uiMember{}, Shards: []uiShard{}, Moves: []uiMove{},
+		ByLoad: a.ByLoad, Level: a.Level, Hot: a.Hot}
+	why := map[string]string{} // shard → why its latest term began by a hand-on
 	live := map[string]bool{}
 	for i, mb := range a.Members {
 		live[mb.Name] = true
 		g.Members = append(g.Members, uiMember{Name: mb.Name, Colour: i, Weight: mb.Weight, Owns: mb.Owns, Share: mb.Share,
-			Joined: uiTime(mb.Joined), Suspect: mb.Suspect})
+			Joined: uiTime(mb.Joined), Suspect: mb.Suspect, Load: mb.Load})
 	}
 	for _, s := range a.Shards {
 		owner := s.Owner
@@ -705,7 +748,11 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 			st = "available"
 		}
 		g.Shards = append(g.Shards, uiShard{Name: s.Name, State: blobState(azlease.Status{State: st}), Owner: s.Owner, Epoch: s.Epoch,
-			Since: uiTime(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Misplaced: a.PlanKnown && (owner != s.Planned || !live[owner])})
+			Since: uiTime(s.Since), HandingTo: s.HandingTo, Planned: s.Planned, Misplaced: a.PlanKnown && (owner != s.Planned || !live[owner]),
+			Load: s.Load, Reported: s.LoadReported, Moved: s.Moved})
+		if s.Moved != "" && s.HandingTo == "" {
+			why[s.Name] = s.Moved
+		}
 	}
 	shardsPrefix := group + "/shards/"
 	// A shard blob outside the members' list (a replica that ran with
@@ -738,6 +785,9 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 		if strings.HasPrefix(st.Name, group+"/members/") {
 			kind = kindMembership
 		}
+		if _, ok := shardSetGroup(st); ok {
+			kind = kindOther
+		}
 		it.Blobs = append(it.Blobs, toUIBlob(st, kind, it.Path))
 		if kind != kindShard {
 			continue
@@ -749,7 +799,14 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 				from = h[i+1].Holder
 			}
 			if i+1 == len(h) || from != e.Holder {
-				g.Moves = append(g.Moves, uiMove{Shard: strings.TrimPrefix(st.Name, shardsPrefix), From: from, To: e.Holder, Epoch: e.Epoch, At: uiTime(e.Acquired)})
+				mv := uiMove{Shard: strings.TrimPrefix(st.Name, shardsPrefix), From: from, To: e.Holder, Epoch: e.Epoch, At: uiTime(e.Acquired)}
+				if i == 0 && from != "" {
+					mv.Why = why[mv.Shard]
+					if mv.Why == "" {
+						mv.Why = "leave" // taken free: its owner stopped or crashed, or its lease was lost
+					}
+				}
+				g.Moves = append(g.Moves, mv)
 			}
 		}
 	}

@@ -313,11 +313,18 @@
     const g = Object.assign({}, group, { members: group.members || [], shards: group.shards || [], moves: group.moves || [] });
     const colour = {};
     for (const m of g.members) colour[m.name] = m.colour % PALETTE;
+    // Load: each cell's bar is its load against the heaviest shard's; a
+    // member's load against its capacity, as a multiple of the level.
+    const maxLoad = Math.max(0, ...g.shards.map(s => s.load || 0));
+    const fmt = v => (v || 0).toPrecision(3);
+    const perCap = m => g.by_load && g.level ? (m.load / m.weight / g.level).toFixed(2) + " × level" : "—";
     const members = g.members.map(m => el("tr", { "data-member": m.name },
       el("td", {}, el("span", { class: "swatch c" + colour[m.name] }), m.name, m.suspect ? el("span", { class: "release-not-clean" }, " (suspect: a shard's lease expired under it)") : ""),
       el("td", { class: "num" }, String(m.weight)),
       el("td", { class: "num" }, String(m.owns)),
       el("td", { class: "num" }, String(m.share)),
+      el("td", { class: "num" }, g.by_load ? fmt(m.load) : "—"),
+      el("td", { class: "num", "data-load-per-capacity": perCap(m) }, perCap(m)),
       el("td", {}, m.joined ? stamp(m.joined) : "—")));
     const cells = g.shards.map(s => {
       const c = s.owner ? (s.owner in colour ? "c" + colour[s.owner] : "c11") : "free";
@@ -327,12 +334,18 @@
       if (s.owner && !(s.owner in colour)) notes.push("owner not a member");
       if (s.outside) notes.push("not in the members' shard list: no replica plans it");
       else if (s.misplaced) notes.push("misplaced: plan says " + (s.planned || "nobody"));
+      if ((g.hot || []).includes(s.name)) notes.push("alone exceeds a replica's share: split it");
+      if (s.moved) notes.push("moved: " + s.moved);
+      const heat = g.by_load && maxLoad > 0 ? (s.load || 0) / maxLoad : 0;
       return el("div", {
         class: "shard " + c + (s.misplaced ? " misplaced" : ""), "data-shard": s.name, "data-owner": s.owner || "",
-        title: "shard " + s.name + ": " + (s.owner ? "owned by " + s.owner + ", epoch " + s.epoch + ", since " + stamp(s.since) : "free") + " (" + s.state + ")",
+        "data-load": g.by_load ? fmt(s.load) : "",
+        title: "shard " + s.name + ": " + (s.owner ? "owned by " + s.owner + ", epoch " + s.epoch + ", since " + stamp(s.since) : "free") + " (" + s.state + ")" +
+          (g.by_load ? ", load " + fmt(s.load) + (s.load_reported ? "" : " (not reported: the mean)") : ""),
       },
       el("span", { class: "sname" }, "shard " + s.name),
       el("span", { class: "owner" }, s.owner || "—"),
+      g.by_load ? el("span", { class: "loadbar", style: "width:" + Math.round(100 * heat) + "%" }) : "",
       el("span", { class: "note" }, notes.join("; ")));
     });
     const misplaced = g.shards.filter(s => s.misplaced);
@@ -341,23 +354,26 @@
       el("td", {}, m.shard),
       el("td", {}, m.from || "(first recorded term)"),
       el("td", {}, m.to),
-      el("td", { class: "num" }, String(m.epoch))));
+      el("td", { class: "num" }, String(m.epoch)),
+      el("td", {}, m.why || "")));
     return [
       el("p", { id: "group-state" }, groupBadge(g), " ", g.member_count + " members, " + g.shard_count + " shards, " + g.owned + " owned. " +
         (!g.plan_known ? "What the replicas plan is not known: " + (g.note || "no member publishes its shard list") + "."
           : g.balanced ? "Every shard is where the plan puts it." : g.misplaced + " shards are not where the plan puts them (free ones included).")),
       el("h2", {}, "Members"),
-      table([{ text: "member" }, { text: "weight", num: true }, { text: "owns", num: true }, { text: "share", num: true }, { text: "joined (its clock)" }], members, { id: "members" }),
+      table([{ text: "member" }, { text: "weight", num: true }, { text: "owns", num: true }, { text: "share", num: true }, { text: "load", num: true },
+        { text: "load / weight", num: true }, { text: "joined (its clock)" }], members, { id: "members" }),
       el("h2", {}, "Shards"),
-      el("p", { class: "muted" }, "Each cell: the shard, its owner (coloured as in Members, and named), and what is unusual about it. " +
-        "Shards no replica has taken yet do not exist, and are not shown."),
+      el("p", { class: "muted" }, "Each cell: the shard, its owner (coloured as in Members, and named), its load as a bar against the heaviest " +
+        "shard's (when the replicas balance by load), and what is unusual about it. Shards no replica has taken yet do not exist, and are not shown."),
       el("div", { class: "grid", id: "grid" }, ...cells),
       el("h2", {}, "Misplaced"),
       misplaced.length ? el("ul", { id: "misplaced" }, ...misplaced.map(s => el("li", {}, "shard " + s.name + ": " + (s.owner || "free") + (s.handing_to ? " → " + s.handing_to : "") + ", plan: " + (s.planned || "nobody"))))
         : el("p", { id: "misplaced" }, "None."),
       el("h2", {}, "Recent moves"),
       el("p", { class: "muted" }, "From the shards' recorded terms (each keeps its latest 8): a term whose holder is not the previous one's."),
-      moves.length ? table([{ text: "when (new owner's clock)" }, { text: "shard" }, { text: "from" }, { text: "to" }, { text: "epoch", num: true }], moves, { id: "moves" })
+      moves.length ? table([{ text: "when (new owner's clock)" }, { text: "shard" }, { text: "from" }, { text: "to" }, { text: "epoch", num: true },
+        { text: "why (join, leave, load, hot, list, zone)" }], moves, { id: "moves" })
         : el("p", {}, "None recorded."),
     ];
   }
