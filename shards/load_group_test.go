@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/shards"
 )
@@ -30,12 +29,6 @@ import (
 type loads struct {
 	mu sync.Mutex
 	v  map[string]float64
-}
-
-func (l *loads) set(s string, v float64) {
-	l.mu.Lock()
-	l.v[s] = v
-	l.mu.Unlock()
 }
 
 func (l *loads) get(s string) (float64, bool) {
@@ -288,5 +281,3 @@ func TestHotShardIsAlone(t *testing.T) {
 		o.check(t, srv, "g", names)
 	})
 }
-
-var _ = azlease.ErrStopped

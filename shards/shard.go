@@ -286,12 +286,6 @@ func (g *Group) busy(s string) bool {
 	return g.owned[s] != nil || g.acquiring[s]
 }
 
-func (g *Group) ownedState(s string) *owned {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.owned[s]
-}
-
 func (g *Group) forget(o *owned) {
 	g.mu.Lock()
 	if g.owned[o.name] == o {
