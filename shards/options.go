@@ -50,9 +50,11 @@ type Options struct {
 	// bytes of printable UTF-8, without "/".
 	Identity string
 
-	// Weight is this replica's share of the shards relative to the others':
-	// a replica of weight 2 owns twice as many as one of weight 1. Zero
-	// means 1; otherwise from 1 to 1000 (MaxWeight); negative is an error.
+	// Weight is this replica's capacity relative to the others': a
+	// replica of weight 2 owns twice the shards of one of weight 1 while
+	// the group balances by count, twice the load once it balances by load
+	// (load per capacity is what the balancer evens out). Zero means 1;
+	// otherwise from 1 to 1000 (MaxWeight); negative is an error.
 	Weight int
 
 	// LeaseDuration is the duration of the shard and membership leases, in

@@ -21,6 +21,7 @@
 //	azlease once KEY -- CMD [ARGS...]    run CMD once across every caller (--max-attempts N; --per 24h:
 //	                                     once per period, for cron on every host, --keep D)
 //	azlease shards NAME --count K -- CMD one CMD per shard this instance owns, K shards spread over every instance
+//	azlease shards-add NAME SHARD...     add shards to a running group (shards-remove removes them)
 //	azlease status NAME                  holder, epoch, history, who waits in the queue, once marker (--json, -n N, --shards)
 //	azlease watch NAME                   a line per leadership change, until interrupted
 //	azlease break NAME                   break the lease on NAME (--period D)
