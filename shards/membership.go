@@ -476,7 +476,10 @@ func (g *Group) leave() {
 	wg.Wait()
 	g.wg.Wait()
 	// The others list at their next poll, rather than at their listing
-	// interval, and take the shards released.
-	g.touch(ctx)
+	// interval, and take the shards released. Storage that does not answer
+	// must not hold up the stop: one attempt's time at most.
+	tctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
+	g.touch(tctx)
+	cancel()
 	g.cfg.log.Info("azlease/shards: left the group")
 }
