@@ -29,8 +29,8 @@ const (
 	bandStop = 1.05
 )
 
-// DefaultCooldown is how long a shard that changed hands stays where it is
-// before it may move for load.
+// DefaultCooldown is how long a shard handed on stays where it is before it
+// may move again for load.
 const DefaultCooldown = 60 * time.Second
 
 // moveBudget is the hand-ons for load allowed per round: at most max(1, 2 % of the shards) hand-ons for
@@ -51,7 +51,8 @@ type bshard struct {
 	load    float64   // its smoothed load, or the mean when not known
 	known   bool      // its load was reported
 	pending bool      // being handed on: it is not moved again
-	since   time.Time // when its owner's term began, by the owner's clock (zero: not known)
+	pinned  bool      // its work did not return in time when it was to be handed on: it stays
+	since   time.Time // when its owner's term began by a hand-on, by the owner's clock (zero: not by a hand-on): the cooldown's start
 }
 
 // balanceInput is what a replica knows after a poll.
@@ -240,7 +241,7 @@ func balance(in balanceInput) balancePlan {
 	}
 
 	movable := func(s *bshard) bool {
-		return !s.pending && (s.since.IsZero() || in.now.Sub(s.since) >= in.cooldown)
+		return !s.pending && !s.pinned && (s.since.IsZero() || in.now.Sub(s.since) >= in.cooldown)
 	}
 	add := func(s *bshard, to, reason string) {
 		p.moves = append(p.moves, move{shard: s.name, from: s.owner, to: to, reason: reason})
@@ -251,7 +252,7 @@ func balance(in balanceInput) balancePlan {
 	// that changes the lists), and hot shards not on their host, go first.
 	for _, m := range ms {
 		for _, s := range slices.Clone(held[m.name]) {
-			if !ok(s.name, m.name) && !s.pending {
+			if !ok(s.name, m.name) && !s.pending && !s.pinned {
 				if to := leastLoaded(ms, s, dedicated, ok, u, ""); to != "" {
 					add(s, to, "list")
 				}
@@ -282,9 +283,9 @@ func balance(in balanceInput) balancePlan {
 	active := map[string]bool{} // members that went above the band: they go on down to bandStop
 	// makeRoom looks, for the stuck member src, for one of its shards s and
 	// a receiver b below the level that s would take above the band, such
-	// that b's own small shards can go to other members below the level
-	// (each staying within the band) and bring b back within it: it plans
-	// those moves, then s's, and reports whether it did.
+	// that b's own small shards can go to other members (src included: a
+	// swap), each staying within the band, and bring b back within it: it
+	// plans those moves, then s's, and reports whether it did.
 	makeRoom := func(src string) bool {
 		cs := byName[src].capacity
 		for _, s := range slices.Backward(sortedByLoad(held[src])) {
@@ -312,10 +313,13 @@ func balance(in balanceInput) balancePlan {
 					}
 					to, best := "", math.Inf(1)
 					for _, c := range ms {
-						if c.name == src || c.name == b.name || dedicated[c.name] != nil || !ok(x.name, c.name) {
+						if c.name == b.name || dedicated[c.name] != nil || !ok(x.name, c.name) {
 							continue
 						}
 						v := (p.load[c.name] + extra[c.name] + x.load) / c.capacity
+						if c.name == src { // a swap: src will have handed s on
+							v = (p.load[c.name] - s.load + extra[c.name] + x.load) / c.capacity
+						}
 						if v <= bandHigh*level+1e-12 && v < best {
 							to, best = c.name, v
 						}

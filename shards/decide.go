@@ -27,6 +27,19 @@ type decision struct {
 	// ones included).
 	misplaced int
 	target    map[string]int // count plan: each member's share
+	input     balanceInput   // what the load balancer planned from (byLoad, or lists or zones)
+}
+
+// waiting is how many more hand-ons the plan would make once every
+// shard's cooldown has passed: moves that wait for it (0 for the count
+// plan, which has none).
+func (d decision) waiting() int {
+	if d.input.members == nil {
+		return 0
+	}
+	in := d.input
+	in.cooldown = 0
+	return max(0, len(balance(in).moves)-len(d.moves))
 }
 
 // imbalance is the largest load per capacity over the level, among the
@@ -47,18 +60,16 @@ func (d decision) imbalance(weights map[string]int, hosts map[string]bool) float
 
 // shardLoad is a shard's load as the listing tells it: the value its
 // owner publishes, else the one its hand-off marker carries, else the mean
-// of the owner's shards that did not fit its metadata.
+// of the owner's shards that did not fit its metadata, else (a shard taken
+// free, or free) the load its blob last carried.
 func (v view) shardLoad(s string) (float64, bool) {
 	info := v.shards[s]
 	if info.pendingTo != "" && info.hasCarried {
 		return info.carried, true
 	}
-	if !info.leased {
-		return 0, false
-	}
 	m, ok := v.members[info.holder]
-	if !ok {
-		return 0, false
+	if !info.leased || !ok {
+		return info.lastLoad, info.hasLast // free: what its blob last carried
 	}
 	if l, ok := m.loads[loadKey(s)]; ok {
 		return l, true
@@ -69,7 +80,7 @@ func (v view) shardLoad(s string) (float64, bool) {
 	if m.restN > 0 {
 		return m.restMu, true
 	}
-	return 0, false
+	return info.lastLoad, info.hasLast
 }
 
 // decide is a poll's decision on v for the group's shards. self and
@@ -161,13 +172,15 @@ func (v view) decide(set shardSet, self string, weight int, zone string, now tim
 		if b.pending {
 			inflight++
 		}
+		b.pinned = now.Before(info.pinned)
 		if info.handedIn {
-			b.since = info.since // this term began by a hand-on
+			b.since = info.since // this term began by a hand-on: its cooldown
 		}
 		bi.shards = append(bi.shards, b)
 	}
 	p := balance(bi)
 	d.owner, d.moves, d.level, d.hot = p.owner, p.moves, p.level, p.hot
+	d.input = bi
 	for _, mv := range d.moves[:min(len(d.moves), max(0, moveBudget(len(shards))-inflight))] {
 		d.round[mv.shard] = mv
 	}

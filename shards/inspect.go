@@ -55,6 +55,10 @@ type Assignment struct {
 	// Hot lists the shards whose load alone exceeds a member's share,
 	// heaviest first: each gets a member to itself, and should be split.
 	Hot []string
+	// Waiting counts the shards the plan will move once their cooldown
+	// (a minute after they changed hands) has passed: 0 when the group is
+	// settled.
+	Waiting int
 	// Added and Removed are the shards the group's registry adds and
 	// removes at run time (AddShards, RemoveShards), when Inspect read
 	// it (AssignmentOf does not).
@@ -237,6 +241,7 @@ func assignmentOf(v view, set shardSet, known bool, note string) Assignment {
 	if known {
 		p = d.owner
 		out.ByLoad, out.Level, out.Hot = d.byLoad, d.level, d.hot
+		out.Waiting = d.waiting()
 		// The replicas plan as if a shard being handed over were its
 		// successor's already (so as not to move it twice); what Inspect
 		// reports is where the shards are: one still being handed over

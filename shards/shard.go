@@ -217,8 +217,11 @@ func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 		return
 	}
 	o := &owned{name: info.name, lock: lock, meter: &loadMeter{}}
-	if info.pendingTo != "" && info.hasCarried {
+	switch {
+	case info.pendingTo != "" && info.hasCarried:
 		o.meter.carry(info.carried, time.Now())
+	case info.hasLast:
+		o.meter.carry(info.lastLoad, time.Now()) // taken free: its last known load
 	}
 	o.newContext()
 	g.mu.Lock()
@@ -359,7 +362,7 @@ func (g *Group) move(ctx context.Context, work Work, o *owned, to, reason string
 		return
 	}
 	o.end(errMoving)
-	if !g.settle(ctx, o) {
+	if !g.settleOr(ctx, o, g.pin) {
 		return
 	}
 	epoch := o.lock.Epoch()
@@ -411,8 +414,15 @@ const clearing = "\x00clearing"
 // reports whether the shard is still held and its work has returned; when
 // not, it has dealt with the shard (forgotten it, leaving an undrained
 // lease to expire).
-func (g *Group) settle(ctx context.Context, o *owned) bool {
+func (g *Group) settle(ctx context.Context, o *owned) bool { return g.settleOr(ctx, o, nil) }
+
+// settleOr is settle, calling timedOut (if not nil) before it abandons the
+// lease of a shard whose work did not return in time.
+func (g *Group) settleOr(ctx context.Context, o *owned, timedOut func(context.Context, *owned)) bool {
 	if !o.drain(g.cfg.drain) {
+		if timedOut != nil {
+			timedOut(ctx, o)
+		}
 		o.lock.Abandon()
 		g.cfg.log.Error("azlease/shards: the work of a shard did not return within DrainTimeout; leaving its lease to expire",
 			slog.String("shard", o.name), slog.Duration("drain_timeout", g.cfg.drain))
@@ -428,6 +438,28 @@ func (g *Group) settle(ctx context.Context, o *owned) bool {
 		return false
 	}
 	return true
+}
+
+// pinTime is how long a shard whose work did not return in time when it
+// was to be handed on stays where it is (see pin).
+const pinTime = 10 * time.Minute
+
+// pin marks on a shard's blob, under its lease still held, that its work
+// did not return within DrainTimeout when it was to be handed on: every
+// replica then leaves it where it lands (once its lease expired, and it is
+// taken again) for pinTime rather than try again, each attempt leaving it
+// unowned for a lease duration. The mark stays on the blob across terms
+// (it is the group's metadata, which a new term keeps) until it passes.
+func (g *Group) pin(ctx context.Context, o *owned) {
+	pctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	md := map[string]string{metaPinned: strconv.FormatInt(time.Now().Add(pinTime).UnixMilli(), 10)}
+	if v, ok := o.meter.value(time.Now()); ok {
+		md[metaLoad] = encodeLoad(v) // for whoever takes it once its lease expired
+	}
+	if err := o.lock.SetMetadata(pctx, md); err != nil {
+		g.cfg.log.Debug("azlease/shards: could not pin a shard whose work did not return", slog.String("shard", o.name), slog.Any("error", err))
+	}
 }
 
 // dropLost forgets a shard whose lease was lost.

@@ -413,7 +413,11 @@ func runSim(t *testing.T, sc simScenario) simResult {
 		// 10 s): the group is looked at a minute and a half after the calm.
 		k, live := len(w.current()), max(len(want), 1)
 		rounds := (k/live + 1 + max(1, k/50) - 1) / max(1, k/50)
-		res.bound += time.Duration(rounds)*(2*P+maxDrain+time.Second) + 90*time.Second
+		round := 2*P + maxDrain + time.Second
+		if sc.slowDrains {
+			round += sc.lease // a hand-off whose drain times out leaves the lease to expire
+		}
+		res.bound += time.Duration(rounds)*round + DefaultCooldownForSim + 90*time.Second
 		settle = 90 * time.Second
 		time.Sleep(settle)
 	}
@@ -468,6 +472,10 @@ func runSim(t *testing.T, sc simScenario) simResult {
 	}
 	return res
 }
+
+// DefaultCooldownForSim is the cooldown a load-balanced group's last moves
+// may wait for after the calm.
+const DefaultCooldownForSim = shards.DefaultCooldown
 
 // countWindow counts the terms begun, and the runs restarted within a
 // term, from since to until.

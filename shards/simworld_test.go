@@ -452,6 +452,9 @@ func (w *simWorld) balance(want map[string]*simReplica) (bool, string) {
 	if a.Misplaced != 0 {
 		return false, fmt.Sprintf("%d misplaced", a.Misplaced)
 	}
+	if a.Waiting != 0 {
+		return false, fmt.Sprintf("%d shards wait for their cooldown to move", a.Waiting)
+	}
 	seen := 0
 	for _, m := range a.Members {
 		switch {

@@ -33,6 +33,9 @@ const (
 	metaLoad  = "shardload"  // the shard's smoothed load as it was handed on (encodeLoad), for the receiver to start from
 	metaWhy   = "shardwhy"   // why it was handed on: join, load, hot, zone, list
 	metaGone  = "shardgone"  // its blob was cleared after the shard was removed
+	// until when (Unix ms) it stays where it is: its work did not return
+	// within DrainTimeout when it was to be handed on
+	metaPinned = "shardpinned"
 )
 
 // memberInfo is a live member as listed.
@@ -68,8 +71,13 @@ type shardInfo struct {
 	// handedIn is true when the latest term began by a hand-on: its
 	// holder is the receiver the marker of the term before names.
 	handedIn bool
-	why      string // the marker's reason
-	gone     bool   // cleared after the shard was removed (see RemoveShards)
+	why      string    // the marker's reason
+	gone     bool      // cleared after the shard was removed (see RemoveShards)
+	pinned   time.Time // it stays where it is until then (see Group.pin)
+	// lastLoad is the load the blob last carried (a hand-off's marker, or
+	// a pin), whatever term wrote it: a free shard's best guess.
+	lastLoad float64
+	hasLast  bool
 	// st is the shard's blob as listed, for an acquisition that follows
 	// (Lease.HoldAfter); zero when it does not exist.
 	st azlease.Status
@@ -139,6 +147,10 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 		case strings.HasPrefix(st.Name, names.shardsPrefix()):
 			s := shardInfo{name: strings.TrimPrefix(st.Name, names.shardsPrefix()), state: st.State, leased: st.Leased,
 				gone: st.Metadata[metaGone] != "", st: st}
+			if ms, err := strconv.ParseInt(st.Metadata[metaPinned], 10, 64); err == nil {
+				s.pinned = time.UnixMilli(ms)
+			}
+			s.lastLoad, s.hasLast = decodeLoad(st.Metadata[metaLoad])
 			if st.Err == nil {
 				s.holder, s.epoch, s.since = st.Holder, st.Epoch, st.Acquired
 				to, _ := url.QueryUnescape(st.Metadata[metaTo])
