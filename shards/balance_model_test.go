@@ -621,33 +621,42 @@ func TestLoadBalancerModel(t *testing.T) {
 				quantileD(jumps, 0.5), quantileD(jumps, 0.99), quantileI(jumpMoves, 0.9), quantileI(over, 0.9), quantileI(small, 0.9))
 			t.Log(line)
 			report = append(report, line)
+			// A target missed fails the test, or, when the model writes the
+			// benchmark's report (make bench), is said there.
+			miss := func(format string, args ...any) {
+				if os.Getenv("AZLEASE_MODEL_REPORT") != "" {
+					report = append(report, "  target missed: "+fmt.Sprintf(format, args...))
+					return
+				}
+				t.Errorf(format, args...)
+			}
 			if w := slices.Max(p99s); w > 1.10 {
-				t.Errorf("steady max/mean p99 %.3f > 1.10", w)
+				miss("steady max/mean p99 %.3f > 1.10", w)
 			}
 			if backForth > 0 {
-				t.Errorf("%d moves back and forth under noise", backForth)
+				miss("%d moves back and forth under noise", backForth)
 			}
 			if float64(sumMoves) > 1.3*float64(sumGreedy) {
-				t.Errorf("%d moves to converge, %d for the offline greedy: more than 1.3 ×", sumMoves, sumGreedy)
+				miss("%d moves to converge, %d for the offline greedy: more than 1.3 ×", sumMoves, sumGreedy)
 			}
 			if len(jumps) < 20 {
 				t.Logf("%d seeds: the quantile targets (jump reaction and moves) are checked with 20 or more (AZLEASE_MODEL_SEEDS)", len(jumps))
 				return
 			}
 			if q := quantileD(jumps, 0.5); q > 30*time.Second || q < 0 {
-				t.Errorf("jump back p50 %v > 30 s", q)
+				miss("jump back p50 %v > 30 s", q)
 			}
 			if q := quantileD(jumps, 0.99); q > 60*time.Second || q < 0 {
-				t.Errorf("jump back p99 %v > 60 s", q)
+				miss("jump back p99 %v > 60 s", q)
 			}
 			// A heavy shard's jump needs more than 3 moves whoever makes
 			// them (the offline greedy's p90 is about 11): the target holds
 			// where 3 suffice, and no more than the greedy's elsewhere.
 			if q := quantileI(small, 0.9); q > 3 {
-				t.Errorf("jump moves p90 %d > 3 where the offline greedy needs 3 or fewer", q)
+				miss("jump moves p90 %d > 3 where the offline greedy needs 3 or fewer", q)
 			}
 			if q := quantileI(over, 0.9); q > 1 {
-				t.Errorf("jump moves p90 %+d beyond the offline greedy's", q)
+				miss("jump moves p90 %+d beyond the offline greedy's", q)
 			}
 		})
 	}
