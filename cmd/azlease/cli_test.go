@@ -49,6 +49,10 @@ func TestUsageErrors(t *testing.T) {
 		{"bad lock name", &world{t: t, conn: conn, container: "usage", dir: t.TempDir()}, []string{"lock", "x/", "--", "true"}, exitUsage, "invalid NAME"},
 		{"kill-after too long", noConn, []string{"lead", "--kill-after", "10s", "x", "--", "true"}, exitUsage, "invalid --kill-after 10s with --lease-duration 15s: at most 4.25s"},
 		{"kill-after fits a longer lease", noConn, []string{"lead", "--kill-after", "10s", "--lease-duration", "30s", "x", "--", "true"}, exitUsage, "AZURE_STORAGE_CONNECTION_STRING"},
+		// shards' own lease default is 60 s; a --lease-duration given on its
+		// line is the one its stop timing is checked against.
+		{"shards kill-after too long for its lease", noConn, []string{"shards", "--kill-after", "10s", "--lease-duration", "15s", "x", "--count", "1", "--", "true"}, exitUsage, "invalid --kill-after 10s with --lease-duration 15s: at most 4.25s"},
+		{"shards kill-after fits its 60s default", noConn, []string{"shards", "--kill-after", "20s", "x", "--count", "1", "--", "true"}, exitUsage, "AZURE_STORAGE_CONNECTION_STRING"},
 		{"poll interval zero", noConn, []string{"lock", "--poll-interval", "0s", "x", "--", "true"}, exitUsage, "invalid --poll-interval 0s"},
 		{"timeout zero", noConn, []string{"lock", "--timeout", "0s", "x", "--", "true"}, exitUsage, "invalid --timeout 0s"},
 		{"no slots", noConn, []string{"lock", "-n", "0", "x", "--", "true"}, exitUsage, "invalid -n 0"},

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/shards"
 )
 
 // The groups of shared flags. A command takes the flags its entry in
@@ -32,18 +33,22 @@ var (
 // here takes the connection flags (TestHelpFitsAScreen insists every
 // command has an entry).
 var sharedFlags = map[string][]string{
-	"lock":       slices.Concat(connectionFlags, holderFlags, runFlags),
-	"lead":       slices.Concat(connectionFlags, holderFlags, runFlags),
-	"once":       slices.Concat(connectionFlags, holderFlags, runFlags),
-	"shards":     slices.Concat(connectionFlags, holderFlags, runFlags),
-	"status":     connectionFlags,
-	"watch":      connectionFlags, // and a --poll-interval of its own
-	"ui":         connectionFlags,
-	"break":      connectionFlags,
-	"yield":      slices.Concat(connectionFlags, []string{"identity"}),                   // who asks, in the request
-	"reset-once": slices.Concat(connectionFlags, []string{"identity", "lease-duration"}), // it holds the key's lease
-	"emulator":   nil,
-	"version":    nil,
+	"lock":   slices.Concat(connectionFlags, holderFlags, runFlags),
+	"lead":   slices.Concat(connectionFlags, holderFlags, runFlags),
+	"once":   slices.Concat(connectionFlags, holderFlags, runFlags),
+	"shards": slices.Concat(connectionFlags, holderFlags, runFlags),
+	// shards-add, shards-remove: one conditional write of the registry,
+	// as whoever runs them; no lease held, nothing run.
+	"shards-add":    connectionFlags,
+	"shards-remove": connectionFlags,
+	"status":        connectionFlags,
+	"watch":         connectionFlags, // and a --poll-interval of its own
+	"ui":            connectionFlags,
+	"break":         connectionFlags,
+	"yield":         slices.Concat(connectionFlags, []string{"identity"}),                   // who asks, in the request
+	"reset-once":    slices.Concat(connectionFlags, []string{"identity", "lease-duration"}), // it holds the key's lease
+	"emulator":      nil,
+	"version":       nil,
 }
 
 // groupAnnotation marks a shared flag with its group, for the usage text
@@ -98,6 +103,12 @@ func (g *globals) addFlags(c *cobra.Command, names []string) {
 		case "lease-duration":
 			group = groupHolder
 			f.DurationVar(&g.leaseDuration, name, azlease.DefaultDuration, "15s to 60s; a crashed holder blocks others this long")
+			if c.Name() == "shards" {
+				// Its default is the group's (shards.DefaultLeaseDuration);
+				// the variable every command shares keeps the library's, so
+				// the command reads it only when the flag was given.
+				f.Lookup(name).DefValue = shards.DefaultLeaseDuration.String()
+			}
 		case "poll-interval":
 			group = groupHolder
 			f.DurationVar(&g.pollInterval, name, 0, "how often a waiter looks again, 100ms to 1h (default "+pollDefaults[c.Name()]+")")

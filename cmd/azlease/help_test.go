@@ -30,18 +30,20 @@ var helpExempt = map[string]bool{"shards": true}
 // wantShared is which shared flags each command takes: those whose value it
 // uses, and no other.
 var wantShared = map[string][]string{
-	"lock":       {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
-	"lead":       {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
-	"once":       {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
-	"shards":     {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
-	"status":     {"connection-string", "account-url", "sas-url", "container", "log-level"},
-	"watch":      {"connection-string", "account-url", "sas-url", "container", "log-level"}, // its --poll-interval is its own
-	"ui":         {"connection-string", "account-url", "sas-url", "container", "log-level"},
-	"break":      {"connection-string", "account-url", "sas-url", "container", "log-level"},
-	"yield":      {"connection-string", "account-url", "sas-url", "container", "log-level", "identity"},
-	"reset-once": {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration"},
-	"emulator":   nil,
-	"version":    nil,
+	"lock":          {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
+	"lead":          {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
+	"once":          {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
+	"shards":        {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration", "poll-interval", "kill-after"},
+	"shards-add":    {"connection-string", "account-url", "sas-url", "container", "log-level"},
+	"shards-remove": {"connection-string", "account-url", "sas-url", "container", "log-level"},
+	"status":        {"connection-string", "account-url", "sas-url", "container", "log-level"},
+	"watch":         {"connection-string", "account-url", "sas-url", "container", "log-level"}, // its --poll-interval is its own
+	"ui":            {"connection-string", "account-url", "sas-url", "container", "log-level"},
+	"break":         {"connection-string", "account-url", "sas-url", "container", "log-level"},
+	"yield":         {"connection-string", "account-url", "sas-url", "container", "log-level", "identity"},
+	"reset-once":    {"connection-string", "account-url", "sas-url", "container", "log-level", "identity", "lease-duration"},
+	"emulator":      nil,
+	"version":       nil,
 }
 
 // sampleValue is a valid value for each shared flag.

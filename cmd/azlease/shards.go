@@ -102,8 +102,11 @@ and a shard lost or moved, never end it.
   azlease status orders --shards`,
 		Args: dashArgs("group name"),
 		RunE: func(c *cobra.Command, args []string) error {
+			// The shared --lease-duration variable holds the library's
+			// 15 s default (every command registers it); shards' own
+			// default is 60 s, so only a value given on its line counts.
 			lease := shards.DefaultLeaseDuration
-			if c.Root().PersistentFlags().Changed("lease-duration") {
+			if c.Flags().Changed("lease-duration") {
 				lease = g.leaseDuration
 			}
 			if err := checkStopTiming(lease, g.killAfter); err != nil {
