@@ -107,7 +107,7 @@ func (g *globals) addFlags(c *cobra.Command, names []string) {
 				// Its default is the group's (shards.DefaultLeaseDuration);
 				// the variable every command shares keeps the library's, so
 				// the command reads it only when the flag was given.
-				f.Lookup(name).DefValue = shards.DefaultLeaseDuration.String()
+				f.Lookup(name).DefValue = fmt.Sprintf("%ds", int(shards.DefaultLeaseDuration.Seconds()))
 			}
 		case "poll-interval":
 			group = groupHolder

@@ -21,12 +21,6 @@ const (
 	rootHelpLines = 40 // the root lists every command and the connection flags
 )
 
-// helpExempt are the commands whose help is not held to the limits yet.
-// TODO(issue 33): the shards helper rewrites cmd/azlease/shards.go in the
-// new style; remove "shards" (and add shards-add and shards-remove to
-// sharedFlags) when that lands.
-var helpExempt = map[string]bool{"shards": true}
-
 // wantShared is which shared flags each command takes: those whose value it
 // uses, and no other.
 var wantShared = map[string][]string{
@@ -107,12 +101,10 @@ func TestHelpFitsAScreen(t *testing.T) {
 			want, ok := wantShared[name]
 			require.True(t, ok, "wantShared names the shared flags %s takes", name)
 			text := help(t, name)
-			if !helpExempt[name] {
-				lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
-				assert.LessOrEqual(t, len(lines), helpLines, "azlease %s --help:\n%s", name, text)
-				for _, l := range lines {
-					assert.LessOrEqual(t, len([]rune(l)), helpColumns, "azlease %s --help: a line too wide:\n%s", name, l)
-				}
+			lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+			assert.LessOrEqual(t, len(lines), helpLines, "azlease %s --help:\n%s", name, text)
+			for _, l := range lines {
+				assert.LessOrEqual(t, len([]rune(l)), helpColumns, "azlease %s --help: a line too wide:\n%s", name, l)
 			}
 			listed := helpFlags(text)
 			var own []string

@@ -35,71 +35,17 @@ func newShardsCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "shards NAME --count K -- CMD [ARGS...]",
 		Short: "Spread K shards over every instance running this; run CMD once per shard this instance owns",
-		Long: `Join the shard group NAME with every other 'azlease shards NAME': the K shards
-(0 to K-1) are spread over the instances, each shard owned by at most one
-instance at a time, and spread again when instances come and go. For each shard
-this instance owns, CMD runs with AZLEASE_SHARD (the shard's number, or the
-name 'azlease shards-add' gave it), AZLEASE_EPOCH (its fencing epoch: it grows
-from owner to owner of the shard), AZLEASE_NAME, AZLEASE_IDENTITY and
-AZLEASE_LOAD_FILE.
-
-Load: CMD may write its shard's load (a rate in any unit, the same for every
-shard: requests/s, messages/s) as a number into the file AZLEASE_LOAD_FILE
-names, as often as it likes; azlease reads it every second. Once any shard
-reports a load, the group balances load per capacity (--weight) rather than
-shard counts; a shard that reports nothing counts as the mean of those that
-do. Without loads, shares are floor or ceil of K × weight / total weight.
-Either way a shard stays where it is unless its owner is over its share (or
-over 1.10 × its share of the load), so a joining instance takes only the
-minimum, at most 2 % of the shards move per poll, and a shard moved stays a
-minute. A shard whose load alone exceeds an instance's share runs alone, and
-'azlease status NAME --shards' says to split it.
-
-To move a shard, its owner stops its CMD (SIGTERM, SIGKILL after --kill-after),
-waits for it to exit, and hands the shard's lease to the new owner, which
-starts its own CMD: never two CMDs for one shard at once. Every instance looks
-at the group every --poll-interval (2s, one request) and lists it (one more)
-when something changed, and at least every 15s. The leases last 60s by
-default (--lease-duration): a crashed instance's shards are taken over after
-about that. Shards can be added and removed while the group runs:
-'azlease shards-add NAME SHARD...', 'azlease shards-remove NAME SHARD...'.
-
-Each CMD runs under the stop rules of 'azlease lead' (see 'azlease lead --help'):
-if no renewal has moved the shard lease's validity deadline on, its process
-group gets SIGTERM at the deadline minus --kill-after minus 1 s and SIGKILL 1 s
-before it, from a guardian process that acts even while azlease is paused, and
-at once if azlease dies. A CMD that exits while its shard is still owned is
-started again after a pause (1 s, doubling up to a minute while it keeps
-exiting at once).
-
-A shard's trouble stays with that shard: when its lease is lost, or moves while
-its CMD starts, or its renewals stall until the stop point (CMD is stopped at
-the deadline minus --kill-after minus 1 s), only that shard's CMD stops; CMD is
-started again in that shard's term only once a renewal has moved its deadline
-on (never in a term past its stop point), or by the shard's next owner.
-
-SIGINT, SIGTERM and SIGHUP stop every CMD (SIGKILL --kill-after later), release
-the shards so that the others take them at their next poll, and end azlease
-with 128+N.
-
-Exit statuses: azlease shards runs until a signal stops it; a CMD that exits,
-and a shard lost or moved, never end it.
-  128+N    stopped by signal N (after stopping every CMD and releasing the shards)
-  64       usage: bad flags or arguments, no or invalid connection settings
-  69       storage unreachable, or failing for too long, at the start
-  70       internal: a guardian process died (every CMD is stopped)
-  77       storage refused: authentication, or a role or SAS that may not lease and
-           write blobs (the line names what was refused)
-  126/127  CMD could not be run / was not found (every CMD is stopped)`,
-		Example: `  # Four consumers of a 32-partition queue, one process per partition; run the
-  # same line on every host or pod:
-  azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD" --epoch "$AZLEASE_EPOCH"
-
-  # Report load: the command writes its rate into the file azlease names.
-  azlease shards orders --count 32 -- sh -c 'while :; do consume-batch "$AZLEASE_SHARD" > "$AZLEASE_LOAD_FILE"; done'
-
-  # Who owns what, with loads:
-  azlease status orders --shards`,
+		Long: `Join the shard group NAME with every other 'azlease shards NAME': the shards 0
+to K-1, and those 'azlease shards-add' adds, are spread over the instances, by
+load once CMD reports one, each owned by at most one instance at a time. For each
+shard this instance owns, CMD runs with AZLEASE_SHARD, AZLEASE_EPOCH (it grows
+from owner to owner), AZLEASE_NAME, AZLEASE_IDENTITY and AZLEASE_LOAD_FILE (write
+the shard's load there: a rate, any unit). A shard moves only once its CMD has
+exited; CMD is killed before its lease can pass on, as for lead. Loads, moves,
+crash timing, cost, exit statuses: docs/command.md#shards.`,
+		Example: `  azlease shards orders --count 32 -- ./consume --partition "$AZLEASE_SHARD"
+  azlease shards orders --count 32 -- sh -c 'work "$AZLEASE_SHARD" > "$AZLEASE_LOAD_FILE"'
+  azlease status orders --shards    # owners, loads, hot shards`,
 		Args: dashArgs("group name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			// The shared --lease-duration variable holds the library's
@@ -124,10 +70,10 @@ and a shard lost or moved, never end it.
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&count, "count", 0, "the number of shards, K (instances of a rolling deploy may give different counts: each runs only its own)")
-	f.IntVar(&weight, "weight", 1, "this instance's capacity relative to the others' (2: twice the shards, or twice the load)")
-	f.StringVar(&zone, "zone", "", "this instance's failure domain (availability zone): each zone's load is kept within 10 % of its capacity's share")
-	f.IntVar(&maxMoves, "max-moves", 0, "hand at most this many shards to others per poll (0: no limit)")
+	f.IntVar(&count, "count", 0, "K: the shards 0 to K-1, at most 4096 (may differ in a deploy)")
+	f.IntVar(&weight, "weight", 1, "this instance's capacity, 1 to 1000; 2: twice the load")
+	f.StringVar(&zone, "zone", "", "failure domain: each zone keeps its capacity's share of load")
+	f.IntVar(&maxMoves, "max-moves", 0, "hand at most this many shards on per poll (0: no limit)")
 	_ = c.MarkFlagRequired("count")
 	return c
 }
