@@ -69,8 +69,10 @@
 // hand-overs, priority, yields), fair-locks.md (the queue, hand-off and
 // unsticking), run-once.md (DoOnce's marker and settling), once-per-tick.md
 // (scheduled jobs, Retention), many-leases.md (the renewal scheduler and
-// connections) and shards.md. The README covers the command, operating
-// (logs, health, metrics and tracing) and costs.
+// connections) and shards.md (package shards: balancing by load, shard
+// sets that change, the beacon, cold start with Lease.HoldAfter, cost).
+// The README covers the command, operating (logs, health, metrics and
+// tracing) and costs.
 //
 // # Metrics, logs and testing
 //

@@ -34,7 +34,21 @@ import (
 // with an error.
 type Work func(ctx context.Context, s *Shard) error
 
-// Shard is a shard owned by this replica, for one term of its lease.
+// Shard is a shard owned by this replica, for one term of its lease: Work
+// receives one per term, valid while its context is.
+//
+// Guaranteed: Term's epoch is larger than that of every earlier owner of
+// the same shard, and Term.Write fails once a newer term exists, so state
+// written through it is never overwritten by a former owner. The load
+// reported with SetLoad goes with the shard when it moves.
+//
+// Cost: SetLoad and Load are local (no request); the smoothed loads reach
+// storage with the replica's membership, at most every 10 s, or at once
+// when this replica's total moves by 3 %.
+//
+// Watch for: a Shard kept after its Work returned speaks for an ended term
+// (Term.Valid is false). The zero value and nil are safe: SetLoad does
+// nothing and Load reports none.
 type Shard struct {
 	// Name is the shard's name, as given to New.
 	Name string
@@ -76,9 +90,23 @@ func (s *Shard) Load() (float64, bool) {
 }
 
 // Group is one replica of a shard group: the shards of a named group are
-// spread over every replica running a Group with the same name and shard
-// list, each shard owned by at most one replica at a time. See the package
-// documentation.
+// spread over every replica running a Group with the same name, by count or
+// by load per capacity, and Work runs once per shard this replica owns.
+//
+// Guaranteed: a shard is owned by at most one replica at a time (Azure
+// enforces its lease); its Work's context ends by the lease's validity
+// deadline; it moves only by its owner's Change Lease after Work returned,
+// never free in between; its epoch grows from owner to owner.
+//
+// Cost: per replica, a request every poll, a listing when the group changed
+// and every ListInterval, and a renewal of its membership and each owned
+// shard every third of LeaseDuration (about $28 a month for 256 shards on
+// 8 replicas with the defaults; the package documentation has the terms).
+//
+// Watch for: Work that ignores its context (the shard is then left to
+// expire after DrainTimeout, not handed on), identities reused by two live
+// replicas, and static lists given in different orders. The zero value and
+// a nil *Group return an error wrapping [azlease.ErrNotInitialized].
 type Group struct {
 	cc     *container.Client
 	names  leaseNames

@@ -20,7 +20,22 @@ import (
 	"github.com/azlease/azlease"
 )
 
-// Assignment is a group as one listing shows it.
+// Assignment is a group as one listing shows it, for operators and
+// dashboards ('azlease status --shards', 'azlease ui'): who is a member,
+// who owns which shard since when, the loads, and where the replicas' plan
+// puts each shard.
+//
+// Guaranteed: owners and epochs are Azure's lease states at the listing;
+// the plan is the one the replicas compute from that listing, when
+// PlanKnown. Not guaranteed: that it is still so a moment later (the group
+// may have moved on), nor clocks: times are the writers' own.
+//
+// Cost: one List Blobs request per 5,000 blobs (Inspect), plus reads of
+// the registry and the static lists once the set changed at run time;
+// read access only. AssignmentOf makes no request.
+//
+// Watch for: PlanKnown false (Note says why): Planned, Share and
+// Misplaced are then zero, not "nothing to do".
 type Assignment struct {
 	// Members are the live replicas, by name.
 	Members []MemberStatus
@@ -69,9 +84,14 @@ type Assignment struct {
 // puts it.
 func (a Assignment) Balanced() bool { return a.PlanKnown && a.Misplaced == 0 }
 
-// MemberStatus is a live replica.
+// MemberStatus is a live replica of the group (its membership lease held
+// at the listing), as its membership's metadata describes it. A replica
+// that crashed stays listed until its membership expires (within a lease
+// duration); Suspect flags it sooner.
 type MemberStatus struct {
-	Name   string
+	// Name is the replica's Options.Identity.
+	Name string
+	// Weight is its capacity (Options.Weight), 1 to MaxWeight.
 	Weight int
 	// Joined is when it joined, by its own clock; for display.
 	Joined time.Time
@@ -91,8 +111,11 @@ type MemberStatus struct {
 	Load float64
 }
 
-// ShardStatus is one shard.
+// ShardStatus is one shard of the group at the listing: its lease's state
+// and owner, its term, the hand-off under way if any, where the plan puts
+// it and its load. A shard never taken has State "" and no owner.
 type ShardStatus struct {
+	// Name is the shard's name, as in the static lists or AddShards.
 	Name string
 	// State is Azure's lease state of the shard's blob; "" when the blob
 	// does not exist (no replica has taken the shard yet).

@@ -42,7 +42,17 @@ const (
 )
 
 // Options configures a replica of a [Group]. A nil *Options means the
-// defaults; so does the zero value of each field.
+// defaults; so does the zero value of each field. New validates every
+// field and names the one it refuses in an [azlease.OptionError]; nothing
+// invalid is corrected.
+//
+// The defaults suit most groups: a look every 2 s, a listing at least
+// every 15 s, 60 s leases (a crashed replica's shards wait about 80 s; 15 s
+// leases bring that to about 35 s for four times the renewals), capacity 1,
+// no zone, the work given its lease duration to drain. Replicas of one
+// group may differ in Identity, Weight, Zone, WarmUp and the logging;
+// they should agree on the timing (PollInterval, ListInterval,
+// LeaseDuration), which sets how fast the others notice a change.
 type Options struct {
 	// Identity names this replica in the group: its membership blob, and
 	// the holder of the shards it owns. It must be unique among the live
@@ -88,8 +98,8 @@ type Options struct {
 	// zone). At most 64 bytes of letters, digits, '.', '-' and '_'.
 	Zone string
 
-	// Jitter spreads each poll over PollInterval × (1 ± Jitter). Zero means
-	// 0.2; negative means none; at most 0.5.
+	// Jitter spreads each poll over PollInterval × (1 ± Jitter), a fraction.
+	// Zero means 0.2; negative means none; at most 0.5.
 	Jitter float64
 
 	// Settle is how long a replica that starts waits before it takes free
@@ -109,7 +119,9 @@ type Options struct {
 	DrainTimeout time.Duration
 
 	// MaxMovesPerPoll bounds how many shards this replica starts handing to
-	// others per poll. Zero means no limit; negative is an error.
+	// others per poll (a count). Zero means no limit of its own: the
+	// group's budget still holds, max(1, 2 % of the shards) handed on per
+	// round across all replicas. Negative is an error.
 	MaxMovesPerPoll int
 
 	// WarmUp, when not nil, is called with a shard's name before the shard
