@@ -20,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/azlease/azlease/azleasetest"
 	"github.com/azlease/azlease/shards"
@@ -239,7 +241,10 @@ func TestUnreportedShardsCountAsTheMean(t *testing.T) {
 
 // TestHotShardIsAlone: a shard whose load alone exceeds a replica's share
 // ends alone on its replica; Inspect names it, its owner says so once at
-// Info, and the others share the rest within the band.
+// Info, and the others share the rest within the band. The metrics say the
+// same: every replica counts one hot shard and the imbalance within the
+// band, the loads add up to the group's, and the hand-ons that made room
+// are counted with the reason "hot".
 func TestHotShardIsAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := azleasetest.NewServer(t, nil)
@@ -252,8 +257,12 @@ func TestHotShardIsAlone(t *testing.T) {
 		o := newOwners()
 		var logs syncBuffer
 		var groups []*shards.Group
+		readers := map[string]*sdkmetric.ManualReader{}
 		for _, id := range []string{"a", "b", "c"} {
-			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id,
+			readers[id] = sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(readers[id]))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, MeterProvider: mp,
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 			require.NoError(t, err)
 			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
@@ -275,6 +284,26 @@ func TestHotShardIsAlone(t *testing.T) {
 		assert.InDelta(t, 5.5, got.Level, 0.2, "the others' level: 11 over 2")
 		assert.LessOrEqual(t, imbalance(got), 1.10)
 		assert.Equal(t, 1, strings.Count(logs.String(), "shard 5 alone exceeds a replica's share: split it"), logs.String())
+
+		var total float64
+		var hotHandOns int64
+		for id, r := range readers {
+			m := shardMetrics(t, r)
+			assert.Equal(t, int64(1), m["azlease.shards.hot"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value, "%s: hot shards", id)
+			assert.Equal(t, int64(1), m["azlease.shards.capacity"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value, "%s: capacity", id)
+			imb := m["azlease.shards.imbalance"].Data.(metricdata.Gauge[float64]).DataPoints[0].Value
+			assert.True(t, imb > 0 && imb <= 1.10, "%s: imbalance %v, within the band", id, imb)
+			total += m["azlease.shards.load"].Data.(metricdata.Gauge[float64]).DataPoints[0].Value
+			if h, ok := m["azlease.shards.handons"]; ok {
+				for _, dp := range h.Data.(metricdata.Sum[int64]).DataPoints {
+					if v, ok := dp.Attributes.Value("azlease.shards.reason"); ok && v.AsString() == "hot" {
+						hotHandOns += dp.Value
+					}
+				}
+			}
+		}
+		assert.InDelta(t, 31, total, 1, "the replicas' loads add up to the group's")
+		assert.Positive(t, hotHandOns, "hand-ons to make room for the hot shard, by reason")
 		for _, g := range groups {
 			require.NoError(t, g.Stop(context.Background()))
 		}

@@ -84,3 +84,19 @@ func TestGroupMetrics(t *testing.T) {
 }
 
 func attributeKey(k string) attribute.Key { return attribute.Key(k) }
+
+// shardMetrics collects r's instruments of package shards, by name.
+func shardMetrics(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name == "github.com/azlease/azlease/shards" {
+			for _, m := range sm.Metrics {
+				out[m.Name] = m
+			}
+		}
+	}
+	return out
+}
