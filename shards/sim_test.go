@@ -199,6 +199,7 @@ type simResult struct {
 	late             map[azleasetest.Op]int
 	events           map[string]int
 	imbalance        float64       // loads: the largest load per capacity over the level once balanced
+	pinned           int           // shards pinned where they are (their work did not drain) when imbalance was read
 	last             string        // the kind of the last event before the calm
 	lastAt           time.Duration // how long before the calm it happened
 }
@@ -430,6 +431,16 @@ func runSim(t *testing.T, sc simScenario) simResult {
 		if a, err := shards.Inspect(context.Background(), w.obs, w.group, w.names); err == nil {
 			res.imbalance = imbalance(a)
 		}
+		// A shard whose work did not drain when it was to be handed on
+		// is pinned where it lands for 10 minutes (Group.pin): the band
+		// is then out of reach by design, in a seed whose work is slow.
+		if sts, err := azlease.InspectPrefix(context.Background(), w.obs, w.group+"/shards/"); err == nil {
+			for _, st := range sts {
+				if ms, err := strconv.ParseInt(st.Metadata["shardpinned"], 10, 64); err == nil && time.Now().Before(time.UnixMilli(ms)) {
+					res.pinned++
+				}
+			}
+		}
 	}
 	time.Sleep(time.Minute)
 	if ok, why := w.balance(want); !ok && res.balanced {
@@ -500,7 +511,7 @@ func TestShardsSimulation(t *testing.T) {
 	byLastEvent := map[string][]time.Duration{}
 	late := map[azleasetest.Op]int{}
 	events := map[string]int{}
-	requests, unbalanced, seedsRun := 0, 0, 0
+	requests, unbalanced, seedsRun, pinnedSeeds := 0, 0, 0, 0
 	for seed := range uint64(n) {
 		sc := newSimScenario(seed)
 		var res simResult
@@ -519,7 +530,7 @@ func TestShardsSimulation(t *testing.T) {
 			if res.stableTerms+res.stableRestarts > 0 {
 				t.Errorf("%v: %d terms begun and %d runs restarted in the minute after balance", sc, res.stableTerms, res.stableRestarts)
 			}
-			if res.imbalance > 1.10 {
+			if res.imbalance > 1.10 && res.pinned == 0 {
 				t.Errorf("%v: balanced by load at %.3f × the level, over the band (1.10)", sc, res.imbalance)
 			}
 		})
@@ -539,6 +550,9 @@ func TestShardsSimulation(t *testing.T) {
 		} else {
 			unbalanced++
 		}
+		if res.pinned > 0 {
+			pinnedSeeds++
+		}
 		requests += res.requests
 		for k, v := range res.late {
 			late[k] += v
@@ -547,8 +561,8 @@ func TestShardsSimulation(t *testing.T) {
 			events[k] += v
 		}
 	}
-	t.Logf("%d seeds: %v; %d terms, %d runs of the work, %d checkpoint reads, %d writes (%d acknowledged, %d failed); events %v; %d requests, applied late %v; balanced after the calm: %s, %d seeds not balanced",
-		seedsRun, total, total.terms, total.runs, total.reads, total.writes, total.acks, total.fail, events, requests, late, durations(balances), unbalanced)
+	t.Logf("%d seeds: %v; %d terms, %d runs of the work, %d checkpoint reads, %d writes (%d acknowledged, %d failed); events %v; %d requests, applied late %v; balanced after the calm: %s, %d seeds not balanced, %d seeds with pinned shards (the band not checked)",
+		seedsRun, total, total.terms, total.runs, total.reads, total.writes, total.acks, total.fail, events, requests, late, durations(balances), unbalanced, pinnedSeeds)
 	var lines []string
 	for _, kind := range slices.Sorted(maps.Keys(byLast)) {
 		lines = append(lines, fmt.Sprintf("  last event %-9s %s (it came %s before the calm)", kind+":", durations(byLast[kind]), durations(byLastEvent[kind])))
