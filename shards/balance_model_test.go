@@ -546,9 +546,12 @@ func quantileI(xs []int, p float64) int {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-// modelSeeds: $AZLEASE_MODEL_SEEDS, else 4 (-short: 2): each seed
-// simulates 20 minutes of a group, about a second of CPU (five with
-// -race). The figures in bench/results.md come from 200 seeds:
+// modelSeeds: $AZLEASE_MODEL_SEEDS, else 2 (-short: 1): each seed
+// simulates 20 minutes of a group for each layout of the loads, about a
+// second of CPU each (four with -race: two seeds cost make test about
+// 16 s). Its quantile targets need 20 seeds or more, so make test's run
+// checks only that the model plays and balances; the figures in
+// bench/results.md come from 200 seeds:
 //
 //	AZLEASE_MODEL_SEEDS=200 go test -run TestLoadBalancerModel -v ./shards
 func modelSeeds() int {
@@ -556,9 +559,9 @@ func modelSeeds() int {
 		return n
 	}
 	if testing.Short() {
-		return 2
+		return 1
 	}
-	return 4
+	return 2
 }
 
 // TestLoadBalancerModel plays the model for many seeds, Zipf(0.8) loads on
