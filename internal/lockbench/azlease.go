@@ -64,12 +64,20 @@ func (b *azleaseBackend) close() {
 // errCrashed is what a killed waiter's transport answers.
 var errCrashed = errors.New("lockbench: this waiter's process was killed")
 
-// countingTransport counts a waiter's requests into its backend's totals
-// and fails every request once dead.
+// errCut is what a request sent while its waiter is cut off answers when
+// its caller gives up first.
+var errCut = errors.New("lockbench: this waiter is cut off")
+
+// countingTransport counts a waiter's requests, into its own totals and its
+// backend's, fails every request once dead, and holds every request sent
+// while it is cut off until the cut ends (then sends it) or its caller gives
+// up (then it never reached the service, and failed).
 type countingTransport struct {
-	b    *azleaseBackend
-	next *http.Transport
-	dead atomic.Bool
+	b            *azleaseBackend
+	next         *http.Transport
+	dead         atomic.Bool
+	cutUntil     atomic.Int64 // unix nanoseconds; zero: not cut
+	sent, failed atomic.Int64
 }
 
 func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
@@ -77,13 +85,37 @@ func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
 		return nil, errCrashed
 	}
 	c.b.sent.Add(1)
+	c.sent.Add(1)
 	sent := time.Now()
+	if err := c.awaitCut(req.Context()); err != nil {
+		c.b.failed.Add(1)
+		c.failed.Add(1)
+		return nil, err
+	}
 	resp, err := c.next.RoundTrip(req)
 	traceRequest(c, sent, req, resp)
 	if err != nil || resp.StatusCode >= 400 {
 		c.b.failed.Add(1)
+		c.failed.Add(1)
 	}
 	return resp, err
+}
+
+// awaitCut returns when no cut is in force, or an error when ctx ends first.
+func (c *countingTransport) awaitCut(ctx context.Context) error {
+	for {
+		left := time.Until(time.Unix(0, c.cutUntil.Load()))
+		if left <= 0 {
+			return nil
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(errCut, ctx.Err())
+		}
+	}
 }
 
 func (b *azleaseBackend) newWaiter(_ context.Context, name string) (*waiter, error) {
@@ -110,6 +142,11 @@ func (b *azleaseBackend) newWaiter(_ context.Context, name string) (*waiter, err
 			kill()
 			tr.CloseIdleConnections()
 		},
+		cut: func(d time.Duration) {
+			ct.cutUntil.Store(time.Now().Add(d).UnixNano())
+			tracef("a waiter is cut off for %v", d)
+		},
+		requests: func() counts { return counts{ct.sent.Load(), ct.failed.Load()} },
 		close: func() {
 			kill()
 			tr.CloseIdleConnections()

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // locker is one waiter's lock: Lock waits until it holds the lock or ctx
@@ -30,6 +31,12 @@ type waiter struct {
 	// unlock, no lease or session revoked); a Lock in progress returns an
 	// error soon after.
 	crash func()
+	// cut cuts the waiter off from the service for d, as a network that
+	// drops everything would (its process goes on): what it sends meanwhile
+	// is lost, or arrives once the cut ends.
+	cut func(d time.Duration)
+	// requests is what this waiter's client has sent so far.
+	requests func() counts
 	// close ends the client cleanly once its Locks have returned.
 	close func()
 }
@@ -40,6 +47,8 @@ type waiter struct {
 type counts struct{ sent, failed int64 }
 
 func (c counts) minus(o counts) counts { return counts{c.sent - o.sent, c.failed - o.failed} }
+
+func (c counts) plus(o counts) counts { return counts{c.sent + o.sent, c.failed + o.failed} }
 
 // backend is a contender's service with its lock implementation.
 type backend interface {

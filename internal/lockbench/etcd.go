@@ -4,7 +4,9 @@ package main
 // on free loopback ports with its data in a temporary directory, and
 // concurrency.Mutex, each waiter on a client and session of its own. The
 // clients' gRPC interceptors count what they send: every unary RPC and
-// every message sent on a stream (a watch created, a lease kept alive).
+// every message sent on a stream (a watch created, a lease kept alive). Each
+// client reaches etcd through a loopback proxy of its own (proxy.go), which
+// can cut it off for a while.
 
 import (
 	"context"
@@ -118,59 +120,77 @@ func (b *etcdBackend) close() {
 	_ = os.RemoveAll(b.dir)
 }
 
+// etcdCounter counts one client's requests, into its own totals and its
+// backend's.
+type etcdCounter struct {
+	b            *etcdBackend
+	sent, failed atomic.Int64
+}
+
+func (c *etcdCounter) count(err error) {
+	c.b.sent.Add(1)
+	c.sent.Add(1)
+	if err != nil {
+		c.b.failed.Add(1)
+		c.failed.Add(1)
+	}
+}
+
 // unary counts each unary RPC (each attempt: it runs inside the client's
 // retry interceptor).
-func (b *etcdBackend) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	b.sent.Add(1)
+func (c *etcdCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	if err != nil {
-		b.failed.Add(1)
-	}
+	c.count(err)
 	return err
 }
 
 // stream counts each message a stream sends (a watch created or cancelled,
 // a lease keep-alive); opening the stream is not a request of its own.
-func (b *etcdBackend) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func (c *etcdCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		b.sent.Add(1)
-		b.failed.Add(1)
+		c.count(err)
 		return nil, err
 	}
-	return &countedStream{ClientStream: s, b: b}, nil
+	return &countedStream{ClientStream: s, c: c}, nil
 }
 
 type countedStream struct {
 	grpc.ClientStream
-	b *etcdBackend
+	c *etcdCounter
 }
 
 func (s *countedStream) SendMsg(m any) error {
-	s.b.sent.Add(1)
 	err := s.ClientStream.SendMsg(m)
-	if err != nil {
-		s.b.failed.Add(1)
-	}
+	s.c.count(err)
 	return err
 }
 
+// newWaiter makes a client of its own, through a proxy of its own (to cut
+// it off), and a session.
 func (b *etcdBackend) newWaiter(_ context.Context, name string) (*waiter, error) {
+	px, err := newCutProxy(b.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c := &etcdCounter{b: b}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{b.endpoint},
+		Endpoints:   []string{px.addr()},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(b.unary),
-			grpc.WithChainStreamInterceptor(b.stream),
+			grpc.WithChainUnaryInterceptor(c.unary),
+			grpc.WithChainStreamInterceptor(c.stream),
 		},
 	})
 	if err != nil {
+		px.close()
 		return nil, err
 	}
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(b.ttl))
 	if err != nil {
 		_ = cli.Close()
+		px.close()
 		return nil, err
 	}
 	m := concurrency.NewMutex(s, "/lockbench/"+name)
@@ -190,13 +210,17 @@ func (b *etcdBackend) newWaiter(_ context.Context, name string) (*waiter, error)
 			kill()
 			if closed.CompareAndSwap(false, true) {
 				_ = cli.Close()
+				px.close()
 			}
 		},
+		cut:      px.cut,
+		requests: func() counts { return counts{c.sent.Load(), c.failed.Load()} },
 		close: func() {
 			kill()
 			if closed.CompareAndSwap(false, true) {
 				_ = s.Close() // revokes the session's lease
 				_ = cli.Close()
+				px.close()
 			}
 		},
 	}, nil

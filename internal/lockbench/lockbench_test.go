@@ -37,6 +37,9 @@ func TestEveryCellHasFigures(t *testing.T) {
 		costWaiters: 3, costWindows: []costWindow{{100 * time.Millisecond, 200 * time.Millisecond}, {400 * time.Millisecond, 200 * time.Millisecond}}, costReps: 1,
 		contenders: 3, window: 300 * time.Millisecond, reps: 1,
 		etcdTTL: 2 * time.Second, // etcd's shortest with its default election timeout
+		holds:   []time.Duration{0, 20 * time.Millisecond}, holdWaiters: []int{1, 3}, handoffs: 2, longHandoffs: 1, longReps: 1,
+		standStill: 600 * time.Millisecond, passoverWaiters: 3, passoverSpacing: 20 * time.Millisecond, passoverHold: 5 * time.Millisecond,
+		deadWaiters: 5, deadSpacing: 20 * time.Millisecond, deadHold: 5 * time.Millisecond, deadCut: time.Second,
 	}
 	require.NoError(t, p.validate())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -74,8 +77,38 @@ func TestEveryCellHasFigures(t *testing.T) {
 		require.Len(t, tp.tps, p.reps, c.name)
 		assert.Len(t, tp.tps[0].acquisitions, p.contenders, c.name)
 		assert.Positive(t, tp.tps[0].elapsed, c.name)
-		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
+		for _, how := range deadHows {
 			assert.Len(t, r.cells[deadKey(c.key, how)].gaps, p.reps, "%s, %s", c.name, how)
+		}
+		for _, h := range p.holds {
+			for _, w := range p.holdWaiters {
+				ce := r.cells[holdsKey(c.key, h, w)]
+				require.Len(t, ce.holds, p.reps, "%s, holds of %v, W = %d", c.name, h, w)
+				hr := ce.holds[0]
+				assert.GreaterOrEqual(t, hr.acquisitions, p.handoffs+1, c.name)
+				assert.Len(t, hr.gaps, hr.acquisitions-1, c.name)
+				for _, g := range hr.gaps {
+					assert.Positive(t, g, "%s: the next Lock returns after the Unlock call", c.name)
+				}
+			}
+		}
+		for _, how := range standHows {
+			ce := r.cells[passoverKey(c.key, how)]
+			require.Len(t, ce.passovers, p.reps, "%s, pass-over %s", c.name, how)
+			assert.Len(t, ce.passovers[0].passedOver, p.passoverWaiters, c.name)
+			assert.Zero(t, ce.passovers[0].unserved, c.name)
+		}
+		for _, v := range queueVariants {
+			ce := r.cells[deadQueueKey(c.key, v)]
+			require.Len(t, ce.deadQueues, p.reps, "%s, dead waiters %s", c.name, v)
+			served := p.deadWaiters
+			if v == queueDead {
+				served -= 2
+			}
+			assert.Len(t, ce.deadQueues[0].gaps, served, "%s: every live waiter served once", c.name)
+			if c.key == "fair" || strings.HasPrefix(c.key, "etcd") {
+				assert.Zero(t, ce.deadQueues[0].overtakes, "%s serves the others in order", c.name)
+			}
 		}
 		assert.Contains(t, report, "| "+c.name+" | 3 | ", "its order row")
 	}
@@ -152,6 +185,78 @@ func TestFairCostFormula(t *testing.T) {
 	}
 	assert.InDelta(t, head+0.5+h10+39.0/150+renew, fairCostFormula(50), 1e-9)
 	assert.Less(t, fairCostFormula(50)-renew, 1/(0.95*0.2)+1, "issue 25's target: the head's poll rate + 1")
+}
+
+// TestHoldsArithmetic: the gaps of a holds run and the part of a hold in
+// which the waiters' requests are counted.
+func TestHoldsArithmetic(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	acqs := []holdsAcq{{got: at(0), called: at(10)}, {got: at(15), called: at(20)}, {got: at(31)}}
+	assert.Equal(t, []time.Duration{5 * time.Millisecond, 11 * time.Millisecond}, holdsGaps(acqs))
+
+	from, length := waitWindow(t0, 10*time.Minute, t0.Add(holdsSettle))
+	assert.Equal(t, t0.Add(9*time.Minute), from, "the last minute of a long hold")
+	assert.Equal(t, time.Minute, length)
+	from, length = waitWindow(t0.Add(time.Minute), 2*time.Second, t0.Add(holdsSettle))
+	assert.Equal(t, t0.Add(time.Minute), from, "the whole of a short hold")
+	assert.Equal(t, 2*time.Second, length)
+	_, length = waitWindow(t0.Add(time.Second), 2*time.Second, t0.Add(holdsSettle))
+	assert.Zero(t, length, "nothing while the queue forms")
+	_, length = waitWindow(t0.Add(time.Minute), 0, t0)
+	assert.Zero(t, length, "a zero hold has no waiting")
+
+	var p params
+	require.NoError(t, parseHolds(&p, "0, 10ms,1m", "1,50"))
+	assert.Equal(t, []time.Duration{0, 10 * time.Millisecond, time.Minute}, p.holds)
+	assert.Equal(t, []int{1, 50}, p.holdWaiters)
+	assert.Error(t, parseHolds(&params{}, "-1s", "1"))
+	assert.Error(t, parseHolds(&params{}, "1s", "0"))
+	assert.Equal(t, "0", holdLabel(0))
+	assert.Equal(t, "10ms", holdLabel(10*time.Millisecond))
+	assert.Equal(t, "10 min", holdLabel(10*time.Minute))
+	assert.Equal(t, "1m30s", holdLabel(90*time.Second))
+}
+
+// TestPassOvers: acquisitions by later askers before a waiter's first.
+func TestPassOvers(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	asked := []time.Time{at(0), at(10), at(20)}
+	// 0 is served first; 2 is passed over by 1 (asked later? no: earlier)
+	// and by 0 coming back (its second call began at 150).
+	acqs := []passAcq{
+		{who: 0, call: at(0), got: at(100)},
+		{who: 1, call: at(10), got: at(120)},
+		{who: 0, call: at(150), got: at(160)},
+		{who: 1, call: at(170), got: at(180)},
+		{who: 2, call: at(20), got: at(400)},
+	}
+	served := []time.Time{at(100), at(120), at(400)}
+	assert.Equal(t, []int{0, 0, 2}, passOvers(asked, served, acqs))
+}
+
+// TestAttributeVictims: hand-offs that pass over a victim not served yet,
+// or go to one, cost what they take beyond the ordinary gap.
+func TestAttributeVictims(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	victim := func(i int) bool { return i == 2 || i == 4 }
+	acqs := []queueAcq{
+		{who: -1, got: at(0), called: at(100)},
+		{who: 0, got: at(110), called: at(120)}, // 10 ms
+		{who: 1, got: at(130), called: at(140)}, // 10 ms
+		{who: 3, got: at(450), called: at(460)}, // passes 2 over: 310 ms
+		{who: 5, got: at(480), called: at(490)}, // passes 4 over: 20 ms
+		{who: 2, got: at(500), called: at(510)}, // to 2, back: 10 ms
+		{who: 6, got: at(522)},                  // 12 ms
+	}
+	ordinary, costs := attributeVictims(acqs, victim)
+	assert.Equal(t, 10*time.Millisecond, ordinary)
+	assert.Equal(t, []time.Duration{300 * time.Millisecond, 10 * time.Millisecond, 0}, costs)
+	dead, cut := victims(50)
+	assert.Equal(t, []int{10, 35}, dead)
+	assert.Equal(t, 20, cut)
 }
 
 // TestCostWindows: -cost-windows' START+LENGTH pairs.

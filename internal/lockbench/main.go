@@ -2,11 +2,15 @@
 // on one machine: azlease's fair Mutex (the default) and the Mutex with
 // MutexOptions.Unordered (the waiting before issue 25) on the azleasetest
 // emulator served over loopback HTTP, and etcd's concurrency.Mutex on an
-// embedded single-node etcd. Four scenarios: the order in which W queued
-// waiters are served, with the hand-off gaps; what 50 waiters cost behind
-// a holder that keeps the lock, once they have settled; throughput with 50
-// contenders and zero-length holds; and what a waiter that dies in the
-// queue costs the next one. It writes a markdown report (without a top-level heading:
+// embedded single-node etcd. Issue 25's four scenarios: the order in which
+// W queued waiters are served, with the hand-off gaps; what 50 waiters cost
+// behind a holder that keeps the lock, once they have settled; throughput
+// with 50 contenders and zero-length holds; and what a waiter that dies in
+// the queue costs the next one. Issue 35's three: holds of every length
+// (-holds: 0 to 10 min) with 1 and 50 waiters behind each holder (requests
+// while waiting, per acquisition, and the gap from the Unlock call);
+// pass-over runs after a stand-still; and dead waiters anywhere in a queue
+// of 50. It writes a markdown report (without a top-level heading:
 // `make bench` folds it into bench/results.md through internal/bench).
 //
 // It is a module of its own so that etcd never reaches azlease's go.mod:
@@ -24,6 +28,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +48,20 @@ func main() {
 	flag.DurationVar(&p.window, "window", 10*time.Second, "duration of the throughput scenario")
 	flag.IntVar(&p.reps, "reps", 3, "repetitions of every scenario")
 	flag.DurationVar(&p.etcdTTL, "etcd-ttl", 15*time.Second, "etcd sessions' TTL, whole seconds (azlease's default lease duration; etcd's default is 60 s)")
-	scenarios := flag.String("scenarios", "order,cost,throughput,dead", "scenarios to run, comma-separated (the others' tables show \"not run\")")
+	scenarios := flag.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run, comma-separated (the others' tables show \"not run\")")
+	holds := flag.String("holds", "0,10ms,100ms,1s,1m", "holds scenario: hold lengths, comma-separated (10m: about 10 minutes per contender and W)")
+	holdWaiters := flag.String("hold-waiters", "1,50", "holds scenario: waiters W behind each holder (W+1 contenders), comma-separated")
+	flag.IntVar(&p.handoffs, "handoffs", 3, "holds scenario: a run lasts -window and at least this many hand-offs (holds under a minute)")
+	flag.IntVar(&p.longHandoffs, "long-handoffs", 2, "holds scenario: the same for holds of a minute or more")
+	flag.IntVar(&p.longReps, "long-reps", 1, "holds scenario: repetitions of holds of a minute or more (at most -reps)")
+	flag.DurationVar(&p.standStill, "stand-still", 15*time.Second, "pass-over scenario: how long the first holder keeps the lock (or how long its lease outlives it)")
+	flag.IntVar(&p.passoverWaiters, "passover-waiters", 10, "pass-over scenario: waiters queued during the stand-still")
+	flag.DurationVar(&p.passoverSpacing, "passover-spacing", 100*time.Millisecond, "pass-over scenario: time between two waiters' asking")
+	flag.DurationVar(&p.passoverHold, "passover-hold", 10*time.Millisecond, "pass-over scenario: each hold after the stand-still")
+	flag.IntVar(&p.deadWaiters, "dead-waiters", 50, "dead-waiters scenario: the queue's length (at least 5)")
+	flag.DurationVar(&p.deadSpacing, "dead-spacing", 20*time.Millisecond, "dead-waiters scenario: time between two waiters' asking")
+	flag.DurationVar(&p.deadHold, "dead-hold", 10*time.Millisecond, "dead-waiters scenario: each waiter's hold once served")
+	flag.DurationVar(&p.deadCut, "dead-cut", 8*time.Second, "dead-waiters scenario: how long the third victim is cut off (less than -etcd-ttl)")
 	trace := flag.Bool("trace", false, "write every azlease request and each scenario's events to standard error")
 	flag.Parse()
 	if *trace {
@@ -54,6 +72,10 @@ func main() {
 		os.Exit(2)
 	}
 	if err := parseWindows(&p, *windows); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(2)
+	}
+	if err := parseHolds(&p, *holds, *holdWaiters); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		os.Exit(2)
 	}
@@ -94,16 +116,41 @@ func mainErr(p *params, out, waiters, only string) error {
 	return errors.Join(runErr, err)
 }
 
+// allScenarios are -scenarios' names, in the order they run.
+var allScenarios = []string{"order", "cost", "throughput", "dead", "holds", "passover", "deadq"}
+
 // parseScenarios reads -scenarios.
 func parseScenarios(p *params, spec string) error {
 	p.scenarios = map[string]bool{}
 	for _, f := range strings.Split(spec, ",") {
-		switch f = strings.TrimSpace(f); f {
-		case "order", "cost", "throughput", "dead":
-			p.scenarios[f] = true
-		default:
-			return fmt.Errorf("-scenarios: %q is none of order, cost, throughput, dead", f)
+		f = strings.TrimSpace(f)
+		if !slices.Contains(allScenarios, f) {
+			return fmt.Errorf("-scenarios: %q is none of %s", f, strings.Join(allScenarios, ", "))
 		}
+		p.scenarios[f] = true
+	}
+	return nil
+}
+
+// parseHolds reads -holds and -hold-waiters.
+func parseHolds(p *params, holds, waiters string) error {
+	for _, f := range strings.Split(holds, ",") {
+		f = strings.TrimSpace(f)
+		if f == "0" {
+			f = "0s"
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return fmt.Errorf("-holds: %q is not a hold length (0, 10ms, 1m)", f)
+		}
+		p.holds = append(p.holds, d)
+	}
+	for _, f := range strings.Split(waiters, ",") {
+		w, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || w < 1 {
+			return fmt.Errorf("-hold-waiters: %q is not a positive number", f)
+		}
+		p.holdWaiters = append(p.holdWaiters, w)
 	}
 	return nil
 }
@@ -137,6 +184,14 @@ func (p params) validate() error {
 		return errors.New("-contenders, -cost-waiters, -reps and -cost-reps must be at least 1")
 	case p.etcdTTL < time.Second || p.etcdTTL%time.Second != 0:
 		return errors.New("-etcd-ttl: whole seconds, at least 1 s")
+	case len(p.holds) == 0 || len(p.holdWaiters) == 0:
+		return errors.New("-holds, -hold-waiters: none")
+	case p.handoffs < 1 || p.longHandoffs < 1 || p.longReps < 1:
+		return errors.New("-handoffs, -long-handoffs and -long-reps must be at least 1")
+	case p.standStill <= 0 || p.passoverWaiters < 1 || p.passoverSpacing <= 0 || p.passoverHold < 0:
+		return errors.New("-stand-still, -passover-waiters and -passover-spacing must be positive, -passover-hold not negative")
+	case p.deadWaiters < 5 || p.deadSpacing <= 0 || p.deadHold < 0 || p.deadCut <= 0 || p.deadCut >= p.etcdTTL:
+		return errors.New("-dead-waiters must be at least 5, -dead-spacing and -dead-cut positive, -dead-cut under -etcd-ttl, -dead-hold not negative")
 	}
 	return nil
 }
@@ -230,7 +285,7 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					return err
 				})
 		}
-		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
+		for _, how := range deadHows {
 			if !p.runs("dead") {
 				break
 			}
@@ -240,6 +295,47 @@ func run(ctx context.Context, p params, cs []contender, log io.Writer) (*results
 					if err == nil {
 						ce.gaps = append(ce.gaps, g)
 						ce.deadCalled = append(ce.deadCalled, called)
+					}
+					return err
+				})
+		}
+		for _, h := range p.holds {
+			if !p.runs("holds") || (h >= maxWaitWindow && rep >= p.longReps) {
+				continue
+			}
+			for _, w := range p.holdWaiters {
+				each(func(c string) string { return holdsKey(c, h, w) }, fmt.Sprintf("holds of %v, %d waiting", h, w), rep,
+					func(be backend, ce *cell, name string) error {
+						hr, err := runHolds(ctx, be, name, h, w, p)
+						if err == nil {
+							ce.holds = append(ce.holds, hr)
+						}
+						return err
+					})
+			}
+		}
+		for _, how := range standHows {
+			if !p.runs("passover") {
+				break
+			}
+			each(func(c string) string { return passoverKey(c, how) }, "pass-over, stand-still "+how, rep,
+				func(be backend, ce *cell, name string) error {
+					pr, err := runPassover(ctx, be, name, how, p)
+					if err == nil {
+						ce.passovers = append(ce.passovers, pr)
+					}
+					return err
+				})
+		}
+		for _, v := range queueVariants {
+			if !p.runs("deadq") {
+				break
+			}
+			each(func(c string) string { return deadQueueKey(c, v) }, fmt.Sprintf("%d waiters, victims: %s", p.deadWaiters, v), rep,
+				func(be backend, ce *cell, name string) error {
+					dr, err := runDeadQueue(ctx, be, name, v, p)
+					if err == nil {
+						ce.deadQueues = append(ce.deadQueues, dr)
 					}
 					return err
 				})
@@ -255,8 +351,19 @@ func (r *results) keys(c string) []string {
 		ks = append(ks, orderKey(c, w))
 	}
 	ks = append(ks, costKey(c), throughputKey(c))
-	for _, how := range []string{deadNone, deadCanceled, deadKilled} {
+	for _, how := range deadHows {
 		ks = append(ks, deadKey(c, how))
+	}
+	for _, h := range r.p.holds {
+		for _, w := range r.p.holdWaiters {
+			ks = append(ks, holdsKey(c, h, w))
+		}
+	}
+	for _, how := range standHows {
+		ks = append(ks, passoverKey(c, how))
+	}
+	for _, v := range queueVariants {
+		ks = append(ks, deadQueueKey(c, v))
 	}
 	return ks
 }

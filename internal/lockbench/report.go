@@ -26,6 +26,9 @@ type cell struct {
 	gaps   []time.Duration // dead-waiter scenario: from the holder's Unlock returning
 	// deadCalled is the dead-waiter scenario's gaps from the Unlock call.
 	deadCalled []time.Duration
+	holds      []holdsRun
+	passovers  []passoverRun
+	deadQueues []deadQueueRun
 	err        error // the first error; no further repetition ran
 }
 
@@ -40,10 +43,15 @@ type results struct {
 	loadEnd    string
 }
 
-func orderKey(c string, w int) string    { return fmt.Sprintf("%s/order/%d", c, w) }
-func throughputKey(c string) string      { return c + "/throughput" }
-func costKey(c string) string            { return c + "/cost" }
-func deadKey(c, how string) string       { return c + "/dead/" + how }
+func orderKey(c string, w int) string { return fmt.Sprintf("%s/order/%d", c, w) }
+func throughputKey(c string) string   { return c + "/throughput" }
+func costKey(c string) string         { return c + "/cost" }
+func deadKey(c, how string) string    { return c + "/dead/" + how }
+func holdsKey(c string, h time.Duration, w int) string {
+	return fmt.Sprintf("%s/holds/%v/%d", c, h, w)
+}
+func passoverKey(c, how string) string   { return c + "/passover/" + how }
+func deadQueueKey(c, v string) string    { return c + "/deadq/" + v }
 func (r *results) cell(key string) *cell { return r.cells[key] }
 
 // loadAverage is the first three fields of /proc/loadavg, or "unknown".
@@ -226,7 +234,7 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "| contender | the waiter ahead | gap (Unlock returned) p50 | max | gap (Unlock called) p50 | max | cost | reps |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
 		base := r.cell(deadKey(c.key, deadNone))
-		for _, how := range []string{deadNone, deadCanceled, deadKilled} {
+		for _, how := range deadHows {
 			label := map[string]string{deadNone: "none (baseline)", deadCanceled: "cancelled", deadKilled: "killed"}[how]
 			fmt.Fprintf(&b, "| %s | %s | ", c.name, label)
 			ce := r.cell(deadKey(c.key, how))
@@ -242,6 +250,9 @@ func render(r *results) string {
 				dur(quantile(ce.deadCalled, 0.5)), dur(quantile(ce.deadCalled, 1)), cost, len(ce.gaps))
 		}
 	}
+	renderHolds(&b, r)
+	renderPassover(&b, r)
+	renderDeadQueue(&b, r)
 	return b.String()
 }
 
@@ -256,7 +267,7 @@ func (r *results) missing(c contender, ce *cell, cols int) string {
 		why = "not run"
 	case ce.err != nil:
 		why = "**error**: " + strings.ReplaceAll(ce.err.Error(), "|", "\\|")
-	case len(ce.orders)+len(ce.costs)+len(ce.tps)+len(ce.gaps) == 0:
+	case len(ce.orders)+len(ce.costs)+len(ce.tps)+len(ce.gaps)+len(ce.holds)+len(ce.passovers)+len(ce.deadQueues) == 0:
 		why = "no repetition"
 	default:
 		return ""

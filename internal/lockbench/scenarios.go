@@ -28,6 +28,33 @@ type params struct {
 	reps        int
 	etcdTTL     time.Duration   // etcd sessions' TTL (whole seconds)
 	scenarios   map[string]bool // the scenarios to run (-scenarios); nil: all
+
+	// The holds scenario (holds.go).
+	holds        []time.Duration // hold lengths H
+	holdWaiters  []int           // W: waiters behind each holder (W+1 contenders)
+	handoffs     int             // the least hand-offs of a run, holds under a minute
+	longHandoffs int             // the same for holds of a minute or more
+	longReps     int             // repetitions of holds of a minute or more (the first longReps of reps)
+
+	// The pass-over scenario (passover.go).
+	standStill      time.Duration // how long the holder keeps the lock first
+	passoverWaiters int           // N: waiters queued during the stand-still
+	passoverSpacing time.Duration // between two of them asking
+	passoverHold    time.Duration // each hold after the stand-still
+
+	// The dead-waiters scenario (deadqueue.go).
+	deadWaiters int           // W: the queue (at least 5)
+	deadSpacing time.Duration // between two waiters asking
+	deadHold    time.Duration // each waiter's hold once served
+	deadCut     time.Duration // how long the third victim is cut off
+}
+
+// handoffsFor is the least number of hand-offs a holds run of hold waits for.
+func (p params) handoffsFor(hold time.Duration) int {
+	if hold >= maxWaitWindow {
+		return p.longHandoffs
+	}
+	return p.handoffs
 }
 
 // runs says whether scenario s is to run.
@@ -328,6 +355,9 @@ const (
 	deadCanceled = "cancelled" // its Lock's ctx is cancelled (it gives up, and may clean up)
 	deadKilled   = "killed"    // its process dies: no request of it reaches the service any more
 )
+
+// deadHows are the dead-waiter scenario's ways, in table order.
+var deadHows = []string{deadNone, deadCanceled, deadKilled}
 
 // runDead: a holder takes the lock; a victim asks, spacing later the next
 // waiter asks, spacing later the victim goes away (unless how is deadNone,
