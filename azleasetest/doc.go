@@ -6,7 +6,10 @@
 // It emulates the part of the Blob service that leases need: containers,
 // block blobs with metadata and conditional writes, the Lease Blob
 // operation with the states Azure documents (available, leased, expired,
-// breaking, broken), and List Blobs. It follows Azure's documentation where
+// breaking, broken), and List Blobs; and append blobs ([OpAppendBlock],
+// with its append-position and maximum-size conditions and its limit of
+// 50,000 blocks) with ranged reads, for logs that many writers append to
+// without conflicts. It follows Azure's documentation where
 // Azurite differs; azlease's conformance tests run one table of cases
 // against both.
 //

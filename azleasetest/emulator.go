@@ -83,7 +83,8 @@ type containerState struct {
 }
 
 type blobState struct {
-	blobType     string
+	blobType     string // blockBlob or appendBlob (appendblob.go)
+	blocks       int    // an append blob's committed blocks
 	content      []byte
 	contentType  string
 	metadata     map[string]string // names as sent; looked up case-insensitively
@@ -314,6 +315,10 @@ func classify(method string, req *request) Op {
 		case http.MethodDelete:
 			return OpDeleteBlob
 		}
+	case "appendblock":
+		if method == http.MethodPut {
+			return OpAppendBlock
+		}
 	case "metadata":
 		switch method {
 		case http.MethodPut:
@@ -445,6 +450,8 @@ func (s *Server) dispatch(req *request, body []byte, now time.Time) *result {
 		return s.setMetadata(b, req, now)
 	case OpDeleteBlob:
 		return s.deleteBlob(c, b, req, now)
+	case OpAppendBlock:
+		return s.appendBlock(b, req, body, now)
 	default:
 		return s.leaseOp(b, req, now)
 	}
@@ -505,6 +512,13 @@ func (s *Server) putBlob(c *containerState, req *request, body []byte, now time.
 	if res != nil {
 		return res
 	}
+	blobType, res := s.blobTypeOf(req.Header)
+	if res != nil {
+		return res
+	}
+	if blobType == appendBlob && len(body) > 0 {
+		return s.fail(http.StatusBadRequest, "InvalidHeaderValue", "Put Blob creates an empty append blob: Content-Length must be 0")
+	}
 	b, exists := c.blobs[req.Blob]
 	if exists {
 		// Azure checks the lease before the conditions: creating a blob that
@@ -529,10 +543,7 @@ func (s *Server) putBlob(c *containerState, req *request, body []byte, now time.
 		c.blobs[req.Blob] = b
 	}
 	s.afterWrite(b, req, now)
-	b.blobType = req.Header.Get("x-ms-blob-type")
-	if b.blobType == "" {
-		b.blobType = "BlockBlob"
-	}
+	b.blobType, b.blocks = blobType, 0
 	b.content = body
 	b.contentType = req.Header.Get("x-ms-blob-content-type")
 	if b.contentType == "" {
@@ -598,12 +609,20 @@ func (s *Server) readBlob(b *blobState, req *request, now time.Time) *result {
 		h.Set("x-ms-lease-duration", lp.duration)
 	}
 	h.Set("x-ms-blob-type", b.blobType)
+	if b.blobType == appendBlob {
+		h.Set("x-ms-blob-committed-block-count", strconv.Itoa(b.blocks))
+	}
 	h.Set("Content-Type", b.contentType)
 	h.Set("Content-Length", strconv.Itoa(len(b.content)))
 	h.Set("x-ms-creation-time", b.created.UTC().Format(http.TimeFormat))
 	h.Set("Accept-Ranges", "bytes")
 	res := &result{status: http.StatusOK, header: h, applied: true}
 	if req.Op == OpGetBlob {
+		if r, ranged, bad := s.rangeOf(req.Header); bad != nil {
+			return bad
+		} else if ranged {
+			return s.serveRange(res, b.content, r)
+		}
 		res.body = append([]byte{}, b.content...)
 		if res.body == nil {
 			res.body = []byte{}
@@ -719,7 +738,13 @@ func (s *Server) hang(ctx context.Context) {
 
 // messages are Azure's texts for the codes the emulator answers.
 var messages = map[string]string{
+	"AppendPositionConditionNotMet":      "The append position condition specified was not met.",
 	"BlobAlreadyExists":                  "The specified blob already exists.",
+	"BlockCountExceedsLimit":             "The committed block count cannot exceed the maximum limit of 50,000 blocks.",
+	"InvalidBlobType":                    "The blob type is invalid for this operation.",
+	"InvalidRange":                       "The range specified is invalid for the current size of the resource.",
+	"MaxBlobSizeConditionNotMet":         "The max blob size condition specified was not met.",
+	"RequestBodyTooLarge":                "The request body is too large and exceeds the maximum permissible limit.",
 	"BlobNotFound":                       "The specified blob does not exist.",
 	"ConditionNotMet":                    "The condition specified using HTTP conditional header(s) is not met.",
 	"ContainerAlreadyExists":             "The specified container already exists.",
@@ -743,5 +768,6 @@ var messages = map[string]string{
 	"InternalError":                      "The server encountered an internal error. Please retry the request.",
 	"InvalidQueryParameterValue":         "Value for one of the query parameters specified in the request URI is invalid.",
 	"OutOfRangeQueryParameterValue":      "One of the query parameters specified in the request URI is outside the permissible range.",
+	"UnsupportedHeader":                  "One of the HTTP headers specified in the request is not supported.",
 	"UnsupportedQueryParameter":          "One of the query parameters specified in the request URI is not supported.",
 }

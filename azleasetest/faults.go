@@ -21,6 +21,7 @@ const (
 	OpGetMetadata            Op = "GetBlobMetadata"
 	OpSetMetadata            Op = "SetBlobMetadata"
 	OpDeleteBlob             Op = "DeleteBlob"
+	OpAppendBlock            Op = "AppendBlock" // appendblob.go
 	OpAcquireLease           Op = "AcquireLease"
 	OpRenewLease             Op = "RenewLease"
 	OpChangeLease            Op = "ChangeLease"
