@@ -1,0 +1,125 @@
+package timing
+
+// The look schedule of issue 35's fair locks (docs/design/fair-locks-cost.md):
+// how long a waiter of a fair lock's queue sleeps before it looks at the lock
+// again, so that the cost follows the hold. Nothing calls these yet; phase 2
+// of issue 35 replaces QueueWait, SecondWait and HandOffWait with them.
+//
+// The first in line looks often while the current hold is young (a release
+// is likely soon: short holds, a queue that moves) and rarely once it has
+// lasted (HeadLook). The others look by how far back they are, how long the
+// queue has stood still and how fast it moved when it moved (BackLook). No
+// holder ever passes a waiter over: only the waiter behind a named successor
+// does, once that successor's look is overdue by the same schedule
+// (LookPromise), so a live waiter is never passed over for sleeping as the
+// schedule told it to.
+
+import "time"
+
+// HeadHoldPlateau is the first in line's look interval between the end of
+// its early ramp and the age at which HeadLook's proportional part takes
+// over (625 ms): short enough that a hold under 100 ms is handed on within
+// about a round trip and half of it on average.
+const HeadHoldPlateau = 25 * time.Millisecond
+
+// HeadLook is how long the first in line waits before it looks at the lock
+// again, when the current hold has lasted age as it saw it (since it saw the
+// lock change hands, by its own clock: the hold is at least that old).
+// floor is the least interval (MutexOptions' floor, a few milliseconds) and
+// poll the most (PollInterval). It is floor + age/4 while that is below
+// HeadHoldPlateau, then HeadHoldPlateau until age/25 is larger, then age/25
+// (4 % of the hold) up to poll:
+//
+//	age      0    40 ms  100 ms  1 s    5 s     25 s   10 min
+//	look     5 ms 15 ms  25 ms   40 ms  200 ms  1 s    1 s      (floor 5 ms, poll 1 s)
+//
+// So the gap from a release to the next holder's look is at most 4 % of the
+// hold (plus round trips), and never more than poll; a hold of 10 minutes
+// costs the first in line 1 request a second once it is 25 s old.
+func HeadLook(age, floor, poll time.Duration) time.Duration {
+	d := min(floor+age/4, max(HeadHoldPlateau, age/25))
+	return min(max(d, floor), max(poll, floor))
+}
+
+// BackRamp is how long a waiter behind the first sleeps, by how long the
+// queue has stood still as it saw it (age): age/10 for the first 4 s (a
+// waiter that dies while a fresh queue stands for a second or two is passed
+// over within about a fifth of a second of its turn), then age/2 − 1.6 s,
+// so that the waiters far back reach their cap (3 minutes with the default
+// PollInterval) within about 6 minutes of stand-still and a queue of 50
+// behind a hold of 10 minutes costs less than 1.5 requests a second in all.
+func BackRamp(age time.Duration) time.Duration {
+	return max(age/10, age/2-1600*time.Millisecond)
+}
+
+// BackCap is the longest a waiter at position p (≥ 1) behind the first
+// sleeps: 10 × poll right behind it (it becomes the first at the next
+// hand-off), 180 × poll further back.
+func BackCap(p int, poll time.Duration) time.Duration {
+	if p <= 1 {
+		return 10 * poll
+	}
+	return 180 * poll
+}
+
+// PaceShare is the share of the time the queue needs, at its pace, to bring
+// a waiter right behind the first that the waiter sleeps through at once.
+const PaceShare = 0.8
+
+// BackLook is how long a waiter at position p (1: right behind the first)
+// sleeps before it looks again. age is how long the queue has stood still
+// as it saw it; pace is the queue's pace as the lock record publishes it
+// (the median time per hand-off over the last 8, each measured by one holder
+// on its own clock; zero while fewer are known). It is the longest of
+// BackRamp(age); p × floor (the queue cannot move faster than about a look
+// per hand-off); and, further back (p ≥ 2), PaceShare × (p − 1) × pace, most
+// of the time the queue needs to bring it right behind the first: so a
+// waiter far back in a queue that moves fast looks a few times on its way to
+// the front (once at 80 % of the way, once near, then as the first), not at
+// every move. Never less than floor, never more than BackCap(p, poll).
+func BackLook(p int, age, pace, floor, poll time.Duration) time.Duration {
+	hi := max(BackCap(p, poll), floor)
+	if time.Duration(p) > hi/max(floor, 1) {
+		return hi // (and no overflow below)
+	}
+	d := max(BackRamp(age), time.Duration(p)*floor)
+	if p >= 2 && pace > 0 {
+		ahead := float64(p-1) * float64(pace) * PaceShare
+		if ahead >= float64(hi) {
+			return hi
+		}
+		d = max(d, time.Duration(ahead))
+	}
+	return min(max(d, floor), hi)
+}
+
+// Look is the schedule at position p: HeadLook for the first in line (p =
+// 0), BackLook behind it.
+func Look(p int, age, pace, floor, poll time.Duration) time.Duration {
+	if p <= 0 {
+		return HeadLook(age, floor, poll)
+	}
+	return BackLook(p, age, pace, floor, poll)
+}
+
+// LookPromise bounds how long a live waiter named as the successor can go
+// without looking, as the waiter behind it computes it when it first sees
+// the hand-off: ages[k] is how long ago, at most, the successor came to
+// position k (0: first in line; the watcher takes the earliest instant its
+// own looks allow for each move, so that no age is shorter than the
+// successor's own). The successor may not have looked since any of those
+// moves, and so may still sleep on the schedule of any of those positions;
+// from any look at or before now, its next one comes within Look(k, ages[k],
+// …) of now (the schedule grows slower than time passes). pace is the
+// largest pace the successor can have read (the watcher takes twice the
+// largest it read itself since the successor joined: the published median
+// moves slowly). margin covers round trips and scheduling delays. The
+// watcher passes the successor over only after the hand-off has been in
+// place that long.
+func LookPromise(ages []time.Duration, pace, floor, poll, margin time.Duration) time.Duration {
+	var d time.Duration
+	for k, age := range ages {
+		d = max(d, Look(k, age, pace, floor, poll))
+	}
+	return d + margin
+}
