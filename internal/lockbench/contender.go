@@ -48,8 +48,6 @@ type counts struct{ sent, failed int64 }
 
 func (c counts) minus(o counts) counts { return counts{c.sent - o.sent, c.failed - o.failed} }
 
-func (c counts) plus(o counts) counts { return counts{c.sent + o.sent, c.failed + o.failed} }
-
 // backend is a contender's service with its lock implementation.
 type backend interface {
 	// newWaiter returns a waiter on the lock named name (a fresh name per
