@@ -63,7 +63,11 @@ func renderHolds(b *strings.Builder, r *results) {
 				if len(wait) > 0 {
 					waits, waitsPer = withRange(wait, 2), withRange(waitPer, 3)
 				}
-				fmt.Fprintf(b, "%s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", withRange(rate, 1), withRange(per, 1),
+				ratePrec := 1
+				if median(rate) < 1 {
+					ratePrec = 3 // holds of a minute or more: a few acquisitions over minutes
+				}
+				fmt.Fprintf(b, "%s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", withRange(rate, ratePrec), withRange(per, 1),
 					withRange(failed, 2), waits, waitsPer, dur(quantile(gaps, 0.5)), dur(quantile(gaps, 0.99)),
 					dur(quantile(gaps, 1)), len(gaps), len(ce.holds))
 			}
