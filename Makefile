@@ -157,9 +157,12 @@ MODEL_SEEDS ?= 200
 
 # Fair locks side by side (internal/lockbench, a module of its own: azlease's
 # fair Mutex, the Unordered one and etcd's concurrency.Mutex on an embedded
-# etcd, with and without fsync, in one run; about 40 minutes on 2 cores, 30
-# of them the cost scenario's windows, 1m+1m and 5m+2m after fifty waiters
-# asked, once per contender).
+# etcd, with and without fsync, in one run; about 40 minutes on 2 cores for
+# issue 25's scenarios, 30 of them the cost scenario's windows, 1m+1m and
+# 5m+2m after fifty waiters asked, once per contender; and about an hour more
+# for issue 35's: holds of 0 to 1 minute with 1 and 50 waiters, pass-overs
+# after a stand-still, dead waiters in a queue of 50. Holds of 10 minutes
+# take an hour of their own: -scenarios holds -holds 10m -long-handoffs 1).
 LOCKBENCH_FLAGS ?= -reps 3
 
 # Simulation figures (azlease beside a naive acquire-renew loop), what waiters
