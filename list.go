@@ -112,10 +112,30 @@ func (l *Lease) listPages(ctx context.Context, prefix string, pageLimit func(sta
 
 // listPagesAt is listPages, also returning storage's Date of the last page.
 func (l *Lease) listPagesAt(ctx context.Context, prefix string, pageLimit func(start time.Time) time.Time) ([]Status, time.Time, error) {
+	return l.listUpTo(ctx, prefix, pageLimit, 0)
+}
+
+// listFirstAt lists the first blob whose name starts with prefix, if any,
+// with one List Blobs request: a read of a blob that may not exist yet that
+// never fails with 404 (a fair lock's ticket counter, before the first
+// waiter creates it).
+func (l *Lease) listFirstAt(ctx context.Context, prefix string, limit time.Time) (Status, bool, error) {
+	sts, _, err := l.listUpTo(ctx, prefix, func(time.Time) time.Time { return limit }, 1)
+	if err != nil || len(sts) == 0 {
+		return Status{}, false, err
+	}
+	return sts[0], true, nil
+}
+
+// listUpTo is listPagesAt; with n > 0, one page of at most n blobs.
+func (l *Lease) listUpTo(ctx context.Context, prefix string, pageLimit func(start time.Time) time.Time, n int32) ([]Status, time.Time, error) {
 	var date time.Time
 	opts := &container.ListBlobsFlatOptions{
 		Include:    container.ListBlobsInclude{Metadata: true},
 		MaxResults: to.Ptr(int32(listPageSize)),
+	}
+	if n > 0 {
+		opts.MaxResults = to.Ptr(n)
 	}
 	if prefix != "" {
 		opts.Prefix = &prefix
@@ -163,7 +183,7 @@ func (l *Lease) listPagesAt(ctx context.Context, prefix string, pageLimit func(s
 			break // a container deleted during the listing has no more blobs
 		}
 		out = append(out, page...)
-		if next == nil || *next == "" {
+		if next == nil || *next == "" || n > 0 {
 			break
 		}
 		if opts.Marker != nil && *opts.Marker == *next {

@@ -166,36 +166,24 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 			md   map[string]*string
 			none bool
 		)
-		err := l.loop(ctx, "read", limit, func(actx context.Context, _ time.Time) (bool, error) {
-			props, err := q.counter.GetProperties(actx, nil)
-			switch c := classify(ctx, err); c {
-			case classOK:
-			case classNotFound:
-				none = true
-				return true, nil
-			case classTransient, classConflict:
-				return false, l.errorf("read", ErrTransient, err)
-			case classCanceled:
-				return true, err
-			default:
-				return true, l.errorf("read", ErrPermanent, err)
-			}
-			md, none = props.Metadata, false
-			if props.ETag != nil {
-				etag = *props.ETag
-			}
-			cur = 1
-			if v, ok := lookup(md, metaNextTicket); ok {
-				n, perr := strconv.ParseUint(v, 10, 64)
-				if perr != nil || n == 0 || n >= 1<<62 {
-					return true, l.errorf("read", ErrPermanent, fmt.Errorf("the queue counter's %s metadata is %q, not a ticket; delete the blob %s to start the queue again", metaNextTicket, echo(v), q.lock+queueSuffix))
-				}
-				cur = n
-			}
-			return true, nil
-		})
+		// The counter is read by listing its name (the first blob under
+		// it is the counter itself, its entries' names being longer): a
+		// counter not created yet is an empty answer, not a 404.
+		st, found, err := l.listFirstAt(ctx, q.lock+queueSuffix, limit)
 		if err != nil {
 			return 0, err
+		}
+		none = !found || st.Name != q.lock+queueSuffix
+		if !none {
+			md, etag = st.raw, st.etag
+		}
+		cur = 1
+		if v, ok := lookup(md, metaNextTicket); ok {
+			n, perr := strconv.ParseUint(v, 10, 64)
+			if perr != nil || n == 0 || n >= 1<<62 {
+				return 0, l.errorf("read", ErrPermanent, fmt.Errorf("the queue counter's %s metadata is %q, not a ticket; delete the blob %s to start the queue again", metaNextTicket, echo(v), q.lock+queueSuffix))
+			}
+			cur = n
 		}
 		ok, werr := q.advance(ctx, limit, none, cur, md, etag)
 		switch {
