@@ -28,6 +28,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -50,6 +51,67 @@ type fairLock struct {
 	unreachable func() error
 	// what names the lock in errors ("lock locks/x", "semaphore s (3 slots)").
 	what string
+	// local are the waiters of this Mutex or Semaphore value in this
+	// process, by ticket key: an Unlock that hands the lock to one of them
+	// wakes it (wake), so that it takes the lock without waiting for its
+	// next look. The queue's order decides who is handed the lock, local
+	// or not.
+	localMu sync.Mutex
+	local   map[string]chan struct{}
+}
+
+// waitLocal registers a waiter of this process under its ticket key; the
+// channel is signalled when an Unlock hands it the lock. done forgets it.
+func (f *fairLock) waitLocal(key string) (wake chan struct{}, done func()) {
+	wake = make(chan struct{}, 1)
+	f.localMu.Lock()
+	if f.local == nil {
+		f.local = map[string]chan struct{}{}
+	}
+	f.local[key] = wake
+	f.localMu.Unlock()
+	return wake, func() {
+		f.localMu.Lock()
+		delete(f.local, key)
+		f.localMu.Unlock()
+	}
+}
+
+// wake signals the waiter of this process with ticket key, if there is one
+// (it looks at once).
+func (f *fairLock) wake(key string) {
+	f.localMu.Lock()
+	defer f.localMu.Unlock()
+	if c, ok := f.local[key]; ok {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sleepWake is sleepCtx that also ends when wake is signalled (nil: never);
+// false when ctx ended.
+func sleepWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	ok, _ := sleepWoken(ctx, d, wake)
+	return ok
+}
+
+// sleepWoken is sleepWake, also reporting whether wake ended the sleep.
+func sleepWoken(ctx context.Context, d time.Duration, wake <-chan struct{}) (ok, woken bool) {
+	if wake == nil {
+		return sleepCtx(ctx, d), false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-t.C:
+		return true, false
+	case <-wake:
+		return true, true
+	}
 }
 
 // fairState is what a Lock taken through a queue knows for its Unlock.
@@ -260,13 +322,41 @@ type polling struct {
 	handing handWatch // the hand-offs to others it saw right behind the first
 	retried string    // the last hand-off to it that it tried to take more than once (takeTurn)
 	free    freeWatch // the slots it saw free behind the first (passStuck)
+	hold    holdWatch // the hold it waits behind as the first in line (head)
+	// wake is signalled when an Unlock in this process hands it the lock
+	// (fairLock.local): its sleeps between looks end at once.
+	wake <-chan struct{}
+}
+
+// holdWatch is the age of the hold the first in line waits behind, as it
+// saw it: since its first look at the slots' epochs as they are now (when
+// it saw the lock change hands, or when it came first in line, whichever
+// is later), by its own clock. That is never more than the hold's true
+// age, so the first never looks less often than timing.HeadLook allows
+// for the hold, and a holder that waits HeadLook of its own hold for it
+// (unlockFair) waits long enough.
+type holdWatch struct {
+	epochs []uint64
+	since  time.Time
+}
+
+// saw notes a look at the slots' epochs at now (a Get Blob Properties of
+// the lock, or the lock's blobs as a listing of the queue showed them; nil:
+// no look, the age only), and returns the hold's age.
+func (h *holdWatch) saw(epochs []uint64, now time.Time) time.Duration {
+	if h.since.IsZero() || (epochs != nil && !equalEpochs(h.epochs, epochs)) {
+		h.epochs, h.since = epochs, now
+	}
+	return now.Sub(h.since)
 }
 
 // wait waits in the queue until w gets the lock, ctx ends, or something
 // fails for good; last keeps the last transient failure.
 func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, error) {
+	wake, done := f.waitLocal(w.key)
+	defer done()
 	var (
-		pl     = polling{moved: time.Now()}
+		pl     = polling{moved: time.Now(), wake: wake}
 		pos    = -1
 		first  uint64 // the first waiter's ticket, at the last listing
 		marked bool
@@ -317,6 +407,13 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			continue
 		}
 		ws := v.ws
+		if v.locks != nil {
+			eps := make([]uint64, len(v.locks))
+			for i, st := range v.locks {
+				eps[i] = st.Epoch
+			}
+			pl.hold.saw(eps, time.Now())
+		}
 		p := -1
 		for _, x := range ws {
 			if x.Ticket == w.Ticket {
@@ -408,7 +505,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}
-			if !sleepCtx(ctx, d) {
+			if !sleepWake(ctx, d, pl.wake) {
 				return nil, context.Cause(ctx)
 			}
 		}
@@ -433,6 +530,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 	budget := f.slots[0].cfg.lease.duration
 	until := time.Now().Add(relistEvery)
 	var epochs []uint64
+	age := pl.hold.saw(nil, time.Now()) // the hold's age at the last look (nil: keep what it saw)
 	for time.Now().Before(until) {
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err == nil {
@@ -440,6 +538,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 			for i, st := range sts {
 				cur[i] = st.Epoch
 			}
+			age = pl.hold.saw(cur, time.Now())
 			lk, passedOver, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
 			switch {
 			case lk != nil:
@@ -473,12 +572,20 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 		if err := f.unreachable(); err != nil {
 			return nil, err
 		}
-		// Never later than HeadPollInterval: jitter only shortens it.
-		if !sleepCtx(ctx, time.Duration(float64(f.cfg.headPoll)*(1-f.cfg.jitter/2*mrand.Float64()))) {
+		// The cost follows the hold: every HeadPollInterval while the
+		// hold is young, then 4 % of its age, up to PollInterval
+		// (timing.HeadLook); jitter only shortens it.
+		if !sleepWake(ctx, time.Duration(float64(f.headLook(age))*(1-f.cfg.jitter/2*mrand.Float64())), pl.wake) {
 			return nil, context.Cause(ctx)
 		}
 	}
 	return nil, nil
+}
+
+// headLook is how long the first in line sleeps between two looks at the
+// lock when the hold it waits behind has lasted age as it saw it.
+func (f *fairLock) headLook(age time.Duration) time.Duration {
+	return timing.HeadLook(age, f.cfg.headPoll, f.cfg.poll)
 }
 
 // takeRetries is how many more times takeTurn tries to take over a lease
@@ -584,10 +691,11 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 		if !due.IsZero() {
 			wait, fast = min(wait, max(time.Until(due), 0)), true
 		}
-		if !sleepCtx(ctx, wait) {
+		ok, woken := sleepWoken(ctx, wait, pl.wake)
+		if !ok {
 			return nil, context.Cause(ctx)
 		}
-		if polls >= nextPollsPerListing-1 && !fast {
+		if polls >= nextPollsPerListing-1 && !fast && !woken {
 			return nil, nil // this look is a listing of the queue
 		}
 		pl.looked = time.Now()
@@ -612,6 +720,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 		for i, st := range sts {
 			cur[i] = st.Epoch
 		}
+		pl.hold.saw(cur, got)
 		pl.handing.saw(sts)
 		if epochs != nil && !equalEpochs(epochs, cur) {
 			pl.moved = time.Now()
@@ -812,11 +921,13 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 			left--
 			tried[w.Ticket] = w.etag
 			head, poll := w.paces(f.cfg)
-			wait := head
+			// A first in line that said so looks within HeadLook of the
+			// hold's age as it saw it, never older than this term.
+			wait := timing.HeadLook(held, head, poll)
 			if !w.Head {
 				wait = timing.HandOffWait(held, fs.wasHead, head, poll)
 			}
-			s := successor{key: w.key, id: w.id, holder: w.Holder, wait: wait, passed: func() { lk.passOver(ctx, w) }}
+			s := successor{key: w.key, id: w.id, holder: w.Holder, wait: wait, passed: func() { lk.passOver(ctx, w) }, handed: func() { f.wake(w.key) }}
 			if len(f.slots) > 1 && slot >= 0 {
 				// A Semaphore's waiter may be served by another slot
 				// meanwhile (two holders unlocking at once hand theirs to

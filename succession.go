@@ -85,6 +85,10 @@ type successor struct {
 	// left (it will not take the lease: it was served elsewhere, or gone):
 	// the holder then moves on at once, without calling passed.
 	look func(ctx context.Context, limit time.Time) (st Status, left bool, err error)
+	// handed, when not nil, is called once the lease is under its hand-off
+	// ID and the marker names it: a fair lock's waiter in this process is
+	// woken to take it at once, without waiting for its next look.
+	handed func()
 }
 
 // handOnOutcome is how a hand-off ended.
@@ -239,6 +243,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		switch {
 		case cerr == nil:
 			cur, prev, renewing = to, s, false
+			if s.handed != nil {
+				s.handed()
+			}
 		case cur == own && bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
 			out.released, out.lost = true, lostExpired // before anything was handed on: free for the queue's head
 			return out, nil

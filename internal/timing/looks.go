@@ -2,8 +2,11 @@ package timing
 
 // The look schedule of issue 35's fair locks (docs/design/fair-locks-cost.md):
 // how long a waiter of a fair lock's queue sleeps before it looks at the lock
-// again, so that the cost follows the hold. Nothing calls these yet; phase 2
-// of issue 35 replaces QueueWait, SecondWait and HandOffWait with them.
+// again, so that the cost follows the hold. HeadLook is the first in line's
+// schedule (fairlock.go's head, with HeadPollInterval as its floor) and what
+// a holder waits for a first in line that said it polls as the first; the
+// others are the design's next steps (the waiters behind the first still
+// follow QueueWait and SecondWait).
 //
 // The first in line looks often while the current hold is young (a release
 // is likely soon: short holds, a queue that moves) and rarely once it has

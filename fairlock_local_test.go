@@ -1,0 +1,108 @@
+package azlease_test
+
+// Issue 35 on the fair locks: waiters of one fair Mutex value in one
+// process are woken when an Unlock hands them the lock, without waiting for
+// their next look (the queue's order across processes is kept); the first
+// waiter of a lock joins without a failed request; and the first in line
+// looks as often as the hold's age says (timing.HeadLook).
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/azleasetest"
+)
+
+// TestFairLocalWaiterTakesAtOnce: a holder and waiters L1, L2 and L3 on one
+// Mutex value, and a waiter R of another process (its own client) that
+// asked between L2 and L3; every hold lasts 5 minutes, so a waiter first in
+// line looks only every PollInterval (the cost follows the hold). L1 and
+// L2, handed the lock by an Unlock of their own Mutex value, take it
+// without waiting for a look (on the old code: anywhere up to a second);
+// R is served before L3 although L2, which hands it on, is L3's Mutex:
+// the queue's order decides, local or not.
+func TestFairLocalWaiterTakesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		m := newMutex(t, e, "a", "m", nil)
+		r := newMutex(t, e, "b", "m", nil)
+		holder, err := m.Lock(ctx)
+		require.NoError(t, err)
+		var s served
+		var unlockedAt atomic.Int64
+		var mu sync.Mutex
+		gaps := map[int]time.Duration{}
+		var wg sync.WaitGroup
+		for i, mx := range []int{0, 1, 2, 3} {
+			time.Sleep(time.Second)
+			mut := m
+			if mx == 2 {
+				mut = r
+			}
+			wg.Go(func() {
+				lk, err := mut.Lock(ctx)
+				require.NoError(t, err)
+				mu.Lock()
+				gaps[i] = time.Since(time.Unix(0, unlockedAt.Load()))
+				mu.Unlock()
+				s.hold(t, i, lk, 5*time.Minute)
+				unlockedAt.Store(time.Now().UnixNano())
+				require.NoError(t, lk.Unlock(ctx))
+			})
+		}
+		time.Sleep(5 * time.Minute)
+		unlockedAt.Store(time.Now().UnixNano())
+		require.NoError(t, holder.Unlock(ctx))
+		wg.Wait()
+		assert.Equal(t, []int{0, 1, 2, 3}, s.order, "the queue's order: the other process's waiter before L3")
+		assert.Less(t, gaps[0], 20*time.Millisecond, "L1 woken by its Mutex's Unlock")
+		assert.Less(t, gaps[1], 20*time.Millisecond, "L2 woken by its Mutex's Unlock")
+		t.Logf("gaps from the Unlock call: %v", gaps)
+		require.NoError(t, azleasetest.CheckIntervals(e.Grants(testContainer, "m"), s.rec.Intervals()))
+	})
+}
+
+// TestFairFirstJoinIsQuiet: the first waiter of a lock whose queue has never
+// been used joins without a failed request (its counter is read by listing
+// its name: no 404 for a blob not created yet), and one waiting behind a
+// hold of ten minutes looks about once a second over the last minute
+// (issue 35: at most 1.1 requests a second), every request answered.
+func TestFairFirstJoinIsQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		var c counter
+		m, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "m", nil)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = m.Lock(wctx)
+		}()
+		time.Sleep(9 * time.Minute)
+		o0, f0 := c.mark()
+		time.Sleep(time.Minute)
+		ops, _ := c.since(o0, f0)
+		_, failed := c.since(0, 0)
+		assert.Empty(t, failed, "no failed request, joining included")
+		perSecond := float64(len(ops)) / 60
+		t.Logf("1 waiter behind a hold of 10 minutes, the last minute: %.2f requests/s (%v)", perSecond, tally(ops))
+		assert.LessOrEqual(t, perSecond, 1.1, "the cost follows the hold")
+		assert.GreaterOrEqual(t, perSecond, 0.9, "the first in line looks every PollInterval")
+		cancel()
+		<-done
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}
