@@ -27,14 +27,9 @@ const (
 )
 
 // docSizeExempt are the symbols not held to the limits yet (a type exempts
-// its fields, methods and constructors too).
-//
-// TODO(issue 35): the fair locks' redesign rewrites these docs in the new
-// style; the lead removes the exceptions when it lands.
-var docSizeExempt = map[string]bool{
-	"Mutex": true, "Semaphore": true, "MutexOptions": true, "SemaphoreOptions": true, "Waiter": true,
-	"Lock.Unlock": true, "InspectQueue": true, "QueueName": true,
-}
+// its fields, methods and constructors too): none since issue 35 rewrote the
+// fair locks' docs.
+var docSizeExempt = map[string]bool{}
 
 func commentLines(s string) int {
 	s = strings.TrimRight(s, "\n")

@@ -18,73 +18,24 @@ import (
 
 // Mutex is a named mutual-exclusion lock shared by every process that uses
 // the same lock blob. While a [Lock] is held its lease is renewed
-// automatically; the holder's context is cancelled, with a cause, when the
-// lock is lost or its validity deadline passes.
+// automatically; the holder's context ends, with a cause, when the lock is
+// lost or its validity deadline passes.
 //
-// Waiters are served in the order they asked (a fair lock): a waiter that
-// does not find the lock free with nobody waiting takes a ticket (storage
-// orders the tickets, not the hosts' clocks) and joins the lock's queue
-// (blobs under [QueueName]; [InspectQueue] reads it). The first in line
-// looks at the lock every HeadPollInterval (200 ms by default); the others
-// look less often the further back they are, and more often while the queue
-// moves. Unlock hands the lease straight to the first in line, never free in
-// between, so a waiter that came later cannot take it first; the next holder
-// starts within about a head poll. A waiter whose ctx ends leaves the queue.
-// One that dies is passed over when its turn comes and it does not take the
-// lock (within a head poll and a margin once it has begun to look as the
-// first; up to 2 × PollInterval otherwise), and removed once it has been
-// silent for longer than its own PollInterval lets a live waiter be. The
-// queue never sticks behind dead waiters: when nobody hands the lock on (the
-// holder died with them, or it was freed without a hand-off), any waiter
-// behind the first, and a TryLock, passes the first over once the lock has
-// stayed free for two of its head polls and a margin (2 × PollInterval more
-// before it has begun to look as the first). The waiter right behind the
-// first sees the lock handed to the first, then looks every quarter head
-// poll for as long as the holder waits, so it takes the lock within a
-// quarter head poll of being handed it: a dead first waiter delays the next
-// holder by a head poll, a 50 ms margin, a quarter head poll and a few round
-// trips (300 ms with the defaults, plus round trips) when the lock was held
-// for less than 10 head polls; after a longer hold, by up to the look
-// interval of the waiter behind it instead of the quarter head poll. After
-// each waiter passed over, the holder hands the lock to the first in line as
-// the queue is then: one passed over before that has looked again is first
-// again. After a quiet time (the lock held for a while), waiters far back
-// look rarely: a run of short holds may then pass over one that has not
-// looked yet; it keeps its place and takes the lock once it looks again,
-// after those served meanwhile.
+// Guarantees: never two holders, and each term's fencing epoch above the
+// last ([Token]; epochs of two Mutexes do not compare). Waiters are served
+// in the order they asked, as storage ordered their tickets ([InspectQueue]
+// reads the queue); a contended Unlock hands the lease straight to the next
+// in line, never free in between. A waiter whose ctx ends leaves the queue;
+// one that dies is passed over and the queue never sticks. Not guaranteed: a
+// waiter asleep far back after a long quiet time may be passed over by a
+// run of short holds; it keeps its place (docs/design/fair-locks.md).
 //
-// Cost, in requests per second while W waiters wait behind a holder and the
-// queue does not move: 1/HeadPollInterval for the first (5 with the
-// defaults; 5.3 with its jitter, which only shortens the wait; and a listing
-// of the queue every 30 s) plus 1/(2 × PollInterval) + (H(min(W−1, 10)) −
-// 1)/(15 × PollInterval) + max(W − 11, 0)/(150 × PollInterval) for the rest
-// (H the harmonic number; under 1 for 50 waiters with the default
-// PollInterval of 1 s: 6.2 in all). The waiters behind the first reach those
-// rates within 60 × PollInterval of the queue's last move: until then each
-// looks every half the time since it last saw the queue move, and once it
-// has stood for 30 × PollInterval, every (position − 1)/2 times that (the
-// further back, the sooner it slows down). While the queue moves they look
-// more often, every position × HeadPollInterval at the most; the one right
-// behind the first looks every HeadPollInterval for 10 × HeadPollInterval
-// after the queue moved, and every HeadPollInterval/4 while it sees the lock
-// handed to another waiter (at most 2 × HeadPollInterval and 50 ms per
-// hand-off). Joining costs three requests (the ticket's read and conditional
-// write, the entry's creation), being served one more (the entry's
-// deletion); Unlock of a lock someone waits for lists the queue, writes the
-// hand-off marker and changes the lease (three requests), then reads the
-// lock until the next holder's epoch shows; past dead waiters it renews the
-// handed-on lease as it goes, so the lock is never free, and it takes up to
-// 2 × PollInterval for each. Waiters list the queue with the lock's blobs
-// (one List Blobs under the lock's name): a lock whose name begins many
-// other blobs' names (jobs/1 beside jobs/10 …) makes each listing longer.
-// With MutexOptions.Unordered, waiters instead each poll every PollInterval
-// and the first to try after a release gets the lock; one may wait
-// indefinitely under constant contention.
-//
-// A Mutex is safe for concurrent use. Each Lock or TryLock is a separate
-// holder with its own lease, so two goroutines of one process exclude each
-// other as two processes do. A Lock's fencing epoch is its lock blob's:
-// epochs of two Mutexes do not compare (see [Token]).
+// Cost: the first in line looks every HeadPollInterval while a hold is
+// young, once a second once it has lasted 25 s: the next holder starts
+// within 4 % of the hold (at once when it waits on the same Mutex value).
+// Only ticket races fail requests, and are retried. bench/results.md has
+// requests and gaps by hold and queue size. Safe for concurrent use: each
+// Lock is a holder of its own. MutexOptions.Unordered turns the queue off.
 type Mutex struct {
 	t   target
 	cfg holdConfig

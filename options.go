@@ -583,30 +583,21 @@ type MutexOptions struct {
 	// bounds as [ElectorOptions.RenewInterval].
 	RenewInterval time.Duration
 
-	// PollInterval paces the waiters behind the first in line (see
-	// [Mutex]): right behind it a waiter looks at least every 2 ×
-	// PollInterval (and faster for a while after the queue moves or while
-	// the lock is handed to the first: see HeadPollInterval), further back
-	// at least every 15 × position × PollInterval (150 × PollInterval at
-	// most), and more often while the queue moves. A holder waits up to 2 ×
-	// PollInterval for a waiter whose turn came while it was not first in
-	// line. With Unordered, it is how long Lock waits between tries while
-	// the mutex is held elsewhere. Zero means 1 s. Otherwise from 100 ms to
-	// 1 h (MaxPollInterval); negative is an error.
+	// PollInterval is the longest the first waiter in line goes between two
+	// looks at the lock (once a hold is 25 s old), and paces the waiters
+	// behind it: right behind the first at least every 2 × PollInterval,
+	// further back at least every 15 × position × PollInterval (150 × at
+	// most). With Unordered, how long Lock waits between tries. Zero means
+	// 1 s; otherwise from 100 ms to 1 h (MaxPollInterval); negative is an
+	// error.
 	PollInterval time.Duration
 
-	// HeadPollInterval is how often the first waiter in line looks at the
-	// lock (one request), so it takes the lock within about this long when
-	// the holder hands it over, and a holder waits this long (plus a few
-	// round trips) for a first waiter that has died before passing the lock
-	// on (the waiter's own, as its queue entry says), and a waiter behind
-	// passes a first waiter that leaves the lock free over after two of its
-	// head polls. The waiter right behind the first looks this often for 10
-	// × HeadPollInterval after the queue moved, and four times as often
-	// while it sees the lock handed to the first (2 × HeadPollInterval + 50
-	// ms at the most per hand-off), so that it takes the lock soon after the
-	// holder passes a dead first over. Zero means 200 ms. Otherwise from 20
-	// ms to PollInterval; negative is an error. Unused with Unordered.
+	// HeadPollInterval is the shortest wait between the first waiter's looks
+	// at the lock (one request each): its wait while the hold it waits
+	// behind is under 5 s old; then 4 % of the hold's age, up to
+	// PollInterval. Holders wait for a first in line by that schedule before
+	// passing it over. Zero means 200 ms; otherwise from 20 ms to
+	// PollInterval; negative is an error. Unused with Unordered.
 	HeadPollInterval time.Duration
 
 	// Unordered turns the waiting queue off: each waiter polls every
@@ -622,20 +613,13 @@ type MutexOptions struct {
 	// 0.2; negative means none; at most 0.5.
 	Jitter float64
 
-	// UnreachableTimeout bounds how long Lock (and a Semaphore's Acquire)
-	// goes on waiting while storage cannot be reached: once every request
-	// to storage has failed for this long (no answer, a transport error, or
-	// a 408, 429 or 5xx answer), counted from the end of the first failed
-	// request in a row, it returns an error wrapping [ErrUnreachable] (and
-	// so [ErrTransient]) that names the container URL (without any SAS
-	// token) and the last failure, although its ctx has not ended. It
-	// checks between tries, so it returns up to one try (at most one lease
-	// duration of retries) after the bound. Any answer from storage, even
-	// "held elsewhere", starts the count again: a caller waiting for a busy
-	// lock is not affected. Zero means 1 minute; negative means no bound
-	// (wait until ctx ends); otherwise from 1 s to 24 h ([MaxWait]).
-	// TryLock and TryAcquire are bounded on their own (2 × AttemptTimeout
-	// per slot tried).
+	// UnreachableTimeout bounds how long Lock (and Acquire) waits while every
+	// request fails (no answer, a transport error, 408, 429, 5xx): that long
+	// in a row, it returns an error wrapping [ErrUnreachable] naming the
+	// container and the last failure, at most a try later; any answer, even
+	// "held elsewhere", restarts the count. Zero means 1 minute; negative,
+	// no bound; otherwise from 1 s to 24 h ([MaxWait]). TryLock and
+	// TryAcquire are bounded on their own (2 × AttemptTimeout a slot).
 	UnreachableTimeout time.Duration
 
 	// MaxHold, when positive, bounds how long a Lock is held: once it has
@@ -656,10 +640,12 @@ type MutexOptions struct {
 	// Nil means silent. "Held elsewhere" is never logged: it is a normal
 	// outcome.
 	Logger *slog.Logger
-	// MeterProvider receives azlease's OpenTelemetry metrics (listed in the
-	// package documentation). Nil means the global provider
-	// (otel.GetMeterProvider), which records nothing until the application
-	// installs one.
+	// MeterProvider receives the lock's OpenTelemetry metrics: each
+	// request's duration by operation and outcome (so failed requests are
+	// counted), terms started and ended by cause, renewal slack, how long
+	// Lock waited (azlease.mutex.wait.duration) and consecutive failures.
+	// Nil means the global provider (otel.GetMeterProvider), which records
+	// nothing until the application installs one.
 	MeterProvider metric.MeterProvider
 
 	// MetricsWithoutLockName leaves the azlease.lock attribute (the lock

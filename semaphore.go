@@ -21,28 +21,22 @@ import (
 const MaxSlots = 256
 
 // Semaphore admits up to n holders at once across every process that uses
-// the same name and n: a Mutex that n holders can share, for work that
-// tolerates some parallelism but not unbounded parallelism (at most two
+// the same name and n: a Mutex that n holders can share (at most two
 // database migrations, four concurrent exports).
 //
 // It is n Mutexes on the lock blobs "name/slot-0" to "name/slot-<n-1>"
 // ([SlotName]); a Semaphore of one slot is the Mutex on the lock blob name
-// itself, so NewSemaphore(cc, name, 1, opts) and NewMutex(cc, name, opts)
-// (and the command's "azlease lock name" and "azlease lock -n 1 name") are
-// one lock. A holder holds one slot: a [Lock] with its own lease, renewed
-// automatically, its own context that ends when the slot is lost, and its
-// own fencing token. Epochs count per slot, so a token fences writes among
-// the holders of one slot ([Lock.Name] says which): use the slot's name and
-// epoch together when the systems written to must reject stale holders (see
-// [Token]).
+// itself (and "azlease lock -n 1 name" is "azlease lock name"). A holder
+// holds one slot: a [Lock] with its own lease, context and fencing token;
+// epochs count per slot, so fence with the slot's name and epoch together.
+// Waiters are served in order and cost what a Mutex's do ([Mutex]), with
+// one List Blobs of the slots per look whatever n.
 //
-// Every process must use the same n for a name. A process that uses a
-// larger n admits more holders; one that uses a smaller n only sees fewer
-// slots. (Going from one slot to more, or back, changes the lock blobs: the
-// holders of name and of name/slot-0 do not exclude each other.) A
-// Semaphore is safe for concurrent use; each Acquire or TryAcquire is a
-// separate holder. A zero or nil Semaphore is not usable: its methods
-// return [ErrNotInitialized] (Slots returns 0).
+// Every process must use the same n for a name: a larger n admits more
+// holders, a smaller one sees fewer slots (and one slot and more are
+// different blobs: they do not exclude each other). Safe for concurrent
+// use; each Acquire or TryAcquire is a separate holder. A zero or nil
+// Semaphore returns [ErrNotInitialized] (Slots returns 0).
 type Semaphore struct {
 	name  string
 	slots []*Mutex
