@@ -33,9 +33,9 @@ import (
 // Cost: the first in line looks every HeadPollInterval while a hold is
 // young, once a second once it has lasted 25 s: the next holder starts
 // within 4 % of the hold (at once when it waits on the same Mutex value).
-// Only ticket races fail requests, and are retried. bench/results.md has
-// requests and gaps by hold and queue size. Safe for concurrent use: each
-// Lock is a holder of its own. MutexOptions.Unordered turns the queue off.
+// Waiting fails no request; racing joins and hand-offs can, and retry.
+// bench/results.md has requests and gaps by hold and queue size. Safe for
+// concurrent use: each Lock is a holder. Unordered turns the queue off.
 type Mutex struct {
 	t   target
 	cfg holdConfig
