@@ -186,7 +186,7 @@ bench: deps
 	$(GO) run ./internal/manybench -out bench/.many.md $(MANYBENCH_FLAGS)
 	$(GO) run ./internal/manybench -out bench/.many50k.md -heading "Holding 50,000 leases" $(MANYBENCH50K_FLAGS)
 	@printf '\n' >> bench/.many.md && cat bench/.many50k.md >> bench/.many.md
-	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -locks bench/.locks.md -succession bench/.succession.md -gobench bench/.gobench.txt -many bench/.many.md
+	$(GO) run ./internal/bench -out bench/results.md -sim bench/.sim.md -wait bench/.wait.md -shards bench/.shards.md -locks bench/.locks.md -succession bench/.succession.md -locks35 bench/locks-35.md -gobench bench/.gobench.txt -many bench/.many.md
 
 # The wire tests (handoff, crash failover, lost responses, expiry, Mutex,
 # DoOnce) and the conformance table against a real storage account, each test

@@ -662,7 +662,7 @@ type holdConfig struct {
 	poll       time.Duration
 	jitter     float64
 	maxHold    time.Duration // Mutex only: 0 is no limit
-	headPoll   time.Duration // Mutex only: the first waiter's poll (fair locks)
+	headPoll   time.Duration // Mutex only: the first waiter's shortest poll (fair locks: timing.HeadLook's floor)
 	unordered  bool          // Mutex only: no waiting queue
 	// unreachable bounds waiting while storage is unreachable (Mutex,
 	// DoOnce): negative is no bound.

@@ -47,10 +47,11 @@ func main() {
 	shards := flag.String("shards", "", "table of internal/shardbench (shard balancers side by side) to include")
 	locks := flag.String("locks", "", "report of internal/lockbench (fair locks beside etcd's) to include")
 	succession := flag.String("succession", "", "report of TestSuccessionBench (planned succession, rolling deploys) to include")
+	locks35 := flag.String("locks35", "", "the fair locks before and after issue 35 (bench/locks-35.md, kept by hand) to include")
 	n := flag.Int("n", 500, "round trips per measurement")
 	quick := flag.Bool("quick", false, "fewer repetitions (for trying the command out)")
 	flag.Parse()
-	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *locks, *succession, *n, *quick); err != nil {
+	if err := run(*out, *sim, *wait, *gobench, *many, *shards, *locks, *locks35, *succession, *n, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -79,7 +80,7 @@ type backend struct {
 	client func(container string) (*container.Client, *counting)
 }
 
-func run(out, sim, wait, gobench, many, shards, locks, succession string, n int, quick bool) error {
+func run(out, sim, wait, gobench, many, shards, locks, locks35, succession string, n int, quick bool) error {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azlease benchmark results\n\n")
@@ -225,6 +226,7 @@ func run(out, sim, wait, gobench, many, shards, locks, succession string, n int,
 		{"Simulation: azlease and a naive acquire-renew loop side by side", sim},
 		{"Shard balancers side by side: azlease and the Event Hubs algorithm", shards},
 		{"Fair locks side by side: azlease and etcd's concurrency.Mutex", locks},
+		{"Fair locks before and after issue 35", locks35},
 		{"Planned succession: leaderless time, leader changes in rolling deploys, preferred leaders", succession},
 		{"go test -bench", gobench},
 	} {
