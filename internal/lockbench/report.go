@@ -102,8 +102,9 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "interleaved (each scenario's repetition runs every contender before the next one starts), %d repetition(s).\n", p.reps)
 	fmt.Fprintf(&b, "Each waiter has a client of its own, as a separate process would: its own connections, and for etcd its own\n")
 	fmt.Fprintf(&b, "session.\n\n")
-	fmt.Fprintf(&b, "- **azlease fair Mutex**: `azlease.Mutex` with default options (fair: the first in line looks every 200 ms,\n")
-	fmt.Fprintf(&b, "  those behind every 2 × 1 s to 150 × 1 s once the queue stands still, the one right behind the first faster after\n")
+	fmt.Fprintf(&b, "- **azlease fair Mutex**: `azlease.Mutex` with default options (fair: the first in line looks every 200 ms while\n")
+	fmt.Fprintf(&b, "  the hold is under 5 s old, then every 4 %% of its age up to 1 s (issue 35), those behind every 2 × 1 s to 150 × 1 s\n")
+	fmt.Fprintf(&b, "  once the queue stands still, the one right behind the first faster after\n")
 	fmt.Fprintf(&b, "  the queue moved and while the lock is handed to the first; a 15 s lease), on the `azleasetest` emulator served over\n")
 	fmt.Fprintf(&b, "  HTTP on a loopback port. Requests: every HTTP request of every client (the holder's renewals included); failed: no\n")
 	fmt.Fprintf(&b, "  answer, or a 4xx or 5xx one.\n")
@@ -167,9 +168,11 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "(its start after the last has asked, and its length), every client's requests are counted, the holder's renewals\n")
 	fmt.Fprintf(&b, "included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's waiters behind the first\n")
 	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the `Mutex` doc's formula within a minute of\n")
-	fmt.Fprintf(&b, "its last move: the first in line 1/(0.95 × 200 ms) (its jitter only shortens the wait) and a listing every 30 s,\n")
-	fmt.Fprintf(&b, "right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back 1/(150 × 1 s) each;\n")
-	fmt.Fprintf(&b, "plus the holder's renewals. Issue 25's target is the waiters' requests: at most the first's poll rate + 1, %.2f a\n", 1/(0.95*0.2)+1)
+	fmt.Fprintf(&b, "its last move: the first in line 1/(0.95 × 1 s) (behind a hold over 25 s old; its jitter only shortens the wait) and\n")
+	fmt.Fprintf(&b, "a listing every 30 s, ")
+	fmt.Fprintf(&b, "right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back\n")
+	fmt.Fprintf(&b, "1/(150 × 1 s) each; plus the holder's renewals. Issue 25's target is the waiters' requests: at most the first's\n")
+	fmt.Fprintf(&b, "poll rate + 1, %.2f a\n", 1/0.95+1)
 	fmt.Fprintf(&b, "second; the formula less the renewals is %.2f.\n\n", fairCostFormula(p.costWaiters)-1/(0.95*5.0))
 	fmt.Fprintf(&b, "| contender | waiters | window | requests/s, all clients | per waiter-second | failed | formula | reps |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
@@ -336,7 +339,8 @@ func dur(d time.Duration) string {
 // behind a holder, default options, the holder's renewals included (the
 // Mutex doc's formula).
 func fairCostFormula(w int) float64 {
-	const head, poll, renew, relist = 0.2, 1.0, 5.0, 30.0
+	// head: the first in line behind a hold over 25 s old (issue 35).
+	const head, poll, renew, relist = 1.0, 1.0, 5.0, 30.0
 	x := 1/(0.95*head) + 1/relist // the first in line (its jitter shortens its wait by 0.1 on average), and its listings
 	if w >= 2 {
 		x += 1 / (2 * poll)
