@@ -173,7 +173,7 @@ func TestReportArithmetic(t *testing.T) {
 }
 
 // TestFairCostFormula: the fair Mutex's requests per second behind a holder
-// (the Mutex doc's formula), for 1, 2 and 50 waiters.
+// (docs/design/fair-locks.md's formula), for 1, 2 and 50 waiters.
 func TestFairCostFormula(t *testing.T) {
 	renew := 1 / (0.95 * 5.0)
 	head := 1/(0.95*1.0) + 1.0/30 // its looks behind a hold over 25 s old, and its listings

@@ -167,7 +167,7 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "A holder takes the lock and keeps it; %d waiters, each on a client of its own, ask %v apart; in each window\n", p.costWaiters, p.spacing)
 	fmt.Fprintf(&b, "(its start after the last has asked, and its length), every client's requests are counted, the holder's renewals\n")
 	fmt.Fprintf(&b, "included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's waiters behind the first\n")
-	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the `Mutex` doc's formula within a minute of\n")
+	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the formula of docs/design/fair-locks.md within a minute of\n")
 	fmt.Fprintf(&b, "its last move: the first in line 1/(0.95 × 1 s) (behind a hold over 25 s old; its jitter only shortens the wait) and\n")
 	fmt.Fprintf(&b, "a listing every 30 s, ")
 	fmt.Fprintf(&b, "right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back\n")
@@ -337,7 +337,7 @@ func dur(d time.Duration) string {
 
 // fairCostFormula is the fair Mutex's requests per second with w waiters
 // behind a holder, default options, the holder's renewals included (the
-// Mutex doc's formula).
+// formula in docs/design/fair-locks.md, "What waiting costs").
 func fairCostFormula(w int) float64 {
 	// head: the first in line behind a hold over 25 s old (issue 35).
 	const head, poll, renew, relist = 1.0, 1.0, 5.0, 30.0
