@@ -583,9 +583,13 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 }
 
 // headLook is how long the first in line sleeps between two looks at the
-// lock when the hold it waits behind has lasted age as it saw it.
+// lock when the hold it waits behind has lasted age as it saw it
+// (timing.HeadWait): from timing.LookFloor while the hold has just begun,
+// so that a short hold is handed on within milliseconds, and never longer
+// than what a holder waits for it (timing.HeadLook with HeadPollInterval as
+// the floor: unlockFair).
 func (f *fairLock) headLook(age time.Duration) time.Duration {
-	return timing.HeadLook(age, f.cfg.headPoll, f.cfg.poll)
+	return timing.HeadWait(age, f.cfg.headPoll, f.cfg.poll)
 }
 
 // takeRetries is how many more times takeTurn tries to take over a lease

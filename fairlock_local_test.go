@@ -118,3 +118,40 @@ func TestFairFirstJoinIsQuiet(t *testing.T) {
 		})
 	}
 }
+
+// TestFairShortHoldHandsOnFast: a first in line behind a hold of 10 ms looks
+// every few milliseconds (timing.HeadWait), so the lock is handed on within
+// 20 ms of the Unlock call (issue 35: p50 ≤ 20 ms for holds under 100 ms),
+// five times in a row, each waiter on a client of its own. With the old
+// schedule (every HeadPollInterval, 200 ms) a gap was anywhere up to 200 ms.
+func TestFairShortHoldHandsOnFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "h", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		var gaps []time.Duration
+		for i := range 5 {
+			m := newMutex(t, e, fmt.Sprintf("w%d", i), "m", nil)
+			got := make(chan *azlease.Lock, 1)
+			var at time.Time // when its Lock returned
+			go func() {
+				lk, err := m.Lock(ctx)
+				at = time.Now()
+				assert.NoError(t, err)
+				got <- lk
+			}()
+			time.Sleep(10 * time.Millisecond) // the hold, with the waiter first in line
+			unlocked := time.Now()
+			require.NoError(t, holder.Unlock(ctx))
+			holder = <-got
+			require.NotNil(t, holder)
+			gaps = append(gaps, at.Sub(unlocked))
+		}
+		require.NoError(t, holder.Unlock(ctx))
+		t.Logf("gaps from the Unlock call: %v", gaps)
+		for i, g := range gaps {
+			assert.Less(t, g, 20*time.Millisecond, "hand-off %d", i)
+		}
+	})
+}

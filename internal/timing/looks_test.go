@@ -218,3 +218,28 @@ func TestLookPromiseCoversPaceSleep(t *testing.T) {
 	ages[20] = named
 	assert.GreaterOrEqual(t, LookPromise(ages, 2*pace, lookFloor, lookPoll, 0), sleep-named)
 }
+
+// TestHeadWait: the first in line's wait ramps from LookFloor to the
+// holder's promise (HeadLook with HeadPollInterval as the floor) and never
+// exceeds it, so a holder never passes over a first in line that keeps it.
+func TestHeadWait(t *testing.T) {
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	head, poll := ms(200), time.Second
+	for _, c := range []struct{ age, want time.Duration }{
+		{0, ms(5)},
+		{ms(10), ms(7.5)},
+		{ms(100), ms(30)},
+		{ms(780), ms(200)},
+		{5 * time.Second, ms(200)},
+		{25 * time.Second, time.Second},
+		{10 * time.Minute, time.Second},
+	} {
+		assert.Equal(t, c.want, HeadWait(c.age, head, poll), "age %v", c.age)
+	}
+	for a := time.Duration(0); a <= time.Hour; a = max(a*3/2, time.Millisecond) {
+		assert.LessOrEqual(t, HeadWait(a, head, poll), HeadLook(a, head, poll), "age %v: never past the holder's promise", a)
+		assert.LessOrEqual(t, HeadWait(a, ms(20), ms(100)), HeadLook(a, ms(20), ms(100)), "age %v", a)
+	}
+	// Looks over a whole hold of 1 s: 18 (42 with HeadLook's 25 ms plateau).
+	assert.Equal(t, 18, looksIn(0, time.Second, func(a time.Duration) time.Duration { return HeadWait(a, head, poll) }), 2)
+}
