@@ -30,9 +30,9 @@ import (
 // waiter asleep far back after a long quiet time may be passed over by a
 // run of short holds; it keeps its place (docs/design/fair-locks.md).
 //
-// Cost: the first in line looks every HeadPollInterval while a hold is
-// young, once a second once it has lasted 25 s: the next holder starts
-// within 4 % of the hold (at once when it waits on the same Mutex value).
+// Cost: the first in line looks every few milliseconds as a hold begins,
+// every HeadPollInterval after, once a second once it has lasted 25 s: the
+// next holder starts within 4 % of the hold (at once on the same Mutex).
 // Waiting fails no request; racing joins and hand-offs can, and retry.
 // bench/results.md has requests and gaps by hold and queue size. Safe for
 // concurrent use: each Lock is a holder. Unordered turns the queue off.

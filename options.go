@@ -592,11 +592,11 @@ type MutexOptions struct {
 	// error.
 	PollInterval time.Duration
 
-	// HeadPollInterval is the shortest wait between the first waiter's looks
-	// at the lock (one request each): its wait while the hold it waits
-	// behind is under 5 s old; then 4 % of the hold's age, up to
-	// PollInterval. Holders wait for a first in line by that schedule before
-	// passing it over. Zero means 200 ms; otherwise from 20 ms to
+	// HeadPollInterval is the first waiter's wait between two looks at the
+	// lock (one request each) while the hold it waits behind is under 5 s
+	// old, after a ramp from 5 ms as the hold begins; then 4 % of the hold's
+	// age, up to PollInterval. A holder waits that long for a first in line
+	// before passing it over. Zero means 200 ms; otherwise from 20 ms to
 	// PollInterval; negative is an error. Unused with Unordered.
 	HeadPollInterval time.Duration
 
