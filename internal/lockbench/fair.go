@@ -12,9 +12,9 @@ import (
 )
 
 // newFairLocker returns the fair lock on the lock blob name in cc's
-// container, with its default options (the first in line every 200 ms
-// while a hold is young, then by its age up to 1 s; 1 s polls behind it; a
-// 15 s lease).
+// container, with its default options (the first in line from every 5 ms
+// as a hold begins to every 200 ms, then by the hold's age up to 1 s; 1 s
+// polls behind it; a 15 s lease).
 func newFairLocker(cc *container.Client, name string) (locker, error) {
 	return newMutexLocker(cc, name, nil)
 }
