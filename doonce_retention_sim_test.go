@@ -303,7 +303,7 @@ func runRetentionScenario(t *testing.T, sc retentionScenario) retentionStats {
 	return st
 }
 
-// retentionSeeds: -seeds, else a twentieth of simSeeds (make test: 12), at
+// retentionSeeds: -seeds, else a twentieth of simSeeds (make test: 10), at
 // least 6.
 func retentionSeeds() int { return partSeeds(20, 6) }
 

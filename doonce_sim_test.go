@@ -460,7 +460,7 @@ func describeCalls(calls []onceCall) string {
 }
 
 // onceSeeds is how many seeds the DoOnce simulation runs: -seeds, else a
-// fifth of simSeeds (make test: 48, about 12 s with -race on two cores; 20
+// fifth of simSeeds (make test: 40, about 10 s with -race on two cores; 20
 // without AZLEASE_SEEDS), at least 10.
 func onceSeeds() int { return partSeeds(5, 10) }
 

@@ -31,7 +31,7 @@ import (
 var seedsFlag = flag.Int("seeds", 0, "random scenarios for the safety simulation (default: $AZLEASE_SEEDS, else 100)")
 
 // simSeeds is how many random seeds the safety simulation runs: -seeds, or
-// AZLEASE_SEEDS (make test sets 240), else 100; -short runs 20.
+// AZLEASE_SEEDS (make test sets 200), else 100; -short runs 20.
 //
 //	go test -run TestElectorSafetySimulation . -seeds 5000
 func simSeeds() int {

@@ -219,7 +219,7 @@ func runMutexScenario(t *testing.T, sc mutexScenario) mutexStats {
 }
 
 // mutexSeeds is how many seeds the Mutex simulation runs: -seeds, else a
-// tenth of simSeeds (make test: 30), to keep make test's cost modest; each
+// tenth of simSeeds (make test: 20), to keep make test's cost modest; each
 // seed keeps every client busy for its whole length.
 func mutexSeeds() int { return partSeeds(10, 10) }
 

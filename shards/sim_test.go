@@ -35,7 +35,7 @@ import (
 var seedsFlag = flag.Int("seeds", 0, "random scenarios for the shards simulation (default: $AZLEASE_SEEDS/60, else 5)")
 
 // simSeeds is how many random seeds the simulation runs: -seeds, or a
-// sixtieth of AZLEASE_SEEDS (make test sets 240: 4 seeds), else 5; -short
+// sixtieth of AZLEASE_SEEDS (make test sets 200: 3 seeds), else 5; -short
 // runs 2. Every seed simulates minutes of a group whose replicas each list
 // it every poll; -race makes that about five times slower, and make test
 // must stay short: run more seeds by hand.
