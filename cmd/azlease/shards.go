@@ -337,7 +337,7 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		fmt.Fprintf(tw, "hot\tshard %s alone exceeds a replica's share: split it\n", h)
 	}
 	if len(a.Added) > 0 || len(a.Removed) > 0 {
-		fmt.Fprintf(tw, "changed\t%d shards added at run time, %d removed\n", len(a.Added), len(a.Removed))
+		fmt.Fprintf(tw, "changed\t%d added at run time, %d removed\n", len(a.Added), len(a.Removed))
 	}
 	if a.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", a.Note)
@@ -463,7 +463,11 @@ read, again if another change came first; it needs write access.`
 				return classify(what, err)
 			}
 			past := map[bool]string{true: "added", false: "removed"}[add]
-			fmt.Fprintf(g.stdout, "%s %d shards %s group %s: its instances act within a poll interval\n", past, len(args)-1,
+			noun := "shards"
+			if len(args) == 2 {
+				noun = "shard"
+			}
+			fmt.Fprintf(g.stdout, "%s %d %s %s group %s: its instances act within a poll interval\n", past, len(args)-1, noun,
 				map[bool]string{true: "to", false: "from"}[add], args[0])
 			return nil
 		},
