@@ -116,25 +116,8 @@ func TestMembershipFitsWithTheLongestNames(t *testing.T) {
 		for _, s := range names[:shards.MaxShards/2+64] {
 			holdByHand(t, obs, "g/shards/"+s, "a")
 		}
-		// a's membership, held by hand.
-		ml, err := azlease.NewLease(obs, "g/members/a", &azlease.LeaseOptions{Identity: "a"})
-		require.NoError(t, err)
-		mlock, err := ml.Hold(context.Background())
-		require.NoError(t, err)
-		require.NoError(t, mlock.SetMetadata(context.Background(), map[string]string{"shardweight": "1"}))
-
-		id := strings.Repeat("%", azlease.MaxIdentity)
-		var hist []string
-		for i := range 8 {
-			hist = append(hist, fmt.Sprintf("%d,%d,%s", 9_000_000_000_000_000_000+i, time.Now().UnixMilli(), url.QueryEscape(id)))
-		}
-		_, err = obs.NewBlockBlobClient("g/members/"+id).Upload(context.Background(), streaming.NopCloser(bytes.NewReader(nil)),
-			&blockblob.UploadOptions{Metadata: map[string]*string{
-				"azleaseepoch": to.Ptr("9000000000000000007"), "azleaseholder": to.Ptr(url.QueryEscape(id)),
-				"azleaseacquired": to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)), "azleasereleased": to.Ptr("9000000000000000007"),
-				"azleasehistory": to.Ptr(strings.Join(hist, ";")),
-			}})
-		require.NoError(t, err)
+		// a's membership, held by hand, and the joiner's, the fullest record.
+		mlock, id := fullestMembers(t, obs)
 
 		g, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: id, Settle: time.Hour, Logger: testLogger("b")})
 		require.NoError(t, err)
@@ -263,24 +246,7 @@ func TestMembershipLoadsFitWithTheLongestNames(t *testing.T) {
 		for _, s := range names[:400] { // leased for 60 s
 			holdByHand(t, obs, "g/shards/"+s, "a")
 		}
-		ml, err := azlease.NewLease(obs, "g/members/a", &azlease.LeaseOptions{Identity: "a"})
-		require.NoError(t, err)
-		mlock, err := ml.Hold(context.Background())
-		require.NoError(t, err)
-		require.NoError(t, mlock.SetMetadata(context.Background(), map[string]string{"shardweight": "1"}))
-
-		id := strings.Repeat("%", azlease.MaxIdentity)
-		var hist []string
-		for i := range 8 {
-			hist = append(hist, fmt.Sprintf("%d,%d,%s", 9_000_000_000_000_000_000+i, time.Now().UnixMilli(), url.QueryEscape(id)))
-		}
-		_, err = obs.NewBlockBlobClient("g/members/"+id).Upload(context.Background(), streaming.NopCloser(bytes.NewReader(nil)),
-			&blockblob.UploadOptions{Metadata: map[string]*string{
-				"azleaseepoch": to.Ptr("9000000000000000007"), "azleaseholder": to.Ptr(url.QueryEscape(id)),
-				"azleaseacquired": to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)), "azleasereleased": to.Ptr("9000000000000000007"),
-				"azleasehistory": to.Ptr(strings.Join(hist, ";")),
-			}})
-		require.NoError(t, err)
+		mlock, id := fullestMembers(t, obs)
 
 		load := map[string]float64{}
 		for i, s := range names {
@@ -323,4 +289,32 @@ func TestMembershipLoadsFitWithTheLongestNames(t *testing.T) {
 		require.NoError(t, g.Stop(context.Background()))
 		require.NoError(t, mlock.Unlock(context.Background()))
 	})
+}
+
+// fullestMembers holds member a's membership of group g by hand (weight 1),
+// and writes a free membership blob for the joiner whose identity is the
+// longest allowed, all escaped, with the largest epochs and a full history:
+// the largest record a membership write must keep. It returns a's lock and
+// the joiner's identity.
+func fullestMembers(t *testing.T, obs *container.Client) (*azlease.Lock, string) {
+	t.Helper()
+	ml, err := azlease.NewLease(obs, "g/members/a", &azlease.LeaseOptions{Identity: "a"})
+	require.NoError(t, err)
+	mlock, err := ml.Hold(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, mlock.SetMetadata(context.Background(), map[string]string{"shardweight": "1"}))
+
+	id := strings.Repeat("%", azlease.MaxIdentity)
+	var hist []string
+	for i := range 8 {
+		hist = append(hist, fmt.Sprintf("%d,%d,%s", 9_000_000_000_000_000_000+i, time.Now().UnixMilli(), url.QueryEscape(id)))
+	}
+	_, err = obs.NewBlockBlobClient("g/members/"+id).Upload(context.Background(), streaming.NopCloser(bytes.NewReader(nil)),
+		&blockblob.UploadOptions{Metadata: map[string]*string{
+			"azleaseepoch": to.Ptr("9000000000000000007"), "azleaseholder": to.Ptr(url.QueryEscape(id)),
+			"azleaseacquired": to.Ptr(strconv.FormatInt(time.Now().UnixMilli(), 10)), "azleasereleased": to.Ptr("9000000000000000007"),
+			"azleasehistory": to.Ptr(strings.Join(hist, ";")),
+		}})
+	require.NoError(t, err)
+	return mlock, id
 }
