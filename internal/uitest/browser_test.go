@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
 	"github.com/azlease/azlease"
 	"github.com/azlease/azlease/shards"
 )
@@ -147,20 +149,7 @@ func TestBrowser(t *testing.T) {
 	ctx := browser(t)
 	shots := screenshotDir(t)
 
-	emu := start(t, os.Environ(), "emulator", "--addr", "127.0.0.1:0")
-	conn := emu.firstLine("BlobEndpoint=", 30*time.Second)
-	const ctr = "uitest"
-	env := environ(conn)
-	az := func(args ...string) *proc {
-		return start(t, env, append([]string{args[0], "--container", ctr}, args[1:]...)...)
-	}
-	cc, err := azlease.ContainerClientFromConnectionString(conn, ctr, nil)
-	require.NoError(t, err)
-	leader := func() azlease.Status {
-		st, err := azlease.Inspect(context.Background(), cc, "sched")
-		require.NoError(t, err)
-		return st
-	}
+	emu, az, cc, leader := emulatorWorld(t)
 
 	web1 := az("lead", "--identity", "web-1", "--poll-interval", "300ms", "sched", "--", "sleep", "600")
 	waitFor(t, 30*time.Second, "web-1 leads", func() bool { st := leader(); return st.Leased && st.Holder == "web-1" })
@@ -433,4 +422,26 @@ func TestBrowser(t *testing.T) {
 	})
 	ui.stop(10 * time.Second)
 	assert.Equal(t, 0, ui.cmd.ProcessState.ExitCode(), ui.stderr())
+}
+
+// emulatorWorld starts an 'azlease emulator' and returns it, how to run an
+// azlease command against it (in the container uitest), a client of that
+// container, and a reader of the lock "sched"'s status.
+func emulatorWorld(t *testing.T) (emu *proc, az func(args ...string) *proc, cc *container.Client, leader func() azlease.Status) {
+	t.Helper()
+	emu = start(t, os.Environ(), "emulator", "--addr", "127.0.0.1:0")
+	conn := emu.firstLine("BlobEndpoint=", 30*time.Second)
+	const ctr = "uitest"
+	env := environ(conn)
+	az = func(args ...string) *proc {
+		return start(t, env, append([]string{args[0], "--container", ctr}, args[1:]...)...)
+	}
+	cc, err := azlease.ContainerClientFromConnectionString(conn, ctr, nil)
+	require.NoError(t, err)
+	leader = func() azlease.Status {
+		st, err := azlease.Inspect(context.Background(), cc, "sched")
+		require.NoError(t, err)
+		return st
+	}
+	return emu, az, cc, leader
 }

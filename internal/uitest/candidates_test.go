@@ -5,8 +5,6 @@ package uitest
 // lease duration and a read.
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/azlease/azlease"
 )
 
 // candidateRow is one row of the page's candidates table.
@@ -48,20 +44,7 @@ func TestBrowserCandidates(t *testing.T) {
 	ctx := browser(t)
 	shots := screenshotDir(t)
 
-	emu := start(t, os.Environ(), "emulator", "--addr", "127.0.0.1:0")
-	conn := emu.firstLine("BlobEndpoint=", 30*time.Second)
-	const ctr = "uitest"
-	env := environ(conn)
-	az := func(args ...string) *proc {
-		return start(t, env, append([]string{args[0], "--container", ctr}, args[1:]...)...)
-	}
-	cc, err := azlease.ContainerClientFromConnectionString(conn, ctr, nil)
-	require.NoError(t, err)
-	leader := func() azlease.Status {
-		st, err := azlease.Inspect(context.Background(), cc, "sched")
-		require.NoError(t, err)
-		return st
-	}
+	_, az, _, leader := emulatorWorld(t)
 	lead := func(id, priority string) *proc {
 		return az("lead", "--identity", id, "--priority", priority, "--poll-interval", "300ms", "sched", "--", "sleep", "600")
 	}
