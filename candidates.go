@@ -158,7 +158,9 @@ type Candidate struct {
 	// every third of its lease duration; it is gone once not written for a
 	// lease duration by storage's clock (to the second), so a crashed
 	// instance is gone within a lease duration and a second. Leaders never
-	// hand over to it, and delete it after 5 minutes.
+	// hand over to it, and delete it after 5 minutes. One not written for
+	// two thirds of a lease duration (it missed a refresh) is not gone yet
+	// but is not made a standby or handed over to either.
 	Gone bool
 	// Refreshed is when the candidacy was last written, by storage's clock
 	// (to the second); zero when unknown.
@@ -180,6 +182,9 @@ type candidate struct {
 	modified time.Time
 	changed  time.Time
 	etag     azcore.ETag
+	// late is true when it missed a refresh (lateAt): not gone yet, but
+	// not chosen as a successor until it writes again.
+	late bool
 }
 
 // YieldRequest is a request to the leader of an election to hand
@@ -303,7 +308,23 @@ func parseCandidate(st Status) (candidate, string, bool) {
 		c.Refreshed = c.modified.UTC()
 	}
 	c.Gone = goneAt(st.listed, c.modified, c.ttl)
+	c.late = lateAt(st.listed, c.modified, c.ttl)
 	return c, election, true
+}
+
+// lateAt reports whether a candidacy last written at modified, with time to
+// live ttl, missed a refresh at date (both storage's clock, to the second):
+// not written for two refresh intervals (a third of ttl each), and at least
+// a refresh interval and two seconds (the seconds both clocks round away
+// and the write's own time), so that a running instance, which writes it
+// every refresh interval, is never late. A leader that crashed is late
+// when its lease runs out: its last write was at most a refresh interval
+// before its last renewal, so at the take-over, a lease duration later, its
+// candidacy is two thirds of ttl old, and the new leader does not make it
+// its standby in the third of ttl before it is gone.
+func lateAt(date, modified time.Time, ttl time.Duration) bool {
+	after := max(2*(ttl/3), ttl/3+2*time.Second)
+	return !date.IsZero() && !modified.IsZero() && date.Sub(modified) >= after
 }
 
 // goneAt reports whether a candidacy last written at modified, with time
@@ -587,14 +608,15 @@ func penalisedUntil(fs []failure, identity string) time.Time {
 	return latest.Add(min(p, 24*time.Hour))
 }
 
-// rankCandidates orders candidates for a hand-off, best first: ready and
-// not stopping before the others (which are dropped), not penalised
+// rankCandidates orders candidates for a hand-off, best first: ready,
+// not stopping, not gone and not late (lateAt) before the others (which
+// are dropped), not penalised
 // (penalised reports it) before penalised, higher priority first, then the
 // most recently started.
 func rankCandidates(cs []candidate, penalised func(candidate) bool) []candidate {
 	out := make([]candidate, 0, len(cs))
 	for _, c := range cs {
-		if c.Ready && !c.Stopping && !c.Gone {
+		if c.Ready && !c.Stopping && !c.Gone && !c.late {
 			out = append(out, c)
 		}
 	}

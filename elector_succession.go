@@ -274,7 +274,7 @@ func (s *succession) tookOver() {
 
 // holdBack reports whether this instance, having found the lease free
 // (st), should leave it to a candidate of higher priority this time: one
-// that is ready, alive (not gone), not stopping, not penalised for
+// that is ready, alive (neither gone nor late), not stopping, not penalised for
 // failures, not yielded recently, and not the holder of the term that just
 // ended. It leaves it at most that candidate's poll plus ackMargin (at
 // most HandOffWait) from when it first found it free, then takes it: a dead
@@ -294,7 +294,7 @@ func (s *succession) holdBack(ctx context.Context, st *Status) bool {
 	for _, c := range ls.candidates {
 		switch {
 		case c.Identity == s.identity || c.Identity == st.Holder, c.Priority <= s.cfg.priority,
-			!c.Ready, c.Stopping, c.Gone, c.Yielded, now.Before(penalisedUntil(fails, c.Identity)):
+			!c.Ready, c.Stopping, c.Gone, c.late, c.Yielded, now.Before(penalisedUntil(fails, c.Identity)):
 		default:
 			wait = max(wait, c.poll+ackMargin)
 		}

@@ -684,6 +684,38 @@ func TestSuccessionGoneCandidate(t *testing.T) {
 	})
 }
 
+// TestSuccessionCrashedLeaderIsNotStandby: a leader that is cut off (as a
+// crashed one is) is not the new leader's standby in the time between the
+// take-over and its candidacy being shown gone (its candidacy is then two
+// thirds of its time to live old: late). It was, for about a third of a
+// lease duration: operators saw a standby that did not exist.
+func TestSuccessionCrashedLeaderIsNotStandby(t *testing.T) {
+	// Cut off at ten points of a refresh interval (a third of the lease):
+	// the window opens when the leader's last candidacy write came after
+	// its last renewal.
+	for i := range 10 {
+		cutAt := time.Minute + time.Duration(i)*azlease.DefaultDuration/30
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			c := newSuccessionCluster(t, azlease.ElectorOptions{})
+			c.start("a", nil)
+			c.waitFor("a", time.Minute)
+			c.start("b", nil)
+			time.Sleep(cutAt)
+			st, err := azlease.Inspect(ctx, c.emu.client("x"), c.blob)
+			require.NoError(t, err)
+			require.Equal(t, "b", st.Standby, "the live follower is the standby")
+			c.partition("a", azleasetest.Hang)
+			c.waitFor("b", time.Minute)
+			for end := time.Now().Add(azlease.DefaultDuration); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				st, err := azlease.Inspect(ctx, c.emu.client("x"), c.blob)
+				require.NoError(t, err)
+				require.NotEqual(t, "a", st.Standby, "cut off %v after b started: shown as the new leader's standby", cutAt)
+			}
+		})
+	}
+}
+
 // TestSuccessionPrepareStopDoesNotStick: PrepareStop marks this instance's
 // candidacy Stopping only until it goes on contending: when nobody answers
 // the PrepareStop, when its designation lapses without a stop, and when the
