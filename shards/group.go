@@ -566,11 +566,12 @@ func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease
 			// under way: the write of a move that failed (its answer lost,
 			// or applied late). Every replica counts the shard as the
 			// marker's receiver's, which cannot take it: clear it first.
-			g.startClear(ctx, o)
+			g.startClear(ctx, o, nil)
 			continue
 		}
 		if v.shards[s].gone && o.lock.Valid() {
-			g.startClear(ctx, o) // added again after it was removed
+			// Added again after it was removed: the term says so.
+			g.startClear(ctx, o, map[string]string{metaWhy: whyAdded, metaEpoch: strconv.FormatUint(o.lock.Epoch(), 10)})
 			continue
 		}
 		mv, ok := d.round[s]

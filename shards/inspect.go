@@ -136,8 +136,14 @@ type ShardStatus struct {
 	// and it counts as the mean of the shards that do.
 	Load         float64
 	LoadReported bool
-	// Moved says why its latest term began by a hand-on (join, load,
-	// hot, zone, list), or why it is being handed on now; "" otherwise.
+	// Moved says why its latest term began, or why it is being handed on
+	// now: a hand-on's reason (join, load, hot, zone, list); "new shard"
+	// (its first owner); "added again" (after a removal); "taken after
+	// a's stop" (a released it: it stopped, or left the shard), "taken
+	// after a's lease expired" (a crashed, paused or was cut off), "taken
+	// after a's lease was broken", "taken after a's term ended" (how was
+	// not recorded). "" for a shard never taken, or whose blob was
+	// written by an older version.
 	Moved string
 }
 
@@ -285,9 +291,7 @@ func assignmentOf(v view, set shardSet, known bool, note string) Assignment {
 		}
 		st := ShardStatus{Name: s, State: info.state, Planned: p[s], HandingTo: info.pendingTo, Epoch: info.epoch, Since: info.since,
 			Load: d.load[s], LoadReported: d.known[s]}
-		if info.handed || info.handedIn {
-			st.Moved = info.why
-		}
+		st.Moved = info.moved
 		if info.leased {
 			st.Owner = info.holder
 			owns[info.holder]++

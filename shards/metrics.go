@@ -7,11 +7,11 @@ package shards
 //
 //	azlease.shards.owned             gauge      {shard}  shards this replica owns
 //	azlease.shards.misplaced         gauge      {shard}  shards not where the plan puts them, at the last poll
-//	azlease.shards.acquisitions      counter    {shard}  shards taken: azlease.shards.how (free, handed over)
+//	azlease.shards.acquisitions      counter    {shard}  shards taken: azlease.shards.how (free, handed over), azlease.shards.reason (below)
 //	azlease.shards.moves             counter    {shard}  hand-offs started: azlease.outcome (handed_off, failed, no_receiver)
 //	azlease.shards.handons           counter    {shard}  shards handed on: azlease.shards.reason (join, load, hot, zone, list)
 //	azlease.shards.losses            counter    {shard}  shards whose lease was lost
-//	azlease.shards.releases          counter    {shard}  shards released as the replica left
+//	azlease.shards.releases          counter    {shard}  shards released: azlease.shards.reason (stop: the replica left; removed; list: no live replica's list has it)
 //	azlease.shards.balance.duration  histogram  s        from a poll that saw the group unbalanced to the first that saw it balanced
 //	azlease.shards.list.failures     counter    {request} listings that failed
 //	azlease.shards.load              gauge      1        this replica's load (its shards' smoothed loads, in the work's unit), at the last poll
@@ -19,7 +19,13 @@ package shards
 //	azlease.shards.imbalance         gauge      1        the group's largest load per capacity over its level, at the last poll
 //	azlease.shards.hot               gauge      {shard}  shards whose load alone exceeds a replica's share, at the last poll
 //
-// Each carries azlease.shards.group, the group's name.
+// Each carries azlease.shards.group, the group's name. An acquisition's
+// azlease.shards.reason is the hand-on's (join, load, hot, zone, list) for
+// a shard handed over, and for one taken free: new (its first owner),
+// added (again, after a removal), stop (its owner released it), expired
+// (its owner's lease expired: a crash, pause or partition), broken, ended
+// (not recorded how). Together with the hand-ons' reasons and the
+// releases', every change of owner is counted by why.
 
 import (
 	"context"
@@ -102,8 +108,8 @@ func (t *telemetry) add(c metric.Int64Counter, attrs ...attribute.KeyValue) {
 	}
 }
 
-func (t *telemetry) acquired(how string) {
-	t.add(t.acquisitions, attribute.String("azlease.shards.how", how))
+func (t *telemetry) acquired(how, why string) {
+	t.add(t.acquisitions, attribute.String("azlease.shards.how", how), attribute.String("azlease.shards.reason", why))
 }
 func (t *telemetry) moved(outcome string) {
 	t.add(t.moves, attribute.String("azlease.outcome", outcome))
@@ -113,9 +119,11 @@ func (t *telemetry) moved(outcome string) {
 func (t *telemetry) movedFor(reason string) {
 	t.add(t.handOns, attribute.String("azlease.shards.reason", reason))
 }
-func (t *telemetry) lost()     { t.add(t.losses) }
-func (t *telemetry) released() { t.add(t.releases) }
-func (t *telemetry) failure()  { t.add(t.listFailures) }
+func (t *telemetry) lost() { t.add(t.losses) }
+func (t *telemetry) released(why string) {
+	t.add(t.releases, attribute.String("azlease.shards.reason", why))
+}
+func (t *telemetry) failure() { t.add(t.listFailures) }
 
 // observe records what a poll saw: how many shards are misplaced, this
 // replica's load and capacity, the group's imbalance and hot shards.

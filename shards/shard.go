@@ -233,8 +233,10 @@ func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 	if info.pendingTo != "" {
 		how = "handed over"
 	}
-	g.tm.acquired(how)
-	g.cfg.log.Info("azlease/shards: took a shard", slog.String("shard", info.name), slog.Uint64("epoch", lock.Epoch()), slog.String("how", how))
+	why := takenWhy(info)
+	g.tm.acquired(how, why)
+	g.cfg.log.Info("azlease/shards: took a shard", slog.String("shard", info.name), slog.Uint64("epoch", lock.Epoch()), slog.String("how", how),
+		slog.String("reason", why))
 	g.startWork(o, work)
 }
 
@@ -393,14 +395,15 @@ func (g *Group) move(ctx context.Context, work Work, o *owned, to, reason string
 		slog.String("reason", reason))
 }
 
-// startClear removes a stale hand-off marker from a shard this replica
-// holds and works on, in the background (see act). If the write fails, the
-// next poll tries again; if the term is lost meanwhile, its work's context
-// ends by itself and reap forgets the shard.
-func (g *Group) startClear(ctx context.Context, o *owned) {
+// startClear removes a stale hand-off marker (or the mark that the shard
+// was removed) from a shard this replica holds and works on, in the
+// background (see act), writing md instead. If the write fails, the next
+// poll tries again; if the term is lost meanwhile, its work's context ends
+// by itself and reap forgets the shard.
+func (g *Group) startClear(ctx context.Context, o *owned, md map[string]string) {
 	o.setMoving(clearing)
 	g.movers.Go(func() {
-		err := o.lock.SetMetadata(context.WithoutCancel(ctx), nil)
+		err := o.lock.SetMetadata(context.WithoutCancel(ctx), md)
 		g.cfg.log.Debug("azlease/shards: cleared the marker of a hand-off that did not happen", slog.String("shard", o.name), slog.Any("error", err))
 		o.setMoving("")
 	})
@@ -511,7 +514,7 @@ func (g *Group) finish(ctx context.Context, o *owned, releases chan struct{}) {
 	_ = o.lock.Unlock(ctx)
 	<-releases
 	g.forget(o)
-	g.tm.released()
+	g.tm.released(whyStop)
 }
 
 // releaseConcurrency bounds the releases of a replica that stops (two
@@ -549,8 +552,13 @@ func (g *Group) startRetire(ctx context.Context, o *owned, removed bool) {
 		}
 		_ = o.lock.Unlock(ctx)
 		g.forget(o)
-		g.tm.released()
-		g.cfg.log.Info("azlease/shards: stopped a shard that left the group's set", slog.String("shard", o.name), slog.Bool("removed", removed))
+		why := whyRemoved
+		if !removed {
+			why = "list" // no live replica's list has it any more
+		}
+		g.tm.released(why)
+		g.cfg.log.Info("azlease/shards: stopped a shard that left the group's set", slog.String("shard", o.name), slog.Bool("removed", removed),
+			slog.String("reason", why))
 	})
 }
 

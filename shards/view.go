@@ -31,8 +31,11 @@ const (
 	metaTo    = "shardto"    // the member the shard is handed to (escaped)
 	metaEpoch = "shardepoch" // the epoch of the term that handed it: the marker counts only while it is the latest
 	metaLoad  = "shardload"  // the shard's smoothed load as it was handed on (encodeLoad), for the receiver to start from
-	metaWhy   = "shardwhy"   // why it was handed on: join, load, hot, zone, list
-	metaGone  = "shardgone"  // its blob was cleared after the shard was removed
+	// why it was handed on (join, load, hot, zone, list); without
+	// metaTo, why the term of metaEpoch began ("added": taken again
+	// after a removal), written by its holder
+	metaWhy  = "shardwhy"
+	metaGone = "shardgone" // its blob was cleared after the shard was removed
 	// until when (Unix ms) it stays where it is: its work did not return
 	// within DrainTimeout when it was to be handed on
 	metaPinned = "shardpinned"
@@ -71,9 +74,12 @@ type shardInfo struct {
 	// handedIn is true when the latest term began by a hand-on: its
 	// holder is the receiver the marker of the term before names.
 	handedIn bool
-	why      string    // the marker's reason
-	gone     bool      // cleared after the shard was removed (see RemoveShards)
-	pinned   time.Time // it stays where it is until then (see Group.pin)
+	why      string // the marker's reason
+	// moved is why the latest term began, or why the shard is being
+	// handed on now, as ShardStatus.Moved says it (see movedText).
+	moved  string
+	gone   bool      // cleared after the shard was removed (see RemoveShards)
+	pinned time.Time // it stays where it is until then (see Group.pin)
 	// lastLoad is the load the blob last carried (a hand-off's marker, or
 	// a pin), whatever term wrote it: a free shard's best guess.
 	lastLoad float64
@@ -81,6 +87,83 @@ type shardInfo struct {
 	// st is the shard's blob as listed, for an acquisition that follows
 	// (Lease.HoldAfter); zero when it does not exist.
 	st azlease.Status
+}
+
+// The reasons a shard changes hands, as codes (the metrics' and the logs'
+// azlease.shards.reason / reason): the hand-on's (join, load, hot, zone,
+// list), or how a shard was taken free.
+const (
+	whyNew     = "new"     // its blob did not exist: the shard's first owner
+	whyAdded   = "added"   // added again after it was removed (its blob was cleared)
+	whyStop    = "stop"    // its owner released it (stopped, or dropped it from its list)
+	whyExpired = "expired" // its owner's lease expired (a crash, a pause, a partition)
+	whyBroken  = "broken"  // its lease was broken (an operator)
+	whyEnded   = "ended"   // its owner's term ended without a record of how
+	whyRemoved = "removed" // removed from the group's set (RemoveShards)
+)
+
+// takenWhy is the reason code of an acquisition of the shard as info
+// lists it.
+func takenWhy(info shardInfo) string {
+	switch {
+	case info.pendingTo != "" && info.why != "":
+		return info.why
+	case info.pendingTo != "":
+		return "handed over"
+	case !info.st.Exists:
+		return whyNew
+	case info.gone:
+		return whyAdded
+	}
+	switch info.state {
+	case "expired":
+		return whyExpired
+	case "broken":
+		return whyBroken
+	case "available":
+		return whyStop
+	}
+	return whyEnded
+}
+
+// movedText says, for people, why the latest term of the shard began, or
+// why it is being handed on now: a hand-on's reason (join, load, hot,
+// zone, list), "new shard", "added again", "taken after a's stop", "taken
+// after a's lease expired", "taken after a's lease was broken", "taken
+// after a's term ended", or "removed" for the cleared blob of a removed
+// shard. own is the reason the term's holder wrote for its own term, if
+// any. The previous holder's name comes from the blob's recorded terms.
+func movedText(st azlease.Status, s shardInfo, own string) string {
+	switch {
+	case s.gone:
+		return "removed"
+	case s.handed || s.handedIn:
+		return s.why
+	case own == whyAdded:
+		return "added again"
+	case own != "":
+		return own
+	}
+	prev := "its previous owner"
+	if h := st.History; len(h) >= 2 && h[0].Epoch == st.Epoch && h[1].Holder != "" {
+		prev = h[1].Holder
+	}
+	switch st.Began {
+	case azlease.ChangeFree:
+		return "new shard"
+	case azlease.ChangeReleased:
+		return "taken after " + prev + "'s stop"
+	case azlease.ChangeExpired:
+		return "taken after " + prev + "'s lease expired"
+	case azlease.ChangeBroken:
+		return "taken after " + prev + "'s lease was broken"
+	case azlease.ChangeUnobserved:
+		return "taken after " + prev + "'s term ended"
+	}
+	if st.Began.HandOver() {
+		return "handed on by " + prev
+	}
+	return ""
 }
 
 // owner is who the plan counts as owning the shard: the member it was
@@ -164,6 +247,11 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 				if l, ok := decodeLoad(st.Metadata[metaLoad]); ok && (s.handed || s.handedIn) {
 					s.carried, s.hasCarried = l, true
 				}
+				own := ""
+				if to == "" && err == nil && e == st.Epoch {
+					own = s.why // the holder's own word on how its term began
+				}
+				s.moved = movedText(st, s, own)
 			}
 			v.shards[s.name] = s
 		}

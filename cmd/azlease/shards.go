@@ -301,7 +301,7 @@ type shardJSON struct {
 	Planned   string     `json:"planned,omitempty"`
 	Load      float64    `json:"load"`
 	Reported  bool       `json:"load_reported"`
-	Moved     string     `json:"moved,omitempty"` // why its term began by a hand-on (or it is being handed on)
+	Moved     string     `json:"moved,omitempty"` // why its term began (ShardStatus.Moved), or why it is being handed on
 }
 
 func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON {

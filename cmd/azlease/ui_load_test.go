@@ -71,6 +71,9 @@ func TestUIGroupByLoad(t *testing.T) {
 			}
 		}
 		assert.NotEmpty(t, why, "a move's reason: %+v", g.Moves)
+		for _, s := range g.Shards {
+			assert.NotEmpty(t, s.Moved, "every shard says why its owner has it: %s", s.Name) // "new shard" too
+		}
 		for _, grp := range groups {
 			require.NoError(t, grp.Stop(context.Background()))
 		}

@@ -313,7 +313,7 @@ type uiShard struct {
 	// list: no replica plans it.
 	Outside bool `json:"outside,omitempty"`
 	// Load is its smoothed load (Reported false: nobody reports it, it
-	// counts as the mean); Moved why its latest term began by a hand-on.
+	// counts as the mean); Moved why its latest term began (ShardStatus.Moved).
 	Load     float64 `json:"load,omitempty"`
 	Reported bool    `json:"load_reported,omitempty"`
 	Moved    string  `json:"moved,omitempty"`
@@ -731,7 +731,7 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 	a := shards.AssignmentOf(group, blobs, nil)
 	g := &uiGroup{PlanKnown: a.PlanKnown, Note: a.Note, Members: []uiMember{}, Shards: []uiShard{}, Moves: []uiMove{},
 		ByLoad: a.ByLoad, Level: a.Level, Hot: a.Hot}
-	why := map[string]string{} // shard → why its latest term began by a hand-on
+	why := map[string]string{} // shard → why its latest term began (ShardStatus.Moved)
 	live := map[string]bool{}
 	for i, mb := range a.Members {
 		live[mb.Name] = true
@@ -771,6 +771,10 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 		if st.Leased {
 			sh.Owner = st.Holder
 		}
+		if st.Metadata["shardgone"] != "" { // package shards' mark: cleared after RemoveShards
+			sh.Moved = "removed"
+			why[name] = "removed"
+		}
 		g.Shards = append(g.Shards, sh)
 	}
 	for _, s := range g.Shards {
@@ -800,11 +804,8 @@ func groupItem(group string, blobs []azlease.Status) uiItem {
 			}
 			if i+1 == len(h) || from != e.Holder {
 				mv := uiMove{Shard: strings.TrimPrefix(st.Name, shardsPrefix), From: from, To: e.Holder, Epoch: e.Epoch, At: uiTime(e.Acquired)}
-				if i == 0 && from != "" {
-					mv.Why = why[mv.Shard]
-					if mv.Why == "" {
-						mv.Why = "leave" // taken free: its owner stopped or crashed, or its lease was lost
-					}
+				if i == 0 {
+					mv.Why = why[mv.Shard] // ShardStatus.Moved: every change of owner says why
 				}
 				g.Moves = append(g.Moves, mv)
 			}

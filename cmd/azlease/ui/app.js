@@ -373,7 +373,7 @@
       el("h2", {}, "Recent moves"),
       el("p", { class: "muted" }, "From the shards' recorded terms (each keeps its latest 8): a term whose holder is not the previous one's."),
       moves.length ? table([{ text: "when (new owner's clock)" }, { text: "shard" }, { text: "from" }, { text: "to" }, { text: "epoch", num: true },
-        { text: "why (join, leave, load, hot, list, zone)" }], moves, { id: "moves" })
+        { text: "why (hand-ons: join, load, hot, list, zone; new shard, taken after a stop or an expired lease, added again, removed)" }], moves, { id: "moves" })
         : el("p", {}, "None recorded."),
     ];
   }
