@@ -35,20 +35,21 @@ func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (g
 	)
 	limit := time.Now().Add(budget)
 	cur := id
+	l.grantTag = ""
 	// A round ends with a grant, a refusal, or "held" while some ID may be
 	// ours; find then settles that. The lease can change under find (it
 	// may expire), so a few rounds may be needed; each is bounded by limit.
 	for round := 0; ; round++ {
 		held := false
 		err = l.loop(ctx, "acquire", limit, func(actx context.Context, now time.Time) (bool, error) {
-			_, err := l.leaseClient(cur).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
+			resp, err := l.leaseClient(cur).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
 			c := classify(ctx, err)
 			proposed := true // err is the answer to a request proposing cur
 			if c == classNotFound && l.cfg.create && !created {
 				if err = l.ensure(ctx, actx, err); err == nil {
 					created = true
 					now = time.Now()
-					_, err = l.leaseClient(cur).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
+					resp, err = l.leaseClient(cur).AcquireLease(actx, int32(l.cfg.duration/time.Second), nil)
 				} else {
 					proposed = false // creating the blob failed
 				}
@@ -57,6 +58,9 @@ func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (g
 			switch c {
 			case classOK:
 				granted, send = cur, now
+				if resp.ETag != nil {
+					l.grantTag = *resp.ETag // lease operations leave it as the last write made it
+				}
 				return true, nil
 			case classHeld:
 				held = true

@@ -77,3 +77,98 @@ func TestHoldAfterSavesTheRead(t *testing.T) {
 		require.NoError(t, la.Unlock(ctx))
 	})
 }
+
+// TestHoldAfterCreatesTheBlobWithItsRecord: Lease.HoldAfter with a status
+// that says the blob does not exist creates it with the new term's epoch
+// record and acquires: two requests (where Hold makes five), a term that
+// writes and releases as any other, its first term recorded as such. When
+// the blob exists after all, or someone held it between the creation and
+// the acquisition, it reads and writes the epoch as without the status:
+// the epoch never goes backwards. (Measured: with the creation left out,
+// the first case makes five requests.)
+func TestHoldAfterCreatesTheBlobWithItsRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var mu sync.Mutex
+		ops := map[azleasetest.Op]int{}
+		var onAcquire func()
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client != "a" {
+				return azleasetest.Fault{}
+			}
+			mu.Lock()
+			ops[r.Op]++
+			f := onAcquire
+			if r.Op == azleasetest.OpAcquireLease {
+				onAcquire = nil
+			}
+			mu.Unlock()
+			if f != nil && r.Op == azleasetest.OpAcquireLease {
+				f() // someone else acts between the creation and the acquisition
+			}
+			return azleasetest.Fault{}
+		})
+		count := func() map[azleasetest.Op]int {
+			mu.Lock()
+			defer mu.Unlock()
+			out := ops
+			ops = map[azleasetest.Op]int{}
+			return out
+		}
+		obs := e.client("observer")
+		_, err := obs.Create(ctx, nil)
+		require.NoError(t, err)
+		opts := &azlease.LeaseOptions{Identity: "a"}
+
+		a := newLease(t, e.client("a"), "new", opts)
+		la, err := a.HoldAfter(ctx, azlease.Status{Name: "new"})
+		require.NoError(t, err)
+		assert.Equal(t, map[azleasetest.Op]int{azleasetest.OpPutBlob: 1, azleasetest.OpAcquireLease: 1}, count(), "two requests")
+		st, err := azlease.Inspect(ctx, obs, "new")
+		require.NoError(t, err)
+		assert.Equal(t, la.Epoch(), st.Epoch)
+		assert.Equal(t, "a", st.Holder)
+		assert.Equal(t, azlease.ChangeFree, st.Began)
+		require.NoError(t, la.Write(ctx, []byte("state")), "the term writes")
+		require.NoError(t, la.SetMetadata(ctx, map[string]string{"k": "v"}))
+		require.NoError(t, la.Unlock(ctx))
+		st, err = azlease.Inspect(ctx, obs, "new")
+		require.NoError(t, err)
+		assert.False(t, st.Leased)
+		assert.Equal(t, la.Epoch(), st.Epoch)
+
+		// The blob exists after all: the creation fails, the epoch grows
+		// from the blob's record.
+		b := newLease(t, e.client("a"), "new", opts)
+		count()
+		lb, err := b.HoldAfter(ctx, azlease.Status{Name: "new"})
+		require.NoError(t, err)
+		assert.Greater(t, lb.Epoch(), la.Epoch())
+		got := count()
+		assert.Equal(t, 1, got[azleasetest.OpGetProperties], "read as Hold does: %v", got)
+		require.NoError(t, lb.Unlock(ctx))
+
+		// Held and released by someone else between the creation and the
+		// acquisition: the record written at the creation is not relied on.
+		other := newLease(t, obs, "raced", nil)
+		var otherEpoch uint64
+		mu.Lock()
+		onAcquire = func() {
+			lk, err := other.Hold(ctx)
+			require.NoError(t, err)
+			otherEpoch = lk.Epoch()
+			require.NoError(t, lk.Unlock(ctx))
+		}
+		mu.Unlock()
+		c := newLease(t, e.client("a"), "raced", opts)
+		lc, err := c.HoldAfter(ctx, azlease.Status{Name: "raced"})
+		require.NoError(t, err)
+		require.NotZero(t, otherEpoch)
+		assert.Greater(t, lc.Epoch(), otherEpoch, "above the term that came between")
+		st, err = azlease.Inspect(ctx, obs, "raced")
+		require.NoError(t, err)
+		assert.Equal(t, lc.Epoch(), st.Epoch)
+		require.NoError(t, lc.Unlock(ctx))
+	})
+}

@@ -59,6 +59,9 @@ type Lease struct {
 	bbc *blockblob.Client
 
 	opMu sync.Mutex // serialises operations that use or change the lease ID
+	// grantTag is the ETag the answer that granted the latest acquisition
+	// carried ("" when none did); under opMu.
+	grantTag azcore.ETag
 
 	mu    sync.Mutex
 	id    string // the lease ID of the term, or of a stale holding

@@ -41,7 +41,22 @@ import (
 //
 // prev is the record as first read: after an ambiguous write, a retry reads
 // this holder's own record, which says nothing about the previous term.
+//
+// A fresh seen (createWithRecord) holds this term's record already: when
+// the acquisition's answer carried the ETag of that creation, nobody wrote
+// the blob between the two (a write changes the ETag, a lease operation
+// does not), so the record stands and nothing is written. Otherwise it
+// reads and writes as without seen.
 func (l *Lease) bumpEpoch(ctx context.Context, id string, limit time.Time, seen *Status, handed bool) (prev, next record, md map[string]*string, etag azcore.ETag, err error) {
+	if seen != nil && seen.fresh {
+		if !handed && seen.etag != "" && l.grantTag == seen.etag {
+			if r, perr := parseRecord(seen.raw); perr == nil && r.epoch > l.seen.Load() && r.holder == l.cfg.identity {
+				l.see(r.epoch)
+				return record{}, r, seen.raw, seen.etag, nil
+			}
+		}
+		seen = nil
+	}
 	read, warned := false, false
 	known := seen != nil && seen.Exists && seen.Err == nil && seen.etag != "" && !alwaysReread.Load()
 	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
@@ -314,4 +329,49 @@ func leaseAccess(id string, ifMatch *azcore.ETag) *blob.AccessConditions {
 		ac.ModifiedAccessConditions = &blob.ModifiedAccessConditions{IfMatch: ifMatch}
 	}
 	return ac
+}
+
+// createWithRecord creates the lock blob, which a listing did not show,
+// with the record of the term an acquisition is about to begin (Put Blob,
+// If-None-Match: *, one attempt), so that the acquisition needs no epoch
+// write (see bumpEpoch). The epoch is what an epoch write would choose on
+// a blob created now (nextEpoch), from this process's clock a second
+// ahead; if storage's clock says the blob was created later than that,
+// the record is not relied on. It returns the blob's status for the
+// acquisition, or nil when the blob was not created (it exists, or the
+// request failed: the acquisition then goes on as without a look).
+//
+// A Put whose answer was lost, applied later, finds the blob existing and
+// changes nothing.
+func (l *Lease) createWithRecord(ctx context.Context) *Status {
+	deadline, ok := timing.AttemptDeadline(time.Now(), time.Now().Add(l.cfg.duration), l.cfg.attemptTimeout)
+	if !ok || ctx.Err() != nil {
+		return nil
+	}
+	now := time.Now()
+	var none record
+	r := none.next(nextEpoch(0, now.Add(time.Second), l.seen.Load()), l.cfg.identity, now, l.cfg.history)
+	r.role = l.cfg.role
+	began, end := judgeChange(none, false, nil, time.Time{}, r.acquired)
+	r.noteChange(began, l.cfg.duration, 0, end)
+	md := r.format(nil)
+	actx, cancel := context.WithDeadline(noRetry(ctx), deadline)
+	defer cancel()
+	resp, err := l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{
+		Metadata: md,
+		AccessConditions: &blob.AccessConditions{
+			ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
+		},
+	})
+	if err != nil || resp.ETag == nil {
+		return nil
+	}
+	st := &Status{Name: l.t.blob, Exists: true, State: "available", raw: md, etag: *resp.ETag, readAt: time.Now()}
+	if resp.LastModified != nil {
+		st.created = *resp.LastModified
+	}
+	// When storage's clock is ahead, an epoch write chooses, starting
+	// from this status (one request, conditional on the ETag).
+	st.fresh = nextEpoch(0, st.created, 0) <= r.epoch
+	return st
 }

@@ -461,6 +461,11 @@ type Status struct {
 	// readAt is when the answer that gave this status came (this
 	// process's clock): the lease state was so at or before it.
 	readAt time.Time
+	// fresh is true for the status of a lock blob this Lease has just
+	// created with its next term's record (Lease.createWithRecord): the
+	// acquisition that follows needs no epoch write when nothing was
+	// written since (see bumpEpoch).
+	fresh bool
 }
 
 // setRecord fills the fields the record gives, after the lease state's:

@@ -99,9 +99,10 @@ const acquireConcurrency = 16
 
 // Acquisitions run from a queue the polls fill, by up to takeWorkers at
 // once, paced so that they send at most takeRate requests a second after a
-// burst of takeBurst (an acquisition of a shard the listing showed costs
-// two: acquire, epoch write; of one whose blob does not exist yet, five):
-// never more than 500 in a second. A replica alone in a group of 1,000
+// burst of takeBurst (an acquisition costs two requests: acquire and the
+// epoch write of a shard the listing showed, the creation of its blob with
+// the epoch record and acquire of one it did not; more only when a race or
+// a failure makes it read again): never more than about 500 in a second. A replica alone in a group of 1,000
 // shards takes them all within 5 s, while its polls keep their cadence;
 // a few dozen are taken at once, as a cold start of several replicas
 // needs (each takes its share before the others look).
@@ -160,11 +161,7 @@ func (g *Group) taker(ctx context.Context, work Work) {
 			continue
 		}
 		g.acquiring[info.name] = true
-		cost := 5
-		if info.st.Exists {
-			cost = 2
-		}
-		wait := g.pace.reserve(time.Now(), cost)
+		wait := g.pace.reserve(time.Now(), 2)
 		g.mu.Unlock()
 		if sleepCtx(ctx, wait) {
 			g.take(ctx, work, info)
@@ -191,7 +188,13 @@ func (p *pacer) reserve(now time.Time, n int) time.Duration {
 
 // take acquires one shard and starts its work.
 func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
-	lock, err := g.lease(info.name).HoldAfter(ctx, info.st)
+	seen := info.st
+	if !seen.Exists {
+		// The listing did not show its blob: HoldAfter creates it with the
+		// new term's record, then acquires (two requests, not five).
+		seen = azlease.Status{Name: g.names.shard(info.name)}
+	}
+	lock, err := g.lease(info.name).HoldAfter(ctx, seen)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
