@@ -406,10 +406,13 @@ func laterOf(a, b time.Time) time.Time {
 	return b
 }
 
-// moves counts, among the runs, the terms that began at or after since
-// (lease moves and acquisitions), the runs that restarted in a term that
-// had already run (the work interrupted and called again without a move),
-// and the terms that ended because the lease was lost.
+// moves counts, among the runs, the terms that began after since (lease
+// moves and acquisitions), the runs that restarted in a term that had
+// already run (the work interrupted and called again without a move), and
+// the terms that ended because the lease was lost. A run that began at
+// since itself counts as before it: since is an observation (the group
+// seen balanced, its work running), which under synctest can fall in the
+// very instant the run began, and saw it.
 func countChanges(runs []workRun, since time.Time) (terms, restarts, losses int) {
 	seen := map[string]time.Time{} // term → its first run's start
 	for _, r := range runs {
@@ -420,7 +423,7 @@ func countChanges(runs []workRun, since time.Time) (terms, restarts, losses int)
 	}
 	for _, r := range runs {
 		k := r.shard + "/" + strconv.FormatUint(r.epoch, 10)
-		if r.start.Before(since) {
+		if !r.start.After(since) {
 			if r.ctxEnd.After(since) && errors.Is(r.cause, azlease.ErrLeaseLost) {
 				losses++
 			}
