@@ -462,3 +462,40 @@ func TestAzuriteElectorEpochSurvivesRecreatedBlob(t *testing.T) {
 	require.NoError(t, a.Stop(ctx))
 	require.NoError(t, b.Stop(ctx))
 }
+
+// TestAzuriteHoldAfterCreatesTheBlob: on the real wire, Lease.HoldAfter
+// with a status that says the blob does not exist creates it with its
+// first epoch record and acquires it in two requests (the acquisition's
+// answer carries the creation's ETag), and the term writes and releases as
+// any other.
+func TestAzuriteHoldAfterCreatesTheBlob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWire(t, "holdafter")
+	var sent atomic.Int32
+	cc := w.lossy(func(*http.Request) bool { sent.Add(1); return false })
+	obs := w.client()
+	_, err := obs.Create(ctx, nil)
+	if !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
+		require.NoError(t, err)
+	}
+	a := newLease(t, cc, "fresh", &azlease.LeaseOptions{Identity: "node-a"})
+	sent.Store(0)
+	lk, err := a.HoldAfter(ctx, azlease.Status{Name: "fresh"})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), sent.Load(), "Put Blob, Acquire Lease")
+	st, err := azlease.Inspect(ctx, obs, "fresh")
+	require.NoError(t, err)
+	assert.Equal(t, lk.Epoch(), st.Epoch)
+	assert.Equal(t, "node-a", st.Holder)
+	assert.True(t, st.Leased)
+	assert.Equal(t, azlease.ChangeFree, st.Began)
+	require.NoError(t, lk.SetMetadata(ctx, map[string]string{"checkpoint": "1"}))
+	require.NoError(t, lk.Write(ctx, []byte("state")))
+	require.NoError(t, lk.Unlock(ctx))
+	b := newLease(t, obs, "fresh", &azlease.LeaseOptions{Identity: "node-b"})
+	lb, err := b.Hold(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, lb.Epoch(), lk.Epoch())
+	require.NoError(t, lb.Unlock(ctx))
+}
