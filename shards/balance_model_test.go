@@ -445,6 +445,75 @@ type modelResult struct {
 	jumpMoves   int
 	jumpGreedy  int // the offline greedy's moves from the state at the jump
 	jumpHot     bool
+	jumpBound   int // the fewest moves any balancer needs to bring the group back in band (jumpLowerBound)
+}
+
+// jumpLowerBound is a lower bound on the moves any balancer needs, after
+// shard j's load jumped, to bring the group back in band as inBand
+// measures it (loads as in, the level and hot shards as p). Whoever ends
+// up hosting j, H (its owner o, or another member at the cost of j's
+// move), must be within bandHigh × the level (hold j alone when j is hot):
+// it hands on at least its excess E_H, so (a) at least k_H of its other
+// shards, the fewest whose loads sum to E_H being its heaviest; and (b)
+// the members that take in more than they hand on stay within the band,
+// so each takes in at most its room (bandHigh × level × capacity − load;
+// o's without j when H is not o), and at least q_H of them, the fewest
+// whose rooms sum to E_H, take in a move each. So any plan makes at least
+// max(k_H, q_H) moves, plus j's when H is not o, for its H. Receivers
+// that make room by handing on in turn only add moves.
+func jumpLowerBound(in balanceInput, p balancePlan, j string) int {
+	var js bshard
+	held := map[string][]float64{}
+	load := map[string]float64{}
+	for _, s := range in.shards {
+		if s.name == j {
+			js = s
+			continue
+		}
+		held[s.owner] = append(held[s.owner], s.load)
+		load[s.owner] += s.load
+	}
+	hot := slices.Contains(p.hot, j)
+	fewest := func(xs []float64, need float64) int { // the fewest of xs summing to need
+		xs = slices.Clone(xs)
+		slices.Sort(xs)
+		n := 0
+		for i := len(xs) - 1; i >= 0 && need > 1e-12; i-- {
+			need -= xs[i]
+			n++
+		}
+		if need > 1e-12 {
+			return len(in.shards)
+		}
+		return n
+	}
+	bound := len(in.shards)
+	for _, h := range in.members {
+		excess := load[h.name] + js.load - bandHigh*p.level*h.capacity
+		k := fewest(held[h.name], excess)
+		if hot {
+			excess, k = load[h.name], len(held[h.name])
+		}
+		var rooms []float64
+		for _, m := range in.members {
+			if m.name == h.name {
+				continue
+			}
+			l := load[m.name] // without j
+			if m.name == js.owner && h.name == js.owner {
+				l += js.load
+			}
+			if r := bandHigh*p.level*m.capacity - l; r > 0 {
+				rooms = append(rooms, r)
+			}
+		}
+		b := max(k, fewest(rooms, excess))
+		if h.name != js.owner {
+			b++
+		}
+		bound = min(bound, b)
+	}
+	return bound
 }
 
 // runModel plays one seed: converge from count-balanced, 10 minutes of
@@ -493,7 +562,9 @@ func runModel(cfg modelConfig, seed uint64) modelResult {
 		for _, x := range m.shards {
 			in.shards = append(in.shards, bshard{name: x.name, owner: x.owner, load: x.base, known: true})
 		}
-		r.jumpHot = len(balance(in).hot) > 0
+		bp := balance(in)
+		r.jumpHot = len(bp.hot) > 0
+		r.jumpBound = jumpLowerBound(in, bp, s.name)
 	}
 	before = len(m.moves)
 	// Back in band: the first sample from which the group stays in the
@@ -589,6 +660,7 @@ func TestLoadBalancerModel(t *testing.T) {
 			cfg := modelConfig{k: 256, n: 8, zipf: 0.8, noise: 0.2, poll: 2 * time.Second, drain: 1500 * time.Millisecond, neighbours: neighbours}
 			var (
 				over                     []int // moves beyond the offline greedy's after the jump
+				bounds                   []int // the fewest moves any balancer needs after the jump (jumpLowerBound)
 				small                    []int // moves after jumps the greedy fixes with 3 or fewer
 				p99s                     []float64
 				conv, jumps              []time.Duration
@@ -609,6 +681,7 @@ func TestLoadBalancerModel(t *testing.T) {
 				backForth += r.backForth
 				jumps = append(jumps, r.jumpBack)
 				jumpMoves = append(jumpMoves, r.jumpMoves)
+				bounds = append(bounds, r.jumpBound)
 				over = append(over, r.jumpMoves-r.jumpGreedy)
 				if r.jumpGreedy <= 3 {
 					small = append(small, r.jumpMoves)
@@ -617,11 +690,11 @@ func TestLoadBalancerModel(t *testing.T) {
 					t.Errorf("seed %d: never back in the band after the jump", seed)
 				}
 			}
-			line := fmt.Sprintf("- heaviest shards %s: count-balanced max/mean p50 %.2f; converged in p50 %v p90 %v; moves p50 %d (greedy %d), total %d vs %d (×%.2f); steady max/mean p99 (worst seed) %.3f, %d moves, %d back and forth; ×10 jump: back in p50 %v p99 %v, moves p90 %d (beyond the offline greedy's p90 %+d; where it needs 3 or fewer, p90 %d)",
+			line := fmt.Sprintf("- heaviest shards %s: count-balanced max/mean p50 %.2f; converged in p50 %v p90 %v; moves p50 %d (greedy %d), total %d vs %d (×%.2f); steady max/mean p99 (worst seed) %.3f, %d moves, %d back and forth; ×10 jump: back in p50 %v p99 %v, moves p90 %d (beyond the offline greedy's p90 %+d; where it needs 3 or fewer, p90 %d; any balancer needs p90 %d or more)",
 				map[bool]string{true: "with neighbouring names", false: "scattered"}[neighbours],
 				quantileF(starts, 0.5), quantileD(conv, 0.5), quantileD(conv, 0.9), quantileI(moves, 0.5), quantileI(greedy, 0.5),
 				sumMoves, sumGreedy, float64(sumMoves)/float64(sumGreedy), slices.Max(p99s), steady, backForth,
-				quantileD(jumps, 0.5), quantileD(jumps, 0.99), quantileI(jumpMoves, 0.9), quantileI(over, 0.9), quantileI(small, 0.9))
+				quantileD(jumps, 0.5), quantileD(jumps, 0.99), quantileI(jumpMoves, 0.9), quantileI(over, 0.9), quantileI(small, 0.9), quantileI(bounds, 0.9))
 			t.Log(line)
 			report = append(report, line)
 			// A target missed fails the test, or, when the model writes the
