@@ -74,6 +74,28 @@ func TestUIGroupByLoad(t *testing.T) {
 		for _, s := range g.Shards {
 			assert.NotEmpty(t, s.Moved, "every shard says why its owner has it: %s", s.Name) // "new shard" too
 		}
+
+		// A removed shard's cleared blob says so, in the grid and the moves.
+		require.NoError(t, shards.RemoveShards(context.Background(), cc("observer"), "g", "3"))
+		time.Sleep(10 * time.Second)
+		listed, err = azlease.InspectPrefix(context.Background(), cc("observer"), "g/")
+		require.NoError(t, err)
+		g = groupItem("g", listed).Group
+		require.NotNil(t, g)
+		removed := ""
+		for _, s := range g.Shards {
+			if s.Name == "3" {
+				removed = s.Moved
+			}
+		}
+		assert.Equal(t, "removed", removed, "%+v", g.Shards)
+		why = ""
+		for _, m := range g.Moves {
+			if m.Shard == "3" && why == "" {
+				why = m.Why
+			}
+		}
+		assert.Equal(t, "removed", why, "the removed shard's latest move: %+v", g.Moves)
 		for _, grp := range groups {
 			require.NoError(t, grp.Stop(context.Background()))
 		}
