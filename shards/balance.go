@@ -7,9 +7,7 @@ package shards
 // to the member with the least load per capacity, the heaviest first; a
 // member above the band (load per capacity over bandHigh × the group's
 // level) hands on the shards that best bring it back, one at a time, to
-// members below the level, until it is at bandStop × the level, or, when
-// that takes many moves of light shards, hands a heavy one to a member
-// that first hands on its own heavier shards (fewer moves); a shard
+// members below the level, until it is at bandStop × the level; a shard
 // whose load alone exceeds a member's share gets a member to itself; no
 // shard that changed hands within the cooldown moves for load. The moves
 // come in order: a round executes only the first ones, within the
@@ -350,129 +348,6 @@ func balance(in balanceInput) balancePlan {
 		}
 		return false
 	}
-	// rooms are the receivers' room within the band: members below the
-	// level, not given to a hot shard, but src.
-	rooms := func(src string) map[string]float64 {
-		out := map[string]float64{}
-		for _, m := range ms {
-			if m.name != src && dedicated[m.name] == nil && u(m.name) < level {
-				out[m.name] = bandHigh*level*m.capacity - p.load[m.name]
-			}
-		}
-		return out
-	}
-	// fit is the receiver in room that x fits with the most room left
-	// (ties by name), or "".
-	fit := func(room map[string]float64, x *bshard) string {
-		to := ""
-		for _, m := range ms {
-			r, isRecv := room[m.name]
-			if isRecv && ok(x.name, m.name) && r >= x.load-1e-12 && (to == "" || r > room[to]+1e-12) {
-				to = m.name
-			}
-		}
-		return to
-	}
-	// directMoves estimates how many single moves bring src down to
-	// bandStop × the level: its heaviest shards first, each to the
-	// receiver it fits with the most room; len(shards) more when they
-	// cannot.
-	directMoves := func(src string) int {
-		room := rooms(src)
-		need := p.load[src] - bandStop*level*byName[src].capacity
-		n := 0
-		for _, x := range slices.Backward(sortedByLoad(held[src])) {
-			if need <= 1e-12 {
-				break
-			}
-			if !movable(x) {
-				continue
-			}
-			if to := fit(room, x); to != "" {
-				room[to] -= x.load
-				need -= x.load
-				n++
-			}
-		}
-		if need > 1e-12 {
-			n += len(shards)
-		}
-		return n
-	}
-	// viaReceiver looks for fewer moves than direct for src: a heavy
-	// shard s of src that fits no receiver, handed to a member b that
-	// first hands on its own heaviest shards, each to a receiver (src
-	// included, once s has left) that stays within the band. It plans
-	// those moves, then s's, when they are at least two fewer than direct.
-	viaReceiver := func(src string, direct int) bool {
-		var (
-			bestOut []move
-			bestS   *bshard
-			bestB   string
-			bestK   = direct - 1
-		)
-		base := rooms(src)
-		maxRoom := 0.0
-		for _, r := range base {
-			maxRoom = max(maxRoom, r)
-		}
-		tried := 0
-		for _, s := range slices.Backward(sortedByLoad(held[src])) {
-			if tried >= 4 || s.load <= maxRoom {
-				break
-			}
-			if !movable(s) {
-				continue
-			}
-			tried++
-			for _, b := range ms {
-				if b.name == src || dedicated[b.name] != nil || !ok(s.name, b.name) {
-					continue
-				}
-				need := p.load[b.name] + s.load - bandHigh*level*b.capacity
-				room := map[string]float64{}
-				for m, r := range base {
-					if m != b.name {
-						room[m] = r
-					}
-				}
-				if r := bandHigh*level*byName[src].capacity - (p.load[src] - s.load); r > 0 {
-					room[src] = r
-				}
-				var out []move
-				for _, x := range slices.Backward(sortedByLoad(held[b.name])) {
-					if need <= 1e-12 || 1+len(out) >= bestK {
-						break
-					}
-					if !movable(x) {
-						continue
-					}
-					if to := fit(room, x); to != "" {
-						out = append(out, move{shard: x.name, from: b.name, to: to})
-						room[to] -= x.load
-						need -= x.load
-					}
-				}
-				if need > 1e-12 || 1+len(out) >= bestK {
-					continue
-				}
-				bestOut, bestS, bestB, bestK = out, s, b.name, 1+len(out)
-			}
-		}
-		if bestS == nil {
-			return false
-		}
-		for _, mv := range bestOut {
-			for _, x := range held[mv.from] {
-				if x.name == mv.shard {
-					add(x, mv.to, "load")
-					break
-				}
-			}
-		}
-		add(bestS, bestB, "load")
-		return true
-	}
 	for range len(shards) * 2 {
 		src := ""
 		for _, m := range ms {
@@ -489,14 +364,6 @@ func balance(in balanceInput) balancePlan {
 		}
 		if src == "" {
 			break
-		}
-		if !active[src] && len(dedicated) == 0 {
-			// Far above the band with light shards but a heavy one: that
-			// one, handed to a member that makes room for it, may take
-			// fewer moves.
-			if d := directMoves(src); d > 3 && viaReceiver(src, d) {
-				continue
-			}
 		}
 		active[src] = true
 		// The best move that leaves the receiver within the band; if
