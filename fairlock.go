@@ -282,6 +282,13 @@ func (f *fairLock) tryFree(ctx context.Context, unstick bool) (lk *Lock, queued 
 			switch {
 			case ok:
 				lk.fair = &fairState{f: f, took: time.Now()}
+				if !v.tickets {
+					// The queue has never given a ticket: its first
+					// generation, made by the one holder rather than
+					// raced by the waiters that come (one request, once
+					// per lock; a failure leaves it to them).
+					_ = f.q.createGeneration(ctx, time.Now().Add(f.cfg.lease.attemptTimeout), 0)
+				}
 				return lk, false, nil
 			case err != nil:
 				return nil, false, err

@@ -4,10 +4,11 @@ package azlease
 // in which order, and the blobs that say so.
 //
 // For the lock named NAME (a Mutex's lock blob, or a Semaphore's name):
-//   - NAME/queue is the ticket counter: a zero-byte blob whose metadata
-//     holds the next ticket, taken by a conditional write (If-Match), so
-//     tickets grow strictly in the order storage accepted the writes,
-//     whatever the clocks of the waiters' hosts say.
+//   - NAME/queue/tickets-<generation, 20 digits> gives the tickets: an
+//     append blob, one byte appended per ticket, the ticket being where
+//     storage put it (Append Block's offset), so tickets grow strictly in
+//     the order storage accepted the appends, whatever the clocks of the
+//     waiters' hosts say, and no append is refused for another's (take).
 //   - NAME/queue/<ticket, 20 digits> is a waiter: created with its ticket,
 //     its metadata holds the lease ID it announced (a holder hands the lock
 //     to an ID derived from it: succession.go), its identity, when it began
@@ -48,6 +49,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/appendblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
@@ -56,7 +58,6 @@ import (
 
 // Metadata keys of the queue's blobs.
 const (
-	metaNextTicket    = "azleasenextticket" // the counter: the next ticket to give
 	metaWaiterID      = "azleasewaiterid"   // a waiter: the lease ID it announced
 	metaWaiterHolder  = "azleaseholder"     // a waiter: its identity (escaped)
 	metaWaiterSince   = "azleasesince"      // a waiter: when it began to wait (ms since 1970, its clock)
@@ -65,12 +66,27 @@ const (
 	metaWaiterPoll    = "azleasepoll"       // a waiter: its HeadPollInterval and PollInterval, in ms ("200,1000")
 	queueSuffix       = "/queue"
 	ticketDigits      = 20
-	maxTicketAttempts = 20 // conditional writes tried for one ticket before giving up
+	maxTicketAttempts = 20 // appends and listings tried for one ticket before giving up
+	// ticketsPrefix names a tickets blob under the queue's prefix:
+	// NAME/queue/tickets-<generation, 20 digits>.
+	ticketsPrefix = "tickets-"
+	// ticketsPerGeneration spaces generations' tickets: a generation's
+	// offsets stay under rotateAt + 1.
+	ticketsPerGeneration = 100_000
+	// rotateAt is the offset at which a generation is turned: well below
+	// the 50,000 blocks an append blob holds, so that joiners that listed
+	// before the turn still find room.
+	rotateAt = 40_000
 )
+
+// ticketBlock is what one ticket appends: one byte, so that a block's
+// offset is its index.
+var ticketBlock = []byte{'T'}
 
 // QueueName returns the prefix of the waiter blobs of the fair lock name
 // (a Mutex's lock blob name, or a Semaphore's name): name + "/queue/". The
-// ticket counter is the blob name + "/queue".
+// blobs that give the tickets live under it too (name +
+// "/queue/tickets-<generation>").
 func QueueName(name string) string { return name + queueSuffix + "/" }
 
 // Waiter is one entry of a fair lock's queue, as [InspectQueue] reads it.
@@ -122,9 +138,8 @@ type queue struct {
 	lock    string   // the lock's name
 	locks   []string // the lock's blobs, in slot order (nil: list the queue alone)
 	prefix  string   // what a listing asks for: the longest prefix of the queue and the lock's blobs
-	ops     *Lease   // requests on the counter blob (its loop, health and metrics)
+	ops     *Lease   // requests on the tickets and entries (its loop, health and metrics)
 	lister  *Lease   // listings of the waiters
-	counter *blob.Client
 }
 
 // newQueue returns the queue of the fair lock t names; locks are the lock's
@@ -141,7 +156,7 @@ func newQueue(t target, locks []string, cfg leaseConfig, health *storageHealth) 
 	}
 	lister := newListLease(t, prefix, cfg)
 	lister.health = health
-	return &queue{lock: t.blob, locks: locks, prefix: prefix, ops: ops, lister: lister, counter: ops.bc}
+	return &queue{lock: t.blob, locks: locks, prefix: prefix, ops: ops, lister: lister}
 }
 
 // ticketKey is a ticket as a waiter's blob name and the hand-off marker
@@ -151,110 +166,202 @@ func ticketKey(t uint64) string {
 	return strings.Repeat("0", ticketDigits-len(s)) + s
 }
 
-// take takes the next ticket: it reads the counter and writes it one
-// higher, conditional on what it read, until a write succeeds (creating
-// the counter, and the container, on first use). A write whose outcome is
-// unknown is not trusted: it reads again and takes a later ticket (a
-// ticket may go unused; order only needs tickets to grow).
+// take takes the next ticket: one Append Block of one byte to the
+// queue's tickets blob (an append blob), whose answer says where the block
+// went (x-ms-blob-append-offset): storage orders concurrent appends, so
+// tickets grow strictly in the order storage accepted them, and no append
+// is ever refused for another's (issue 35: the counter's conditional write
+// lost races with 412s). The ticket is generation × ticketsPerGeneration +
+// offset + 1. Finding the generation costs one listing of the tickets
+// blobs. An append whose outcome is unknown is not trusted: the next one
+// gives a later ticket (a ticket may go unused; order only needs tickets to
+// grow).
+//
+// An append blob holds at most 50,000 blocks: the waiter whose append
+// landed at offset rotateAt creates the next generation (and deletes the
+// one before the current), and a ticket at or past rotateAt is never used
+// (its waiter appends again to the next generation), so that every ticket
+// of a generation was appended before the next one existed: ticket order is
+// storage's order across generations too.
 func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 	l := q.ops
-	var ticket uint64
+	var (
+		gen   uint64
+		known bool // gen is the newest generation as last listed
+	)
 	for tries := 0; ; tries++ {
-		var (
-			cur  uint64
-			etag azcore.ETag
-			md   map[string]*string
-			none bool
-		)
-		// The counter is read by listing its name (the first blob under
-		// it is the counter itself, its entries' names being longer): a
-		// counter not created yet is an empty answer, not a 404.
-		st, found, err := l.listFirstAt(ctx, q.lock+queueSuffix, limit)
-		if err != nil {
+		if tries >= maxTicketAttempts {
+			return 0, l.errorf("write", ErrTransient, fmt.Errorf("no ticket after %d appends and listings of the queue's tickets", maxTicketAttempts))
+		}
+		if !known {
+			newest, found, err := q.newestGeneration(ctx, limit)
+			switch {
+			case err != nil:
+				return 0, err
+			case !found && tries == 0:
+				// A fair holder that took the lock free creates the
+				// first generation (tryFree): give its request a moment
+				// rather than race it (one of two creates fails).
+				if !sleepCtx(ctx, time.Duration(5+mrand.Int64N(20))*time.Millisecond) {
+					return 0, l.canceled(ctx, "write", q.tickets(0), nil)
+				}
+				continue
+			case !found:
+				if err := q.createGeneration(ctx, limit, 0); err != nil {
+					return 0, err
+				}
+				newest = 0
+			}
+			gen, known = newest, true
+		}
+		off, full, missing, err := q.appendTicket(ctx, limit, gen)
+		switch {
+		case err != nil:
+			return 0, err
+		case missing:
+			known = false // deleted (a generation long past), or the container is gone
+			continue
+		case !full && off < rotateAt:
+			return gen*ticketsPerGeneration + off + 1, nil
+		case !full && off == rotateAt:
+			// This waiter's append is the one that turns the generation:
+			// it creates the next (nobody else got this offset, so no
+			// create races it but a stale joiner's, below) and deletes
+			// the one before this one, which nobody appends to any more.
+			if err := q.createGeneration(ctx, limit, gen+1); err != nil {
+				return 0, err
+			}
+			if gen > 0 {
+				q.deleteGeneration(ctx, gen-1)
+			}
+			gen++
+			continue
+		}
+		// Past rotateAt (or full): the next generation exists, or its
+		// creator is late or died. List, and create it if it is not there.
+		newest, found, err := q.newestGeneration(ctx, limit)
+		switch {
+		case err != nil:
+			return 0, err
+		case found && newest > gen:
+			gen = newest
+			continue
+		}
+		if err := q.createGeneration(ctx, limit, gen+1); err != nil {
 			return 0, err
 		}
-		none = !found || st.Name != q.lock+queueSuffix
-		if !none {
-			md, etag = st.raw, st.etag
-		}
-		cur = 1
-		if v, ok := lookup(md, metaNextTicket); ok {
-			n, perr := strconv.ParseUint(v, 10, 64)
-			if perr != nil || n == 0 || n >= 1<<62 {
-				return 0, l.errorf("read", ErrPermanent, fmt.Errorf("the queue counter's %s metadata is %q, not a ticket; delete the blob %s to start the queue again", metaNextTicket, echo(v), q.lock+queueSuffix))
-			}
-			cur = n
-		}
-		ok, werr := q.advance(ctx, limit, none, cur, md, etag)
-		switch {
-		case werr != nil:
-			return 0, werr
-		case ok:
-			ticket = cur
-			return ticket, nil
-		case tries+1 >= maxTicketAttempts:
-			return 0, l.errorf("write", ErrTransient, fmt.Errorf("%d waiters took the ticket first, %d times in a row", maxTicketAttempts, maxTicketAttempts))
-		}
-		// Someone else took it: read again after a pause drawn at random
-		// from a range that grows with each try, so that many waiters
-		// arriving together do not race again in step.
-		if !sleepCtx(ctx, time.Duration(mrand.Int64N(int64(time.Duration(1+tries)*10*time.Millisecond)))) {
-			return 0, l.canceled(ctx, "write", l.t.blob, nil)
-		}
+		gen++
 	}
 }
 
-// advance writes the counter one above cur, conditional on etag (or on the
-// blob's absence when none): ok is false when another waiter wrote first,
-// or when the outcome is unknown.
-func (q *queue) advance(ctx context.Context, limit time.Time, none bool, cur uint64, md map[string]*string, etag azcore.ETag) (ok bool, err error) {
-	l := q.ops
-	next := map[string]*string{}
-	for k, v := range md {
-		if !strings.EqualFold(k, metaNextTicket) {
-			next[k] = v
+// tickets is the name of the tickets blob of generation gen.
+func (q *queue) tickets(gen uint64) string {
+	return QueueName(q.lock) + ticketsPrefix + ticketKey(gen)
+}
+
+// parseTickets reads a tickets blob's generation from its name, under the
+// lock's queue.
+func parseTickets(lock, name string) (gen uint64, ok bool) {
+	key, found := strings.CutPrefix(name, QueueName(lock)+ticketsPrefix)
+	if !found || len(key) != ticketDigits || strings.Trim(key, "0123456789") != "" {
+		return 0, false
+	}
+	gen, err := strconv.ParseUint(key, 10, 64)
+	return gen, err == nil
+}
+
+// newestGeneration lists the tickets blobs (one or two, a request) and
+// returns the newest generation; found is false when there is none.
+func (q *queue) newestGeneration(ctx context.Context, limit time.Time) (gen uint64, found bool, err error) {
+	sts, _, err := q.ops.listPrefixAt(ctx, QueueName(q.lock)+ticketsPrefix, limit)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, st := range sts {
+		if g, ok := parseTickets(q.lock, st.Name); ok && (!found || g > gen) {
+			gen, found = g, true
 		}
 	}
-	next[metaNextTicket] = to.Ptr(strconv.FormatUint(cur+1, 10))
-	createdContainer := false
-	err = l.loop(ctx, "write", limit, func(actx context.Context, _ time.Time) (bool, error) {
-		var err error
-		if none {
-			_, err = l.bbc.Upload(actx, streaming.NopCloser(bytes.NewReader(nil)), &blockblob.UploadOptions{
-				Metadata: next,
-				AccessConditions: &blob.AccessConditions{
-					ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
-				},
-			})
-			if bloberror.HasCode(err, bloberror.ContainerNotFound) && l.cfg.create && !createdContainer {
-				createdContainer = true
-				if _, cerr := l.t.cc.Create(actx, nil); cerr != nil && !bloberror.HasCode(cerr, bloberror.ContainerAlreadyExists) {
-					return false, l.errorf("create", kindOf(classify(ctx, cerr)), cerr)
-				}
-				return false, l.errorf("create", ErrTransient, errors.New("created the container"))
-			}
-		} else {
-			_, err = q.counter.SetMetadata(actx, next, &blob.SetMetadataOptions{
-				AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: &etag}},
-			})
-		}
-		switch c := classify(ctx, err); {
-		case c == classOK:
-			ok = true
+	return gen, found, nil
+}
+
+// appendTicket appends one block to generation gen's tickets blob and
+// returns where it went; full when the blob holds all the blocks it can,
+// missing when it does not exist. A transient failure is retried with
+// another append (the first may have been applied: its offset goes unused).
+func (q *queue) appendTicket(ctx context.Context, limit time.Time, gen uint64) (off uint64, full, missing bool, err error) {
+	l := q.ops
+	name := q.tickets(gen)
+	abc := l.t.cc.NewAppendBlobClient(name)
+	err = l.loopOn(ctx, "write", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
+		// A seekable body: azblob v1.8.1's AppendBlock answers nothing,
+		// and no error, for a body it cannot rewind.
+		resp, err := abc.AppendBlock(actx, streaming.NopCloser(bytes.NewReader(ticketBlock)), nil)
+		if bloberror.HasCode(err, bloberror.BlockCountExceedsLimit) {
+			full = true
 			return true, nil
-		case c == classConflict, c == classExists, c == classLost:
-			return true, nil // another waiter wrote first (412, 409)
-		case c == classTransient && ambiguous(err):
-			return true, nil // unknown: take a later ticket
-		case c == classTransient:
-			return false, l.errorf("write", ErrTransient, err)
-		case c == classCanceled:
-			return true, err
+		}
+		switch c := classify(ctx, err); c {
+		case classOK:
+		case classNotFound:
+			missing = true
+			return true, nil
 		default:
-			return true, l.errorf("write", ErrPermanent, err)
+			return l.attemptEnd("write", c, err)
+		}
+		if resp.BlobAppendOffset == nil {
+			return false, l.errorf("write", ErrTransient, errors.New("Append Block answered without an offset"))
+		}
+		n, perr := strconv.ParseUint(*resp.BlobAppendOffset, 10, 64)
+		if perr != nil {
+			return false, l.errorf("write", ErrTransient, fmt.Errorf("Append Block answered the offset %q", echo(*resp.BlobAppendOffset)))
+		}
+		// Blocks of another size than azlease's (a foreign writer) only
+		// move offsets on: past rotateAt, the next generation is used.
+		off = min(n, rotateAt+1)
+		return true, nil
+	})
+	return off, full, missing, err
+}
+
+// createGeneration creates generation gen's tickets blob, an empty append
+// blob, if it does not exist (and the container, on first use, when the
+// lock may create it). Another waiter's having created it is success.
+func (q *queue) createGeneration(ctx context.Context, limit time.Time, gen uint64) error {
+	l := q.ops
+	name := q.tickets(gen)
+	abc := l.t.cc.NewAppendBlobClient(name)
+	createdContainer := false
+	return l.loopOn(ctx, "create", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
+		_, err := abc.Create(actx, &appendblob.CreateOptions{
+			AccessConditions: &blob.AccessConditions{
+				ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
+			},
+		})
+		if bloberror.HasCode(err, bloberror.ContainerNotFound) && l.cfg.create && !createdContainer {
+			createdContainer = true
+			if _, cerr := l.t.cc.Create(actx, nil); cerr != nil && !bloberror.HasCode(cerr, bloberror.ContainerAlreadyExists) {
+				return false, l.errorf("create", kindOf(classify(ctx, cerr)), cerr)
+			}
+			return false, l.errorf("create", ErrTransient, errors.New("created the container"))
+		}
+		switch c := classify(ctx, err); c {
+		case classOK, classExists, classConflict:
+			return true, nil
+		default:
+			return l.attemptEnd("create", c, err)
 		}
 	})
-	return ok, err
+}
+
+// deleteGeneration deletes generation gen's tickets blob, one attempt: a
+// blob left behind costs nothing but its listing.
+func (q *queue) deleteGeneration(ctx context.Context, gen uint64) {
+	l := q.ops
+	bc := l.t.cc.NewBlobClient(q.tickets(gen))
+	actx, cancel := context.WithTimeout(noRetry(ctx), l.cfg.attemptTimeout)
+	defer cancel()
+	_, _ = bc.Delete(actx, nil)
 }
 
 // join puts a waiter with ticket into the queue: its blob, created only if
@@ -307,6 +414,9 @@ type queueView struct {
 	// sent and got are when the listing was sent and answered, on the
 	// local clock.
 	sent, got time.Time
+	// tickets is true when the queue's tickets blob exists (a
+	// generation of it was listed).
+	tickets bool
 }
 
 // waiters lists the queue, in ticket order.
@@ -335,6 +445,10 @@ func (q *queue) list(ctx context.Context, limit time.Time) (queueView, error) {
 	entries := QueueName(q.lock)
 	for _, st := range sts {
 		if strings.HasPrefix(st.Name, entries) {
+			if _, ok := parseTickets(q.lock, st.Name); ok {
+				v.tickets = true
+				continue
+			}
 			if w, ok := parseWaiter(q.lock, st); ok {
 				v.ws = append(v.ws, w)
 			}
@@ -609,15 +723,16 @@ func (st Status) QueueEntry() (lock string, w Waiter, ok bool) {
 	return lock, x.Waiter, true
 }
 
-// QueueCounter reports whether st, as [InspectPrefix] lists it, is the
-// ticket counter of a fair lock's queue (the blob NAME/queue), and returns
-// the lock's name. It makes no request.
+// QueueCounter reports whether st, as [InspectPrefix] lists it, is a blob
+// that gives a fair lock's queue its tickets (NAME/queue/tickets-<generation>,
+// an append blob), and returns the lock's name. It makes no request.
 func (st Status) QueueCounter() (lock string, ok bool) {
-	lock, found := strings.CutSuffix(st.Name, queueSuffix)
-	if !found || lock == "" {
+	i := strings.LastIndex(st.Name, queueSuffix+"/"+ticketsPrefix)
+	if i <= 0 {
 		return "", false
 	}
-	if _, ok := lookup(st.raw, metaNextTicket); !ok {
+	lock = st.Name[:i]
+	if _, ok := parseTickets(lock, st.Name); !ok {
 		return "", false
 	}
 	return lock, true
