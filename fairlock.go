@@ -636,9 +636,11 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 				sts[i].Leased = false // free now: take it below
 			case errors.Is(err, errPassedOver) && try < tries:
 				// The marker names w, but the lease is not under the
-				// hand-off's ID: the holder writes the marker, then
-				// changes the lease, and w looked in between. Try again
-				// soon rather than after a head poll.
+				// hand-off's ID: a chain passed w over (it changed the
+				// lease on to the next waiter and has not rewritten the
+				// marker yet), or a holder older than issue 35 wrote the
+				// marker before its Change. Try again soon rather than
+				// after a head poll.
 				if !sleepCtx(ctx, f.cfg.headPoll/4) {
 					return nil, false, context.Cause(ctx)
 				}

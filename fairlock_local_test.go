@@ -3,8 +3,10 @@ package azlease_test
 // Issue 35 on the fair locks: waiters of one fair Mutex value in one
 // process are woken when an Unlock hands them the lock, without waiting for
 // their next look (the queue's order across processes is kept); the first
-// waiter of a lock joins without a failed request; and the first in line
-// looks as often as the hold's age says (timing.HeadLook).
+// waiter of a lock joins without a failed request, and a successor takes
+// the lock without one (the holder changes the lease before it writes the
+// marker); and the first in line looks as often as the hold's age says
+// (timing.HeadLook).
 
 import (
 	"context"
@@ -73,8 +75,8 @@ func TestFairLocalWaiterTakesAtOnce(t *testing.T) {
 }
 
 // TestFairFirstJoinIsQuiet: the first waiter of a lock whose queue has never
-// been used joins without a failed request (its counter is read by listing
-// its name: no 404 for a blob not created yet), and one waiting behind a
+// been used joins without a failed request (the holder that took the lock
+// free created the tickets blob; the waiter lists it and appends), and one waiting behind a
 // hold of ten minutes looks about once a second over the last minute
 // (issue 35: at most 1.1 requests a second), every request answered; the
 // same for a Semaphore of 3 slots, all held (its look is one listing).
@@ -153,5 +155,43 @@ func TestFairShortHoldHandsOnFast(t *testing.T) {
 		for i, g := range gaps {
 			assert.Less(t, g, 20*time.Millisecond, "hand-off %d", i)
 		}
+	})
+}
+
+// TestFairTakerChangeNeverEarly: the holder's Change Lease to the
+// successor's hand-off ID is slow (a second); the successor, first in line
+// behind a young hold, looks every few hundred milliseconds meanwhile. The
+// holder changes the lease before it writes the marker that names the
+// successor (issue 35), so the successor, which acts on the marker only,
+// takes the lock without a failed request. With the marker written first,
+// the successor saw it during the slow Change and its own Change was
+// refused (409 LeaseIdMismatchWithLeaseOperation), once per look.
+func TestFairTakerChangeNeverEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		var c counter
+		w, err := azlease.NewMutex(countedClient(t, e.Server, "w", &c), "m", nil)
+		require.NoError(t, err)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := w.Lock(ctx)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		time.Sleep(2 * time.Second)
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "holder" && r.Op == azleasetest.OpChangeLease {
+				return azleasetest.Fault{Delay: time.Second}
+			}
+			return azleasetest.Fault{}
+		})
+		require.NoError(t, holder.Unlock(ctx))
+		lk := <-got
+		_, failed := c.since(0, 0)
+		assert.Empty(t, failed, "the successor's requests, joining and taking included")
+		require.NoError(t, lk.Unlock(ctx))
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -421,9 +424,12 @@ func TestFairUnlockAfterAPauseReportsTheLoss(t *testing.T) {
 
 // TestFairSemaphoreTakesAnotherSlotWhenItsHandOffIsNotReady: a Semaphore
 // waiter finds one slot's marker naming it while that slot's lease is not
-// under the hand-off's ID (its holder wrote the marker, and its Change
-// Lease never arrived), and another slot handed to it properly. It gave up
-// on every slot at the first; it takes the other.
+// under the hand-off's ID, and another slot handed to it properly. It gave
+// up on every slot at the first; it takes the other. Since issue 35 a holder
+// changes the lease before it writes the marker, so its own hand-off never
+// shows this; a chain that passes the waiter over (the lease changed on to
+// the next, the marker not rewritten yet) does. Here the marker is written
+// by hand under h0's lease, whose hand-off's Change hangs.
 func TestFairSemaphoreTakesAnotherSlotWhenItsHandOffIsNotReady(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
@@ -438,14 +444,29 @@ func TestFairSemaphoreTakesAnotherSlotWhenItsHandOffIsNotReady(t *testing.T) {
 		require.NoError(t, err)
 		h1, err := newSemaphore(t, e, "h1", "pool", 2, nil).Acquire(ctx)
 		require.NoError(t, err)
+		h0ID := h0.Token().LeaseID
 		got, cancel := waiter(ctx, newSemaphore(t, e, "w", "pool", 2, nil).Acquire)
 		time.Sleep(2 * time.Second)
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "pool")
+		require.NoError(t, err)
+		require.Len(t, q, 1)
 		unlocked := make(chan error, 1)
-		go func() { unlocked <- h0.Unlock(ctx) }() // its marker names w; its Change hangs
+		go func() { unlocked <- h0.Unlock(ctx) }() // its Change hangs
 		time.Sleep(50 * time.Millisecond)
+		// The marker naming w, under h0's lease (still its own ID).
+		slot0 := e.client("x").NewBlobClient(h0.Name())
+		props, err := slot0.GetProperties(ctx, nil)
+		require.NoError(t, err)
+		md := props.Metadata
+		md["azleasenext"] = to.Ptr(fmt.Sprintf("%020d", q[0].Ticket))
+		md["azleasereleased"] = to.Ptr(strconv.FormatUint(h0.Epoch(), 10))
+		_, err = slot0.SetMetadata(ctx, md, &blob.SetMetadataOptions{AccessConditions: &blob.AccessConditions{
+			LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: to.Ptr(h0ID)},
+		}})
+		require.NoError(t, err)
 		st, err := azlease.Inspect(ctx, e.client("x"), h0.Name())
 		require.NoError(t, err)
-		require.NotEmpty(t, st.Next, "h0's marker names the waiter")
+		require.NotEmpty(t, st.Next, "h0's slot's marker names the waiter")
 		start := time.Now()
 		require.NoError(t, h1.Unlock(ctx))
 		lk := waitServed(t, got, cancel, 5*time.Second, "the waiter handed slot 1")

@@ -58,12 +58,12 @@ import (
 
 // Metadata keys of the queue's blobs.
 const (
-	metaWaiterID      = "azleasewaiterid"   // a waiter: the lease ID it announced
-	metaWaiterHolder  = "azleaseholder"     // a waiter: its identity (escaped)
-	metaWaiterSince   = "azleasesince"      // a waiter: when it began to wait (ms since 1970, its clock)
-	metaWaiterHead    = "azleasehead"       // a waiter: when it began to poll as the first in line
-	metaWaiterMissed  = "azleasemissed"     // a waiter: its turn came and it did not take the lock
-	metaWaiterPoll    = "azleasepoll"       // a waiter: its HeadPollInterval and PollInterval, in ms ("200,1000")
+	metaWaiterID      = "azleasewaiterid" // a waiter: the lease ID it announced
+	metaWaiterHolder  = "azleaseholder"   // a waiter: its identity (escaped)
+	metaWaiterSince   = "azleasesince"    // a waiter: when it began to wait (ms since 1970, its clock)
+	metaWaiterHead    = "azleasehead"     // a waiter: when it began to poll as the first in line
+	metaWaiterMissed  = "azleasemissed"   // a waiter: its turn came and it did not take the lock
+	metaWaiterPoll    = "azleasepoll"     // a waiter: its HeadPollInterval and PollInterval, in ms ("200,1000")
 	queueSuffix       = "/queue"
 	ticketDigits      = 20
 	maxTicketAttempts = 20 // appends and listings tried for one ticket before giving up
@@ -73,11 +73,12 @@ const (
 	// ticketsPerGeneration spaces generations' tickets: a generation's
 	// offsets stay under rotateAt + 1.
 	ticketsPerGeneration = 100_000
-	// rotateAt is the offset at which a generation is turned: well below
-	// the 50,000 blocks an append blob holds, so that joiners that listed
-	// before the turn still find room.
-	rotateAt = 40_000
 )
+
+// rotateAt is the offset at which a generation is turned: well below the
+// 50,000 blocks an append blob holds, so that joiners that listed before the
+// turn still find room (a variable for tests).
+var rotateAt uint64 = 40_000
 
 // ticketBlock is what one ticket appends: one byte, so that a block's
 // offset is its index.
@@ -135,11 +136,11 @@ func (w waiter) paces(cfg holdConfig) (headPoll, poll time.Duration) {
 
 // queue is the waiting queue of one fair lock.
 type queue struct {
-	lock    string   // the lock's name
-	locks   []string // the lock's blobs, in slot order (nil: list the queue alone)
-	prefix  string   // what a listing asks for: the longest prefix of the queue and the lock's blobs
-	ops     *Lease   // requests on the tickets and entries (its loop, health and metrics)
-	lister  *Lease   // listings of the waiters
+	lock   string   // the lock's name
+	locks  []string // the lock's blobs, in slot order (nil: list the queue alone)
+	prefix string   // what a listing asks for: the longest prefix of the queue and the lock's blobs
+	ops    *Lease   // requests on the tickets and entries (its loop, health and metrics)
+	lister *Lease   // listings of the waiters
 }
 
 // newQueue returns the queue of the fair lock t names; locks are the lock's

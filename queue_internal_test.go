@@ -6,10 +6,16 @@ package azlease
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -61,4 +67,96 @@ func TestMissSettledBeforeReported(t *testing.T) {
 		assert.Equal(t, w.Holder, ws[0].Holder)
 		assert.Equal(t, w.Since, ws[0].Since)
 	})
+}
+
+// TestTicketGenerationsTurn: with generations turned every 3 appends,
+// waiters taking tickets one after another and twenty at once get distinct
+// tickets, each generation's below the next's (one at a time: without a
+// failed request); the waiter whose append lands at the turn creates the
+// next generation and deletes the one before the current, so at most two
+// are left.
+func TestTicketGenerationsTurn(t *testing.T) {
+	defer func(r uint64) { rotateAt = r }(rotateAt)
+	rotateAt = 3
+	synctest.Test(t, func(t *testing.T) {
+		s := azleasetest.New(nil)
+		t.Cleanup(s.Close)
+		plain, err := s.ContainerClient("locks", "a")
+		require.NoError(t, err)
+		cred, err := container.NewSharedKeyCredential(azleasetest.Account, azleasetest.AccountKey)
+		require.NoError(t, err)
+		var failed failedRequests
+		cc, err := container.NewClientWithSharedKeyCredential(plain.URL(), cred, &container.ClientOptions{
+			ClientOptions: azcore.ClientOptions{Transport: &failed, Retry: policy.RetryOptions{MaxRetries: -1}},
+		})
+		require.NoError(t, err)
+		failed.next = s.Transport("a")
+		ctx := context.Background()
+		_, err = plain.Create(ctx, nil)
+		require.NoError(t, err)
+		m, err := NewMutex(cc, "m", nil)
+		require.NoError(t, err)
+		q := m.fair.q
+		limit := time.Now().Add(time.Minute)
+		var prev uint64
+		for i := range 10 {
+			tk, err := q.take(ctx, limit)
+			require.NoError(t, err)
+			assert.Greater(t, tk, prev, "ticket %d", i)
+			prev = tk
+		}
+		assert.Equal(t, uint64(3*ticketsPerGeneration+1), prev, "three generations turned: 3 tickets each, the tenth the fourth generation's first")
+		failed.mu.Lock()
+		assert.Empty(t, failed.list, "failed requests, one waiter at a time")
+		failed.list = nil
+		failed.mu.Unlock()
+		var mu sync.Mutex
+		seen := map[uint64]bool{}
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				tk, err := q.take(ctx, limit)
+				assert.NoError(t, err)
+				mu.Lock()
+				defer mu.Unlock()
+				assert.False(t, seen[tk], "ticket %d given twice", tk)
+				assert.Greater(t, tk, prev)
+				seen[tk] = true
+			})
+		}
+		wg.Wait()
+		assert.Len(t, seen, 20)
+		sts, err := InspectPrefix(ctx, cc, QueueName("m"))
+		require.NoError(t, err)
+		gens := 0
+		for _, st := range sts {
+			if _, ok := st.QueueCounter(); ok {
+				gens++
+			}
+		}
+		assert.LessOrEqual(t, gens, 2, "older generations deleted")
+		// Twenty at once across generations of 3 (of 40,000 in use): a
+		// waiter may append to a generation deleted two turns later, or
+		// create one another created first; never a ticket twice.
+		for _, f := range failed.list {
+			assert.Contains(t, f, "/m/queue/tickets-", "only the tickets blobs' races fail")
+		}
+	})
+}
+
+// failedRequests is a transport that keeps the failed answers.
+type failedRequests struct {
+	next policy.Transporter
+	mu   sync.Mutex
+	list []string
+}
+
+func (f *failedRequests) Do(req *http.Request) (*http.Response, error) {
+	resp, err := f.next.Do(req)
+	if err == nil && resp.StatusCode >= 400 {
+		f.mu.Lock()
+		f.list = append(f.list, fmt.Sprintf("%s %s %d", req.Method, req.URL.Path, resp.StatusCode))
+		f.mu.Unlock()
+	}
+	return resp, err
 }

@@ -7,13 +7,15 @@ package azlease
 // leadership to the candidate it chose: candidates.go).
 //
 // The holder, its work stopped (handOn):
-//  1. writes a hand-off marker into the lock blob's metadata under its lease
-//     (the record's "next", naming the successor, with the clean-release
-//     mark), so that the successor, polling the lock blob, learns that the
-//     lease is passed to it;
-//  2. changes the lease to an ID derived from the one the successor
+//  1. changes the lease to an ID derived from the one the successor
 //     announced (Change Lease; see below): the lease is never free, so
 //     nobody else can take it meanwhile;
+//  2. writes a hand-off marker into the lock blob's metadata under the
+//     lease as it is now (the record's "next", naming the successor, with
+//     the clean-release mark), so that the successor, polling the lock
+//     blob, learns that the lease is passed to it; the change comes first,
+//     so that a successor that sees the marker finds the lease under the
+//     hand-off's ID (its Change never fails for being early);
 //  3. waits, for a bounded time, for the successor's term to show in the
 //     lock blob (its epoch). If it does not, the holder, which knows the
 //     ID it handed the lease to, moves the marker and the lease on to the
@@ -124,6 +126,11 @@ const (
 // hand-off began: nothing was handed on.
 var errHandOffLost = errors.New("the lease was no longer this holder's")
 
+// errForeignRecord means a hand-off's marker found, under the hand-off's
+// lease, a record the term did not write (a newer epoch): it is never
+// written over.
+var errForeignRecord = errors.New("the lock blob has a newer term's record")
+
 // minHandOffMargin bounds from below the margin a holder adds to a
 // successor's wait for requests in flight (its poll's read and its Change):
 // a few round trips as the holder measured them, but never less than this,
@@ -220,40 +227,54 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			// Otherwise go on: the lease may still last; a refusal
 			// below tells.
 		}
-		// 1. The marker, under the lease as it is now.
+		// 1. The lease, to this term's ID for the successor (handOffID of
+		// the ID it announced), before the marker names it: a successor
+		// acts on the marker only, so its Change always finds the lease
+		// under the hand-off's ID (issue 35: with the marker first, a
+		// successor that looked between the two had its Change refused,
+		// 409, and looked again).
+		to := handOffID(s.id, handed)
+		start := time.Now()
+		fromOwn := cur == own
+		cerr := l.changeID(ctx, cur, to, time.Now().Add(l.cfg.attemptTimeout))
+		switch {
+		case cerr == nil:
+			cur, prev, renewing = to, s, false
+		case errors.Is(cerr, ErrLeaseLost) || bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
+			// Under the term's own ID: expired or broken before anything
+			// was handed on (errHandOffLost); under a hand-off's: the
+			// lock blob tells.
+			return lostUnder(cerr)
+		default:
+			l.abandonHandOff(ctx, cur)
+			return out, cerr
+		}
+		// 2. The marker, under the lease as it is now: the successor's
+		// to take.
 		m.rec.successor = s.key
 		end := m.rec.cur
 		end.endedBy, end.ended = handOverChange(s.why, l.cfg.role), stopped
 		m.rec.setCur(end)
-		start := time.Now()
 		werr := l.writeMarker(ctx, cur, m)
+		rtt := time.Since(start)
 		switch {
 		case werr == nil:
+		case errors.Is(werr, errForeignRecord) && fromOwn:
+			// The lease was the term's own until the Change above, and,
+			// still under the hand-off's ID (the record was read under
+			// it), the lock blob holds a record the term did not write:
+			// nothing is handed on, nothing written over, and the lease,
+			// under an ID nobody acts on, expires (as it did under the
+			// term's own ID when the marker came first).
+			return out, fmt.Errorf("%w: %w", errHandOffLost, werr)
 		case errors.Is(werr, ErrLeaseLost):
 			return lostUnder(werr)
 		default:
 			l.abandonHandOff(ctx, cur)
 			return out, werr
 		}
-		// 2. The lease, to this term's ID for the successor (handOffID of
-		// the ID it announced).
-		to := handOffID(s.id, handed)
-		cerr := l.changeID(ctx, cur, to, time.Now().Add(l.cfg.attemptTimeout))
-		rtt := time.Since(start)
-		switch {
-		case cerr == nil:
-			cur, prev, renewing = to, s, false
-			if s.handed != nil {
-				s.handed()
-			}
-		case cur == own && bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
-			out.released, out.lost = true, lostExpired // before anything was handed on: free for the queue's head
-			return out, nil
-		case errors.Is(cerr, ErrLeaseLost) || bloberror.HasCode(cerr, bloberror.LeaseNotPresentWithLeaseOperation):
-			return lostUnder(cerr)
-		default:
-			l.abandonHandOff(ctx, cur)
-			return out, cerr
+		if s.handed != nil {
+			s.handed()
 		}
 		// 3. Its term, within its wait and a margin for requests in flight:
 		// four round trips as the two requests above measured them.
@@ -415,7 +436,7 @@ func (l *Lease) writeMarker(ctx context.Context, id string, m *marker) error {
 				case perr != nil:
 					return true, l.errorf("write", ErrPermanent, perr)
 				case got.epoch != m.rec.epoch || props.ETag == nil:
-					return true, l.errorf("write", ErrLeaseLost, fmt.Errorf("%w: the lock blob has a newer term's record (epoch %d, the hand-off's %d)", err, got.epoch, m.rec.epoch))
+					return true, l.errorf("write", ErrLeaseLost, fmt.Errorf("%w: %w (epoch %d, the hand-off's %d)", err, errForeignRecord, got.epoch, m.rec.epoch))
 				}
 				mine := got.successor == m.rec.successor && got.released
 				got.released, got.successor = true, m.rec.successor
