@@ -204,26 +204,36 @@ func render(r *results) string {
 
 	fmt.Fprintf(&b, "\n### Throughput: %d contenders, zero-length holds, %v\n\n", p.contenders, p.window)
 	fmt.Fprintf(&b, "Each contender locks, unlocks at once and locks again, for the whole window. Requests are every client's in the\n")
-	fmt.Fprintf(&b, "window. Medians over repetitions (range in parentheses); fewest–most is how many times one contender got the lock.\n\n")
-	fmt.Fprintf(&b, "| contender | acquisitions/s | requests per acquisition | failed requests per acquisition | per contender, fewest–most | reps |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "window. Medians over repetitions (range in parentheses); fewest–most is how many times one contender got the lock.\n")
+	fmt.Fprintf(&b, "After %v: the same counts without the window's first %v (the contenders' races to create and acquire the\n", throughputWarmUp, throughputWarmUp)
+	fmt.Fprintf(&b, "lock at first use), the steady state.\n\n")
+	fmt.Fprintf(&b, "| contender | acquisitions/s | requests per acquisition | failed requests per acquisition | after %v: requests / failed per acquisition | per contender, fewest–most | reps |\n", throughputWarmUp)
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
 		fmt.Fprintf(&b, "| %s | ", c.name)
 		ce := r.cell(throughputKey(c.key))
-		if bad := r.missing(c, ce, 5); bad != "" {
+		if bad := r.missing(c, ce, 6); bad != "" {
 			b.WriteString(bad)
 			continue
 		}
-		var rate, per, failed, fewest, most []float64
+		var rate, per, failed, warmPer, warmFailed, fewest, most []float64
 		for _, t := range ce.tps {
 			n := float64(t.total())
 			rate = append(rate, n/t.elapsed.Seconds())
 			per = append(per, float64(t.requests.sent)/n)
 			failed = append(failed, float64(t.requests.failed)/n)
+			if t.warmAcquisitions > 0 {
+				warmPer = append(warmPer, float64(t.warmRequests.sent)/float64(t.warmAcquisitions))
+				warmFailed = append(warmFailed, float64(t.warmRequests.failed)/float64(t.warmAcquisitions))
+			}
 			fewest = append(fewest, float64(slices.Min(t.acquisitions)))
 			most = append(most, float64(slices.Max(t.acquisitions)))
 		}
-		fmt.Fprintf(&b, "%s | %s | %s | %s–%s | %d |\n", withRange(rate, 1), withRange(per, 2), withRange(failed, 2),
+		warmCell := "—"
+		if len(warmPer) > 0 {
+			warmCell = withRange(warmPer, 2) + " / " + withRange(warmFailed, 2)
+		}
+		fmt.Fprintf(&b, "%s | %s | %s | %s | %s–%s | %d |\n", withRange(rate, 1), withRange(per, 2), withRange(failed, 2), warmCell,
 			num(median(fewest), 0), num(median(most), 0), len(ce.tps))
 	}
 

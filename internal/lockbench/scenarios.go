@@ -290,7 +290,17 @@ type throughputRun struct {
 	elapsed      time.Duration
 	acquisitions []int // per contender
 	requests     counts
+	// warmAcquisitions and warmRequests are the acquisitions and requests
+	// after throughputWarmUp: without the first-use races (every contender
+	// finds the lock blob missing or free at once and races to create and
+	// acquire it), the steady state.
+	warmAcquisitions int
+	warmRequests     counts
 }
+
+// throughputWarmUp is the start of the throughput scenario's window left
+// out of its steady-state counts.
+const throughputWarmUp = time.Second
 
 func (r throughputRun) total() int {
 	n := 0
@@ -311,6 +321,7 @@ func runThroughput(ctx context.Context, be backend, name string, n int, window t
 	}
 	defer closeAll()
 	var x exclusion
+	var total atomic.Int64
 	run := throughputRun{acquisitions: make([]int, n)}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -330,6 +341,7 @@ func runThroughput(ctx context.Context, be backend, name string, n int, window t
 				}
 				x.enter()
 				run.acquisitions[i]++
+				total.Add(1)
 				x.leave()
 				if err := unlock(ctx); err != nil {
 					errs[i] = fmt.Errorf("contender %d: unlock: %w", i, err)
@@ -341,9 +353,19 @@ func runThroughput(ctx context.Context, be backend, name string, n int, window t
 			}
 		})
 	}
+	var warmAcq int64
+	var warmReq counts
+	warm := sleepCtx(timed, throughputWarmUp) == nil
+	if warm {
+		warmAcq, warmReq = total.Load(), be.requests()
+	}
 	<-timed.Done()
 	run.elapsed = time.Since(start)
-	run.requests = be.requests().minus(c0)
+	end := be.requests()
+	run.requests = end.minus(c0)
+	if warm {
+		run.warmAcquisitions, run.warmRequests = int(total.Load()-warmAcq), end.minus(warmReq)
+	}
 	wg.Wait()
 	return run, errors.Join(append(errs, x.err(), ctx.Err())...)
 }
