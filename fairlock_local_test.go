@@ -195,3 +195,66 @@ func TestFairTakerChangeNeverEarly(t *testing.T) {
 		require.NoError(t, lk.Unlock(ctx))
 	})
 }
+
+// TestFairPassedOverWaiterSeesNoStaleMarker: d, first in line, is cut off
+// when its turn comes (its requests fail) and is passed over; the holder's
+// chain hands the lock on to l. The marker naming l is slow (a second), and
+// d is back meanwhile. The chain clears the marker before it moves the
+// lease on (issue 35), so d never finds its name beside a lease that is no
+// longer under its hand-off's ID: without the clear, d saw the stale marker
+// and its Change was refused (409) at every look until the new one landed.
+func TestFairPassedOverWaiterSeesNoStaleMarker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		var cd counter
+		d, err := azlease.NewMutex(countedClient(t, e.Server, "d", &cd), "m", nil)
+		require.NoError(t, err)
+		dctx, dcancel := context.WithCancel(ctx)
+		dDone := make(chan struct{})
+		go func() {
+			defer close(dDone)
+			if lk, err := d.Lock(dctx); err == nil {
+				_ = lk.Unlock(ctx)
+			}
+		}()
+		time.Sleep(time.Second)
+		l := newMutex(t, e, "l", "m", nil)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := l.Lock(ctx)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		time.Sleep(5 * time.Second)
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		require.Len(t, q, 2)
+		lKey := fmt.Sprintf("%020d", q[1].Ticket)
+		var cut, slowed atomic.Bool
+		cut.Store(true)
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			switch {
+			case r.Client == "d" && cut.Load():
+				return azleasetest.Fault{Action: azleasetest.Fail}
+			case r.Client == "holder" && r.Op == azleasetest.OpSetMetadata && r.Header.Get("X-Ms-Meta-Azleasenext") == lKey && slowed.CompareAndSwap(false, true):
+				cut.Store(false) // d is back while the marker naming l is on its way
+				return azleasetest.Fault{Delay: time.Second}
+			}
+			return azleasetest.Fault{}
+		})
+		o0, f0 := cd.mark()
+		require.NoError(t, holder.Unlock(ctx))
+		lk := <-got
+		require.True(t, slowed.Load(), "the chain handed the lock on to l")
+		_, failed := cd.since(o0, f0)
+		for _, f := range failed {
+			assert.NotContains(t, f, "change", "d's requests after it was passed over")
+		}
+		dcancel()
+		<-dDone
+		require.NoError(t, lk.Unlock(ctx))
+	})
+}

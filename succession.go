@@ -18,8 +18,10 @@ package azlease
 //     hand-off's ID (its Change never fails for being early);
 //  3. waits, for a bounded time, for the successor's term to show in the
 //     lock blob (its epoch). If it does not, the holder, which knows the
-//     ID it handed the lease to, moves the marker and the lease on to the
-//     next candidate, and so on, and releases the lease when none is left.
+//     ID it handed the lease to, clears the marker, moves the lease on to
+//     the next candidate and names it, and so on, and releases the lease
+//     when none is left (the clear first: a successor passed over never
+//     finds its name beside a lease that has moved on).
 //     Azure decides the race between a late successor and the holder
 //     moving on: whoever changes the lease's ID first wins; the other's
 //     Change is refused.
@@ -236,6 +238,21 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		to := handOffID(s.id, handed)
 		start := time.Now()
 		fromOwn := cur == own
+		if !fromOwn && m.rec.successor != "" {
+			// The marker still names the successor passed over, under
+			// whose hand-off ID the lease is: cleared first, so that one
+			// looking late never finds its name beside a lease moved on
+			// (its Change would be refused, 409). One request per pass-over.
+			m.rec.successor = ""
+			switch werr := l.writeMarker(ctx, cur, m); {
+			case werr == nil:
+			case errors.Is(werr, ErrLeaseLost):
+				return lostUnder(werr)
+			default:
+				l.abandonHandOff(ctx, cur)
+				return out, werr
+			}
+		}
 		cerr := l.changeID(ctx, cur, to, time.Now().Add(l.cfg.attemptTimeout))
 		switch {
 		case cerr == nil:
