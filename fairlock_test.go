@@ -855,45 +855,66 @@ func TestQueueEntriesInAListing(t *testing.T) {
 // item 3): a ticket is an append to the queue's tickets blob, which storage
 // orders, not a conditional write on a counter (which refused all but one
 // of those racing, 412, about 3 per waiter with random pauses between
-// tries). The tickets are 1 to 50, one each.
+// tries). The tickets are 1 to 50, one each. The same for a Semaphore
+// whose two slots are held.
 func TestFairLockManyJoinAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEmu(t)
-		ctx := context.Background()
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		const n = 50
-		cs := make([]*counter, n)
-		wctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		for i := range cs {
-			cs[i] = &counter{latency: time.Millisecond} // a round trip: a read and the write after it race the others'
-			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
-			require.NoError(t, err)
-			wg.Go(func() { _, _ = m.Lock(wctx) })
-		}
-		time.Sleep(10 * time.Second)
-		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
-		require.NoError(t, err)
-		assert.Len(t, q, n, "all joined")
-		var failed []string
-		for _, c := range cs {
-			c.mu.Lock()
-			failed = append(failed, c.failed...)
-			c.mu.Unlock()
-		}
-		assert.Empty(t, failed, "failed requests of %d waiters joining at once", n)
-		tickets := make([]uint64, 0, n)
-		for _, w := range q {
-			tickets = append(tickets, w.Ticket)
-		}
-		for i, tk := range tickets {
-			assert.Equal(t, uint64(i+1), tk, "one ticket each, in a row")
-		}
-		cancel()
-		wg.Wait()
-		require.NoError(t, holder.Unlock(ctx))
-	})
+	// slots 1 is a Mutex, more a Semaphore with every slot held.
+	for _, slots := range []int{1, 2} {
+		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				var held []*azlease.Lock
+				for i := range slots {
+					var lk *azlease.Lock
+					var err error
+					if slots == 1 {
+						lk, err = newMutex(t, e, "holder", "m", nil).Lock(ctx)
+					} else {
+						lk, err = newSemaphore(t, e, fmt.Sprint("holder", i), "m", slots, nil).Acquire(ctx)
+					}
+					require.NoError(t, err)
+					held = append(held, lk)
+				}
+				const n = 50
+				cs := make([]*counter, n)
+				wctx, cancel := context.WithCancel(ctx)
+				var wg sync.WaitGroup
+				for i := range cs {
+					cs[i] = &counter{latency: time.Millisecond} // a round trip: a read and the write after it race the others'
+					cc := countedClient(t, e.Server, fmt.Sprint("w", i), cs[i])
+					if slots == 1 {
+						m, err := azlease.NewMutex(cc, "m", nil)
+						require.NoError(t, err)
+						wg.Go(func() { _, _ = m.Lock(wctx) })
+					} else {
+						sem, err := azlease.NewSemaphore(cc, "m", slots, nil)
+						require.NoError(t, err)
+						wg.Go(func() { _, _ = sem.Acquire(wctx) })
+					}
+				}
+				time.Sleep(10 * time.Second)
+				q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+				require.NoError(t, err)
+				assert.Len(t, q, n, "all joined")
+				var failed []string
+				for _, c := range cs {
+					c.mu.Lock()
+					failed = append(failed, c.failed...)
+					c.mu.Unlock()
+				}
+				assert.Empty(t, failed, "failed requests of %d waiters joining at once", n)
+				for i, w := range q {
+					assert.Equal(t, uint64(i+1), w.Ticket, "one ticket each, in a row")
+				}
+				cancel()
+				wg.Wait()
+				for _, lk := range held {
+					require.NoError(t, lk.Unlock(ctx))
+				}
+			})
+		})
+	}
 }
 
 // TestFairLockPassedOverHeadListsWhenAnotherTakes: the first waiter, cut
