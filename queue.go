@@ -268,8 +268,12 @@ func parseTickets(lock, name string) (gen uint64, ok bool) {
 		return 0, false
 	}
 	gen, err := strconv.ParseUint(key, 10, 64)
-	return gen, err == nil
+	return gen, err == nil && gen <= maxGeneration
 }
+
+// maxGeneration bounds the generations a listing is trusted with: tickets
+// stay under 2^62 (a blob named past it, not azlease's, is ignored).
+const maxGeneration = (1<<62)/ticketsPerGeneration - 1
 
 // newestGeneration lists the tickets blobs (one or two, a request) and
 // returns the newest generation; found is false when there is none.

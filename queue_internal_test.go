@@ -160,3 +160,27 @@ func (f *failedRequests) Do(req *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+// FuzzTicketsName: a listed name is a tickets blob of the lock's queue
+// (parseTickets, Status.QueueCounter) only if it is exactly the name that
+// generation's blob has, and nothing panics.
+func FuzzTicketsName(f *testing.F) {
+	f.Add("m", "m/queue/tickets-00000000000000000000")
+	f.Add("m", "m/queue/tickets-00000000000000000007")
+	f.Add("m", "m/queue/00000000000000000001")
+	f.Add("jobs/1", "jobs/1/queue/tickets-99999999999999999999")
+	f.Add("a/queue", "a/queue/queue/tickets-00000000000000000001")
+	f.Add("m", "m/queue/tickets-18446744073709551615")
+	f.Fuzz(func(t *testing.T, lock, name string) {
+		q := &queue{lock: lock}
+		if gen, ok := parseTickets(lock, name); ok {
+			assert.Equal(t, name, q.tickets(gen))
+			assert.Less(t, gen*ticketsPerGeneration+rotateAt+1, uint64(1)<<62, "tickets stay under 2^62")
+		}
+		if l, ok := (Status{Name: name}).QueueCounter(); ok {
+			gen, ok := parseTickets(l, name)
+			require.True(t, ok)
+			assert.Equal(t, name, (&queue{lock: l}).tickets(gen))
+		}
+	})
+}

@@ -203,7 +203,7 @@ func uiQueue(entries []azlease.Waiter) []uiWaiter {
 }
 
 // queueBlobs are the listed blobs of fair lock queues, by lock name: the
-// entries (waiters) and the ticket counters.
+// entries (waiters) and the tickets blobs.
 type queueBlobs struct {
 	order   []string // lock names, in the order first seen
 	blobs   map[string][]azlease.Status

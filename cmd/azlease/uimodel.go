@@ -9,7 +9,7 @@
 // belongs to another item (as memberships and shards belong to their group),
 // a case in buildUIModel that attaches it; a new kind of fact about an item
 // gets a field in uiItem (omitempty) and a renderer in ui/app.js. A fair
-// lock's queue (its waiters' entries and ticket counter, queue.go) is
+// lock's queue (its waiters' entries and tickets blob, queue.go) is
 // attached to its lock's item as uiItem.Queue, rendered by the page's
 // "Queue" section; leader candidates have their place already:
 // uiItem.Candidates (see candidatesOf below), rendered by "Candidates".
@@ -43,7 +43,7 @@ const (
 	kindOther      = "other"          // a blob with no azlease record
 
 	kindQueueEntry   = "queue-entry"   // NAME/queue/TICKET: a waiter of a fair lock (queue.go); part of its lock's item
-	kindQueueCounter = "queue-counter" // NAME/queue: a fair lock's ticket counter; part of its lock's item
+	kindQueueCounter = "queue-counter" // NAME/queue/tickets-<generation>: the blob that gives a fair lock's queue its tickets; part of its lock's item
 )
 
 // kindLabels are the kinds as the page writes them.
