@@ -33,7 +33,7 @@ import (
 // Cost: the first in line looks every few milliseconds as a hold begins,
 // every HeadPollInterval after, once a second once it has lasted 25 s: the
 // next holder starts within 4 % of the hold (at once on the same Mutex).
-// Waiting fails no request; racing joins and hand-offs can, and retry.
+// Joining and waiting fail no request but a pass-over's; free-lock races can.
 // bench/results.md has requests and gaps by hold and queue size. Safe for
 // concurrent use: each Lock is a holder. Unordered turns the queue off.
 type Mutex struct {
