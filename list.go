@@ -115,18 +115,6 @@ func (l *Lease) listPagesAt(ctx context.Context, prefix string, pageLimit func(s
 	return l.listUpTo(ctx, prefix, pageLimit, 0)
 }
 
-// listFirstAt lists the first blob whose name starts with prefix, if any,
-// with one List Blobs request: a read of a blob that may not exist yet that
-// never fails with 404 (a fair lock's ticket counter, before the first
-// waiter creates it).
-func (l *Lease) listFirstAt(ctx context.Context, prefix string, limit time.Time) (Status, bool, error) {
-	sts, _, err := l.listUpTo(ctx, prefix, func(time.Time) time.Time { return limit }, 1)
-	if err != nil || len(sts) == 0 {
-		return Status{}, false, err
-	}
-	return sts[0], true, nil
-}
-
 // listUpTo is listPagesAt; with n > 0, one page of at most n blobs.
 func (l *Lease) listUpTo(ctx context.Context, prefix string, pageLimit func(start time.Time) time.Time, n int32) ([]Status, time.Time, error) {
 	var date time.Time

@@ -315,11 +315,11 @@ func (q *queue) appendTicket(ctx context.Context, limit time.Time, gen uint64) (
 			return l.attemptEnd("write", c, err)
 		}
 		if resp.BlobAppendOffset == nil {
-			return false, l.errorf("write", ErrTransient, errors.New("Append Block answered without an offset"))
+			return false, l.errorf("write", ErrTransient, errors.New("the Append Block answer has no offset"))
 		}
 		n, perr := strconv.ParseUint(*resp.BlobAppendOffset, 10, 64)
 		if perr != nil {
-			return false, l.errorf("write", ErrTransient, fmt.Errorf("Append Block answered the offset %q", echo(*resp.BlobAppendOffset)))
+			return false, l.errorf("write", ErrTransient, fmt.Errorf("the Append Block answer has the offset %q", echo(*resp.BlobAppendOffset)))
 		}
 		// Blocks of another size than azlease's (a foreign writer) only
 		// move offsets on: past rotateAt, the next generation is used.
