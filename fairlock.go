@@ -287,7 +287,7 @@ func (f *fairLock) tryFree(ctx context.Context, unstick bool) (lk *Lock, queued 
 					// generation, made by the one holder rather than
 					// raced by the waiters that come (one request, once
 					// per lock; a failure leaves it to them).
-					_ = f.q.createGeneration(ctx, time.Now().Add(f.cfg.lease.attemptTimeout), 0)
+					_, _ = f.q.createGeneration(ctx, time.Now().Add(f.cfg.lease.attemptTimeout), 0)
 				}
 				return lk, false, nil
 			case err != nil:

@@ -179,8 +179,8 @@ func ticketKey(t uint64) string {
 // grow).
 //
 // An append blob holds at most 50,000 blocks: the waiter whose append
-// landed at offset rotateAt creates the next generation (and deletes the
-// one before the current), and a ticket at or past rotateAt is never used
+// landed at offset rotateAt creates the next generation (turn: and deletes
+// an old one), and a ticket at or past rotateAt is never used
 // (its waiter appends again to the next generation), so that every ticket
 // of a generation was appended before the next one existed: ticket order is
 // storage's order across generations too.
@@ -208,7 +208,7 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 				}
 				continue
 			case !found:
-				if err := q.createGeneration(ctx, limit, 0); err != nil {
+				if _, err := q.createGeneration(ctx, limit, 0); err != nil {
 					return 0, err
 				}
 				newest = 0
@@ -227,15 +227,10 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 		case !full && off == rotateAt:
 			// This waiter's append is the one that turns the generation:
 			// it creates the next (nobody else got this offset, so no
-			// create races it but a stale joiner's, below) and deletes
-			// the one before this one, which nobody appends to any more.
-			if err := q.createGeneration(ctx, limit, gen+1); err != nil {
+			// create races it but a late joiner's, below).
+			if gen, err = q.turn(ctx, limit, gen); err != nil {
 				return 0, err
 			}
-			if gen > 0 {
-				q.deleteGeneration(ctx, gen-1)
-			}
-			gen++
 			continue
 		}
 		// Past rotateAt (or full): the next generation exists, or its
@@ -248,11 +243,43 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 			gen = newest
 			continue
 		}
-		if err := q.createGeneration(ctx, limit, gen+1); err != nil {
+		if gen, err = q.turn(ctx, limit, gen); err != nil {
 			return 0, err
 		}
-		gen++
 	}
+}
+
+// keptGenerations is how many generations before the newest are kept: the
+// one that creates a generation deletes the one keptGenerations + 1 before
+// it, which no joiner appends to unless it was held up between its listing
+// and its append for keptGenerations whole generations (160,000 joins).
+const keptGenerations = 4
+
+// turn creates the generation after gen and returns the one to append to
+// now. A create that finds it there is another joiner's. One that makes it
+// is checked by a listing: when a newer generation exists, this joiner was
+// held up for longer than keptGenerations and made again one that had been
+// deleted (whose offsets were given already); it deletes it again and goes
+// to the newest. Otherwise it deletes the generation keptGenerations + 1
+// before the new one.
+func (q *queue) turn(ctx context.Context, limit time.Time, gen uint64) (uint64, error) {
+	next := gen + 1
+	created, err := q.createGeneration(ctx, limit, next)
+	if err != nil || !created {
+		return next, err
+	}
+	newest, found, err := q.newestGeneration(ctx, limit)
+	switch {
+	case err != nil:
+		return 0, err
+	case found && newest > next:
+		q.deleteGeneration(ctx, next)
+		return newest, nil
+	}
+	if next > keptGenerations {
+		q.deleteGeneration(ctx, next-keptGenerations-1)
+	}
+	return next, nil
 }
 
 // tickets is the name of the tickets blob of generation gen.
@@ -331,13 +358,15 @@ func (q *queue) appendTicket(ctx context.Context, limit time.Time, gen uint64) (
 
 // createGeneration creates generation gen's tickets blob, an empty append
 // blob, if it does not exist (and the container, on first use, when the
-// lock may create it). Another waiter's having created it is success.
-func (q *queue) createGeneration(ctx context.Context, limit time.Time, gen uint64) error {
+// lock may create it). Another waiter's having created it is success;
+// created says whether this call made it (an attempt whose answer was lost
+// and whose retry found the blob counts as not).
+func (q *queue) createGeneration(ctx context.Context, limit time.Time, gen uint64) (created bool, err error) {
 	l := q.ops
 	name := q.tickets(gen)
 	abc := l.t.cc.NewAppendBlobClient(name)
 	createdContainer := false
-	return l.loopOn(ctx, "create", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
+	err = l.loopOn(ctx, "create", name, limit, func(actx context.Context, _ time.Time) (bool, error) {
 		_, err := abc.Create(actx, &appendblob.CreateOptions{
 			AccessConditions: &blob.AccessConditions{
 				ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
@@ -351,12 +380,16 @@ func (q *queue) createGeneration(ctx context.Context, limit time.Time, gen uint6
 			return false, l.errorf("create", ErrTransient, errors.New("created the container"))
 		}
 		switch c := classify(ctx, err); c {
-		case classOK, classExists, classConflict:
+		case classOK:
+			created = true
+			return true, nil
+		case classExists, classConflict:
 			return true, nil
 		default:
 			return l.attemptEnd("create", c, err)
 		}
 	})
+	return created, err
 }
 
 // deleteGeneration deletes generation gen's tickets blob, one attempt: a

@@ -70,11 +70,12 @@ func TestMissSettledBeforeReported(t *testing.T) {
 }
 
 // TestTicketGenerationsTurn: with generations turned every 3 appends,
-// waiters taking tickets one after another and twenty at once get distinct
+// waiters taking tickets one after another and eight at once get distinct
 // tickets, each generation's below the next's (one at a time: without a
 // failed request); the waiter whose append lands at the turn creates the
-// next generation and deletes the one before the current, so at most two
-// are left.
+// next generation and deletes an old one, so at most keptGenerations + 1
+// are left. TestTicketGenerationMadeAgain: a joiner held up past
+// keptGenerations.
 func TestTicketGenerationsTurn(t *testing.T) {
 	defer func(r uint64) { rotateAt = r }(rotateAt)
 	rotateAt = 3
@@ -113,7 +114,8 @@ func TestTicketGenerationsTurn(t *testing.T) {
 		var mu sync.Mutex
 		seen := map[uint64]bool{}
 		var wg sync.WaitGroup
-		for range 20 {
+		const together = 8 // fewer turns than keptGenerations: no joiner is held up past it
+		for range together {
 			wg.Go(func() {
 				tk, err := q.take(ctx, limit)
 				assert.NoError(t, err)
@@ -125,7 +127,7 @@ func TestTicketGenerationsTurn(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		assert.Len(t, seen, 20)
+		assert.Len(t, seen, together)
 		sts, err := InspectPrefix(ctx, cc, QueueName("m"))
 		require.NoError(t, err)
 		gens := 0
@@ -134,10 +136,10 @@ func TestTicketGenerationsTurn(t *testing.T) {
 				gens++
 			}
 		}
-		assert.LessOrEqual(t, gens, 2, "older generations deleted")
-		// Twenty at once across generations of 3 (of 40,000 in use): a
-		// waiter may append to a generation deleted two turns later, or
-		// create one another created first; never a ticket twice.
+		assert.LessOrEqual(t, gens, keptGenerations+1, "older generations deleted")
+		// Eight at once across generations of 3 (of 40,000 in use): a
+		// waiter may create a generation another created first; never a
+		// ticket twice.
 		for _, f := range failed.list {
 			assert.Contains(t, f, "/m/queue/tickets-", "only the tickets blobs' races fail")
 		}
@@ -181,6 +183,38 @@ func FuzzTicketsName(f *testing.F) {
 			gen, ok := parseTickets(l, name)
 			require.True(t, ok)
 			assert.Equal(t, name, (&queue{lock: l}).tickets(gen))
+		}
+	})
+}
+
+// TestTicketGenerationMadeAgain: a joiner held up for longer than
+// keptGenerations turns (its listing showed generation 0, and generations 1
+// to 6 were made and 0 to 1 deleted meanwhile) creates generation 1 again,
+// whose offsets were given already. Its listing after the create finds the
+// newer ones: it deletes the one it made and takes its ticket from the
+// newest, so no ticket is given twice.
+func TestTicketGenerationMadeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, cc := schedEmu(t)
+		ctx := context.Background()
+		m, err := NewMutex(cc, "m", nil)
+		require.NoError(t, err)
+		q := m.fair.q
+		limit := time.Now().Add(time.Minute)
+		for g := range uint64(7) {
+			_, err := q.createGeneration(ctx, limit, g)
+			require.NoError(t, err)
+		}
+		q.deleteGeneration(ctx, 0)
+		q.deleteGeneration(ctx, 1)
+		// The held-up joiner's append at the turn of generation 0.
+		next, err := q.turn(ctx, limit, 0)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(6), next, "to the newest")
+		sts, err := InspectPrefix(ctx, cc, QueueName("m"))
+		require.NoError(t, err)
+		for _, st := range sts {
+			assert.NotEqual(t, q.tickets(1), st.Name, "generation 1, made again, is deleted again")
 		}
 	})
 }
