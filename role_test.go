@@ -75,6 +75,10 @@ func TestStatusRole(t *testing.T) {
 		want := map[string]string{
 			"sched": "elector", "jobs": "mutex", slot: "mutex", "once/migrate": "once", "raw": "lease", "plain": "",
 			"sched/candidates/leader": "", // the Elector's candidacy: no lease, no record
+			// The fair locks' tickets (made by each lock's first holder): no
+			// lease, no record.
+			"jobs/queue/tickets-00000000000000000000":    "",
+			"exports/queue/tickets-00000000000000000000": "",
 		}
 		assert.Equal(t, want, got)
 		for name, role := range want {
