@@ -55,6 +55,18 @@ func TestEveryChangeOfOwnerSaysWhy(t *testing.T) {
 			}
 			return out
 		}
+		// takenBy checks that moved() says two shards were taken for why,
+		// both by a.
+		takenBy := func(why string) {
+			m, n := moved(), 0
+			for k, w := range m {
+				if w == why {
+					n++
+					assert.Equal(t, byte('a'), k[len(k)-1], k)
+				}
+			}
+			assert.Equal(t, 2, n, "%s: %v", why, m)
+		}
 		count := func(metric, why string) (n int64) {
 			for _, dp := range shardMetrics(t, reader)[metric].Data.(metricdata.Sum[int64]).DataPoints {
 				if v, ok := dp.Attributes.Value(attributeKey("azlease.shards.reason")); ok && v.AsString() == why {
@@ -81,30 +93,14 @@ func TestEveryChangeOfOwnerSaysWhy(t *testing.T) {
 		require.NoError(t, groups["b"].Stop(context.Background()))
 		delete(groups, "b")
 		time.Sleep(5 * time.Second)
-		m = moved()
-		stops := 0
-		for k, why := range m {
-			if why == "taken after b's stop" {
-				stops++
-				assert.Equal(t, byte('a'), k[len(k)-1], k)
-			}
-		}
-		assert.Equal(t, 2, stops, "%v", m)
+		takenBy("taken after b's stop")
 		assert.Equal(t, int64(2), count("azlease.shards.acquisitions", "stop"))
 
 		start("c")
 		time.Sleep(10 * time.Second)
 		srv.Partition("c", azleasetest.Blackhole)
 		time.Sleep(40 * time.Second) // D + ListInterval + P + 1 s
-		m = moved()
-		expired := 0
-		for k, why := range m {
-			if why == "taken after c's lease expired" {
-				expired++
-				assert.Equal(t, byte('a'), k[len(k)-1], k)
-			}
-		}
-		assert.Equal(t, 2, expired, "%v", m)
+		takenBy("taken after c's lease expired")
 		assert.Equal(t, int64(2), count("azlease.shards.acquisitions", "expired"))
 		srv.Heal("c")
 		require.NoError(t, groups["c"].Stop(context.Background()))
