@@ -102,8 +102,9 @@ const acquireConcurrency = 16
 // burst of takeBurst (an acquisition costs two requests: acquire and the
 // epoch write of a shard the listing showed, the creation of its blob with
 // the epoch record and acquire of one it did not; more only when a race or
-// a failure makes it read again): never more than about 500 in a second. A replica alone in a group of 1,000
-// shards takes them all within 5 s, while its polls keep their cadence;
+// a failure makes it read again): never more than about 500 in a second.
+// A replica alone in a group of 1,000 shards takes them all within 5 s,
+// while its polls keep their cadence;
 // a few dozen are taken at once, as a cold start of several replicas
 // needs (each takes its share before the others look).
 const (
