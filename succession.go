@@ -236,7 +236,6 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		// successor that looked between the two had its Change refused,
 		// 409, and looked again).
 		to := handOffID(s.id, handed)
-		start := time.Now()
 		fromOwn := cur == own
 		if !fromOwn && m.rec.successor != "" {
 			// The marker still names the successor passed over, under
@@ -253,6 +252,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 				return out, werr
 			}
 		}
+		start := time.Now() // the Change and the marker: the round trips the margin below counts
 		cerr := l.changeID(ctx, cur, to, time.Now().Add(l.cfg.attemptTimeout))
 		switch {
 		case cerr == nil:
