@@ -466,8 +466,9 @@ func TestAzuriteElectorEpochSurvivesRecreatedBlob(t *testing.T) {
 // TestAzuriteHoldAfterCreatesTheBlob: on the real wire, Lease.HoldAfter
 // with a status that says the blob does not exist creates it with its
 // first epoch record and acquires it in two requests (the acquisition's
-// answer carries the creation's ETag), and the term writes and releases as
-// any other.
+// answer carries the creation's ETag), another taker's creation then fails
+// and it leaves the blob (ErrLeaseHeld), and the term writes and releases
+// as any other.
 func TestAzuriteHoldAfterCreatesTheBlob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -490,6 +491,11 @@ func TestAzuriteHoldAfterCreatesTheBlob(t *testing.T) {
 	assert.Equal(t, "node-a", st.Holder)
 	assert.True(t, st.Leased)
 	assert.Equal(t, azlease.ChangeFree, st.Began)
+	// Another taker whose listing did not show the blob either: its
+	// creation fails, and it leaves the blob to its creator.
+	other := newLease(t, obs, "fresh", &azlease.LeaseOptions{Identity: "node-c"})
+	_, err = other.HoldAfter(ctx, azlease.Status{Name: "fresh"})
+	require.ErrorIs(t, err, azlease.ErrLeaseHeld)
 	require.NoError(t, lk.SetMetadata(ctx, map[string]string{"checkpoint": "1"}))
 	require.NoError(t, lk.Write(ctx, []byte("state")))
 	require.NoError(t, lk.Unlock(ctx))

@@ -53,10 +53,13 @@ func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
 // A status that says the lock blob does not exist (Name the lock blob's,
 // Exists false: a listing did not show it) creates the blob with the new
 // term's epoch record in one request (Put Blob, If-None-Match: *), then
-// acquires: two requests rather than five. If the blob exists after all,
-// or anyone wrote it between the two, the acquisition goes on as without
-// the status (reading and writing the epoch under the lease): the epoch
-// never goes backwards, the only cost is a request.
+// acquires: two requests rather than five. If the blob exists after all
+// (another taker created it since the listing, and is acquiring it), it
+// returns an error wrapping [ErrLeaseHeld] after that one request, without
+// acquiring: the next listing shows the blob. If anyone wrote the blob
+// between the creation and the acquisition, the acquisition reads and
+// writes the epoch under the lease: the epoch never goes backwards, the
+// only cost is a request.
 func (l *Lease) HoldAfter(ctx context.Context, seen Status) (*Lock, error) {
 	if l == nil || l.bc == nil {
 		return nil, fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)
@@ -69,7 +72,10 @@ func (l *Lease) HoldAfter(ctx context.Context, seen Status) (*Lock, error) {
 	case seen.Name == l.t.blob && seen.etag != "":
 		s = &seen
 	case seen.Name == l.t.blob && !seen.Exists && l.cfg.create && !l.Held():
-		s = l.createWithRecord(ctx)
+		var err error
+		if s, err = l.createWithRecord(ctx); err != nil {
+			return nil, err
+		}
 	}
 	tok, err := l.acquireWithin(ctx, l.cfg.duration, s)
 	if err != nil {

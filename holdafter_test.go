@@ -138,15 +138,17 @@ func TestHoldAfterCreatesTheBlobWithItsRecord(t *testing.T) {
 		assert.False(t, st.Leased)
 		assert.Equal(t, la.Epoch(), st.Epoch)
 
-		// The blob exists after all: the creation fails, the epoch grows
-		// from the blob's record.
+		// The blob exists after all: the creation fails, and HoldAfter
+		// leaves it (the next listing shows it); Hold takes it, the epoch
+		// growing from the blob's record.
 		b := newLease(t, e.client("a"), "new", opts)
 		count()
-		lb, err := b.HoldAfter(ctx, azlease.Status{Name: "new"})
+		_, err = b.HoldAfter(ctx, azlease.Status{Name: "new"})
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+		assert.Equal(t, map[azleasetest.Op]int{azleasetest.OpPutBlob: 1}, count(), "one request")
+		lb, err := b.Hold(ctx)
 		require.NoError(t, err)
 		assert.Greater(t, lb.Epoch(), la.Epoch())
-		got := count()
-		assert.Equal(t, 1, got[azleasetest.OpGetProperties], "read as Hold does: %v", got)
 		require.NoError(t, lb.Unlock(ctx))
 
 		// Held and released by someone else between the creation and the
@@ -170,5 +172,63 @@ func TestHoldAfterCreatesTheBlobWithItsRecord(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, lc.Epoch(), st.Epoch)
 		require.NoError(t, lc.Unlock(ctx))
+	})
+}
+
+// TestHoldAfterLeavesABlobCreatedMeanwhile: two takers race for a blob
+// that does not exist (two replicas adding a shard at once). a creates it
+// with its first term's record; b, whose creation then fails, does not
+// acquire (ErrLeaseHeld after that one request), so a's term begins as
+// the blob's first, and no term follows one that never began. (Measured:
+// on the old code b acquired first, and its term said it followed a's,
+// which never held the lease: "taken after a's term ended" for a new
+// shard.)
+func TestHoldAfterLeavesABlobCreatedMeanwhile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var mu sync.Mutex
+		var onAcquire func()
+		bOps := map[azleasetest.Op]int{}
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			mu.Lock()
+			if r.Client == "b" {
+				bOps[r.Op]++
+			}
+			f := onAcquire
+			if r.Client != "a" || r.Op != azleasetest.OpAcquireLease {
+				f = nil
+			} else {
+				onAcquire = nil
+			}
+			mu.Unlock()
+			if f != nil {
+				f() // b acts between a's creation and a's acquisition
+			}
+			return azleasetest.Fault{}
+		})
+		obs := e.client("observer")
+		_, err := obs.Create(ctx, nil)
+		require.NoError(t, err)
+
+		b := newLease(t, e.client("b"), "s", &azlease.LeaseOptions{Identity: "b"})
+		var bErr error
+		mu.Lock()
+		onAcquire = func() { _, bErr = b.HoldAfter(ctx, azlease.Status{Name: "s"}) }
+		mu.Unlock()
+		a := newLease(t, e.client("a"), "s", &azlease.LeaseOptions{Identity: "a"})
+		la, err := a.HoldAfter(ctx, azlease.Status{Name: "s"})
+		require.NoError(t, err)
+		require.ErrorIs(t, bErr, azlease.ErrLeaseHeld, "b leaves it to its creator")
+		mu.Lock()
+		assert.Equal(t, map[azleasetest.Op]int{azleasetest.OpPutBlob: 1}, bOps, "b's one request")
+		mu.Unlock()
+		st, err := azlease.Inspect(ctx, obs, "s")
+		require.NoError(t, err)
+		assert.Equal(t, "a", st.Holder)
+		assert.Equal(t, la.Epoch(), st.Epoch)
+		assert.Equal(t, azlease.ChangeFree, st.Began, "the blob's first term")
+		require.Len(t, st.History, 1)
+		require.NoError(t, la.Unlock(ctx))
 	})
 }

@@ -338,15 +338,22 @@ func leaseAccess(id string, ifMatch *azcore.ETag) *blob.AccessConditions {
 // a blob created now (nextEpoch), from this process's clock a second
 // ahead; if storage's clock says the blob was created later than that,
 // the record is not relied on. It returns the blob's status for the
-// acquisition, or nil when the blob was not created (it exists, or the
-// request failed: the acquisition then goes on as without a look).
+// acquisition, or nil when the request failed (the acquisition then goes
+// on as without a look).
+//
+// When storage answers that the blob exists, someone created it since the
+// listing: another taker, about to acquire it with the record it wrote.
+// It returns an error wrapping ErrLeaseHeld then, and the caller does not
+// acquire: were it to win that race, its term would follow one that never
+// began (the creator's record), and say so. A listing that was simply
+// stale (the blob existed before it) costs a poll.
 //
 // A Put whose answer was lost, applied later, finds the blob existing and
 // changes nothing.
-func (l *Lease) createWithRecord(ctx context.Context) *Status {
+func (l *Lease) createWithRecord(ctx context.Context) (*Status, error) {
 	deadline, ok := timing.AttemptDeadline(time.Now(), time.Now().Add(l.cfg.duration), l.cfg.attemptTimeout)
 	if !ok || ctx.Err() != nil {
-		return nil
+		return nil, nil
 	}
 	now := time.Now()
 	var none record
@@ -363,8 +370,13 @@ func (l *Lease) createWithRecord(ctx context.Context) *Status {
 			ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)},
 		},
 	})
-	if err != nil || resp.ETag == nil {
-		return nil
+	switch c := classify(ctx, err); {
+	case c == classExists || c == classConflict || c == classLost:
+		// 409 BlobAlreadyExists (Azure, Azurite), 412 ConditionNotMet,
+		// or 412 LeaseIdMissing (Azure, when it is leased already).
+		return nil, l.errorf("acquire", ErrLeaseHeld, fmt.Errorf("the blob was created since the listing (another taker is acquiring it): %w", err))
+	case err != nil || resp.ETag == nil:
+		return nil, nil
 	}
 	st := &Status{Name: l.t.blob, Exists: true, State: "available", raw: md, etag: *resp.ETag, readAt: time.Now()}
 	if resp.LastModified != nil {
@@ -373,5 +385,5 @@ func (l *Lease) createWithRecord(ctx context.Context) *Status {
 	// When storage's clock is ahead, an epoch write chooses, starting
 	// from this status (one request, conditional on the ETag).
 	st.fresh = nextEpoch(0, st.created, 0) <= r.epoch
-	return st
+	return st, nil
 }

@@ -119,3 +119,36 @@ func TestEveryChangeOfOwnerSaysWhy(t *testing.T) {
 		o.check(t, srv, "g", names)
 	})
 }
+
+// TestShardsCreatedAtOnceAreNew: three replicas start together on shards
+// whose blobs do not exist yet, and race to create them: every shard's
+// first owner says "new shard" (or the reason of a hand-on since), never
+// that it took the shard after a term of a replica that lost the race to
+// acquire the blob it had created. (Measured: on the old code, 5 runs of
+// 10 had a shard saying "taken after b's term ended" or "taken after a's
+// stop".)
+func TestShardsCreatedAtOnceAreNew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(64)
+		o := newOwners()
+		obs := srv.Client("observer")
+		var groups []*shards.Group
+		for _, id := range []string{"a", "b", "c"} {
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, LeaseDuration: 15 * time.Second, Logger: testLogger(id)})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), o.work(id)))
+			groups = append(groups, g)
+		}
+		time.Sleep(20 * time.Second)
+		a, err := shards.Inspect(context.Background(), obs, "g", nil)
+		for _, g := range groups {
+			assert.NoError(t, g.Stop(context.Background()))
+		}
+		require.NoError(t, err)
+		assert.Len(t, a.Shards, 64)
+		for _, s := range a.Shards {
+			assert.NotContains(t, s.Moved, "taken after", "shard %s on %s", s.Name, s.Owner)
+		}
+	})
+}

@@ -205,7 +205,8 @@ func (g *Group) take(ctx context.Context, work Work, info shardInfo) {
 			// changed), or carries one it no longer proposes (it
 			// restarted), is refused as held: the next poll tries again,
 			// until the changed lease is taken or expires (within a lease
-			// duration: nobody renews it).
+			// duration: nobody renews it). So is a shard whose blob another
+			// replica created since the listing: it is acquiring it.
 		case errors.Is(err, azlease.ErrPermanent):
 			// Storage refuses this shard's lease for good (the replica's
 			// own membership was leased, or the group would have stopped):
