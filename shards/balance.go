@@ -6,8 +6,10 @@ package shards
 // of its input (the listing and the time it is planned at): free shards go
 // to the member with the least load per capacity, the heaviest first; a
 // member above the band (load per capacity over bandHigh × the group's
-// level) hands on the shards that best bring it back, one at a time, to
-// members below the level, until it is at bandStop × the level; a shard
+// level) hands on the fewest shards that bring it to bandStop × the level
+// when three or fewer do (fewest.go, a swap included), else the shards
+// that best bring it back, one at a time, to members below the level,
+// until it is at bandStop × the level; a shard
 // whose load alone exceeds a member's share gets a member to itself; no
 // shard that changed hands within the cooldown moves for load. The moves
 // come in order: a round executes only the first ones, within the
@@ -27,6 +29,9 @@ import (
 const (
 	bandHigh = 1.10
 	bandStop = 1.05
+	// recvHigh is where the fewest-moves search leaves a receiver at
+	// most.
+	recvHigh = 1.10
 )
 
 // DefaultCooldown is how long a shard handed on stays where it is before it
@@ -348,6 +353,42 @@ func balance(in balanceInput) balancePlan {
 		}
 		return false
 	}
+	// fewestMoves plans the fewest hand-ons (at most fewestDepth) that
+	// bring src, just gone above the band, to bandStop × level, a swap
+	// included, and reports whether it did.
+	fewestMoves := func(src string) bool {
+		fi := fewestInput{level: level, stop: bandStop, high: recvHigh, ok: ok}
+		for i, m := range ms {
+			fi.names = append(fi.names, m.name)
+			fi.capacity = append(fi.capacity, m.capacity)
+			fi.load = append(fi.load, p.load[m.name])
+			fi.recv = append(fi.recv, dedicated[m.name] == nil)
+			var cands []*bshard
+			if dedicated[m.name] == nil {
+				for _, s := range slices.Backward(sortedByLoad(held[m.name])) {
+					if len(cands) == fewestCands {
+						break
+					}
+					if movable(s) {
+						cands = append(cands, s)
+					}
+				}
+			}
+			fi.cands = append(fi.cands, cands)
+			if m.name == src {
+				fi.src = i
+			}
+		}
+		plan := fewest(fi)
+		for _, mv := range plan {
+			reason := "load"
+			if empty[ms[mv.to].name] {
+				reason = "join"
+			}
+			add(mv.s, ms[mv.to].name, reason)
+		}
+		return plan != nil
+	}
 	for range len(shards) * 2 {
 		src := ""
 		for _, m := range ms {
@@ -364,6 +405,10 @@ func balance(in balanceInput) balancePlan {
 		}
 		if src == "" {
 			break
+		}
+		if !active[src] && fewestMoves(src) {
+			active[src] = true
+			continue
 		}
 		active[src] = true
 		// The best move that leaves the receiver within the band; if

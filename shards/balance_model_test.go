@@ -689,6 +689,9 @@ func TestLoadBalancerModel(t *testing.T) {
 				if r.jumpBack < 0 {
 					t.Errorf("seed %d: never back in the band after the jump", seed)
 				}
+				if os.Getenv("AZLEASE_MODEL_VERBOSE") != "" {
+					t.Logf("seed %d: converge %d moves (greedy %d) in %v; jump back %v, %d moves (bound %d, greedy %d, hot %v)", seed, r.moves, r.greedy, r.converged, r.jumpBack, r.jumpMoves, r.jumpBound, r.jumpGreedy, r.jumpHot)
+				}
 			}
 			line := fmt.Sprintf("- heaviest shards %s: count-balanced max/mean p50 %.2f; converged in p50 %v p90 %v; moves p50 %d (greedy %d), total %d vs %d (×%.2f); steady max/mean p99 (worst seed) %.3f, %d moves, %d back and forth; ×10 jump: back in p50 %v p99 %v, moves p90 %d (beyond the offline greedy's p90 %+d; where it needs 3 or fewer, p90 %d; any balancer needs p90 %d or more)",
 				map[bool]string{true: "with neighbouring names", false: "scattered"}[neighbours],

@@ -20,18 +20,23 @@ import (
 // 7/8 after 30 s. A rise of more than LoadRiseStep is taken faster: a
 // second average, with a half-life of LoadRiseHalfLife, follows the
 // reports, and once it exceeds the smoothed value by that much the smoothed
-// value jumps to it. So a shard whose load jumps is acted on within
-// seconds, while noise of ±20 % and brief dips move nothing.
+// value jumps to it and follows it up for LoadRiseFollow (it never falls
+// below it then), so that a jump shows whole within about 10 s rather than
+// its last quarter over the slow half-life. So a shard whose load jumps is
+// acted on within seconds, on about its new load, while noise of ±20 % and
+// brief dips move nothing.
 const (
 	LoadHalfLife     = 10 * time.Second
 	LoadRiseHalfLife = 2 * time.Second
 	LoadRiseStep     = 0.3
+	LoadRiseFollow   = 4 * LoadRiseHalfLife
 )
 
 // loadMeter smooths one shard's reported load for one term. The reported
 // value is a rate held until the next report; two averages follow it, in
 // continuous time, with LoadHalfLife and LoadRiseHalfLife; the slow one is
-// the smoothed value, and jumps to the fast one on a rise (LoadRiseStep).
+// the smoothed value, and jumps to the fast one on a rise (LoadRiseStep),
+// then follows it up until LoadRiseFollow after the jump.
 type loadMeter struct {
 	mu       sync.Mutex
 	known    bool      // a value exists: reported in this term, or carried from the previous owner
@@ -40,6 +45,7 @@ type loadMeter struct {
 	smooth   float64   // the slow average at at
 	fast     float64   // the fast average at at
 	at       time.Time // when the averages were last brought up to date
+	follow   time.Time // until then, the smoothed value follows the fast one up (a rise was taken)
 }
 
 // validLoad reports whether v is a load SetLoad takes: finite and not
@@ -51,15 +57,29 @@ func (m *loadMeter) advance(now time.Time) {
 	if !m.known {
 		return
 	}
-	if dt := now.Sub(m.at); dt > 0 {
-		f := math.Exp2(-float64(dt) / float64(LoadHalfLife))
-		m.smooth = m.rate + (m.smooth-m.rate)*f
-		f = math.Exp2(-float64(dt) / float64(LoadRiseHalfLife))
-		m.fast = m.rate + (m.fast-m.rate)*f
-		m.at = now
-		if m.fast > m.smooth*(1+LoadRiseStep) {
-			m.smooth = m.fast
-		}
+	if m.at.Before(m.follow) && m.follow.Before(now) {
+		m.step(m.follow) // the end of the following, then on
+	}
+	m.step(now)
+}
+
+// step advances both averages from m.at to now, at most to the end of a
+// following under way (advance splits there). m.mu is held.
+func (m *loadMeter) step(now time.Time) {
+	dt := now.Sub(m.at)
+	if dt <= 0 {
+		return
+	}
+	f := math.Exp2(-float64(dt) / float64(LoadHalfLife))
+	m.smooth = m.rate + (m.smooth-m.rate)*f
+	f = math.Exp2(-float64(dt) / float64(LoadRiseHalfLife))
+	m.fast = m.rate + (m.fast-m.rate)*f
+	m.at = now
+	switch {
+	case m.fast > m.smooth*(1+LoadRiseStep):
+		m.smooth, m.follow = m.fast, now.Add(LoadRiseFollow)
+	case !now.After(m.follow) && m.fast > m.smooth:
+		m.smooth = m.fast
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -204,13 +205,25 @@ func formatLoads(items []loadItem) (entries, rest string) {
 
 // loadsChanged compares two announcements' loads: big when their total
 // moved by loadTotalStep or more (what the balancer compares is a member's
-// total), small when anything else differs.
+// total), or one shard published in both by that share of the total (a
+// shard whose load rose while another left: the total alone hides it, and
+// the balancer moves shards by their loads), small when anything else
+// differs.
 func loadsChanged(old, next *announcement) (big, small bool) {
 	if old.loads == next.loads && old.rest == next.rest {
 		return false, false
 	}
 	before, after := loadsTotal(old), loadsTotal(next)
-	return bigChange(before, after), true
+	if bigChange(before, after) {
+		return true, true
+	}
+	was := parseLoads(old.loads)
+	for k, v := range parseLoads(next.loads) {
+		if w, ok := was[k]; ok && math.Abs(v-w) >= loadTotalStep*max(before, after) {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // loadTotalStep is the relative change of a member's published total load

@@ -39,3 +39,23 @@ func TestAnnounceBudget(t *testing.T) {
 	}
 	assert.Equal(t, 1, count(longest))
 }
+
+// TestLoadsChangedSeesAShardRiseBehindAMove: a member's published loads
+// are written at once when one shard's load moved by loadTotalStep of the
+// total, even when another shard left and the total stayed (it waited for
+// loadRepublish: the balancer saw the rise 10 s late); noise within it
+// waits.
+func TestLoadsChangedSeesAShardRiseBehindAMove(t *testing.T) {
+	ann := func(items ...loadItem) *announcement {
+		a := &announcement{}
+		a.loads, a.rest = formatLoads(items)
+		return a
+	}
+	before := ann(loadItem{"x", 1.0}, loadItem{"y", 0.5}, loadItem{"z", 0.5})
+	big, small := loadsChanged(before, ann(loadItem{"x", 1.5}, loadItem{"z", 0.5}))
+	assert.True(t, small)
+	assert.True(t, big, "x rose by half of its load while y left: the same total")
+	big, small = loadsChanged(before, ann(loadItem{"x", 1.02}, loadItem{"y", 0.49}, loadItem{"z", 0.5}))
+	assert.True(t, small)
+	assert.False(t, big, "noise")
+}
