@@ -6,11 +6,20 @@ package shards
 // members, by name, and of the shards, the heaviest first), so every
 // replica finds the same moves from the same listing.
 
+import (
+	"cmp"
+	"slices"
+)
+
 // fewestDepth is the most hand-ons the search looks for; fewestCands how
 // many of a member's heaviest movable shards it tries.
 const (
 	fewestDepth = 3
 	fewestCands = 6
+	// fewestRecv bounds the receivers tried for a shard, of each kind
+	// (where it fits; where it starts a swap): the search stays small in a
+	// group of 64 replicas, and tries every receiver in one of 8.
+	fewestRecv = 8
 )
 
 // fewestInput is what the search knows: members by index (sorted by name),
@@ -108,14 +117,31 @@ func fewest(in fewestInput) []fmove {
 				if d == 1 && load[a]-x.load > limit[a]+eps {
 					break // lighter ones do not suffice either
 				}
+				// The receivers: those x fits, the most room first, and
+				// those it takes above the band that can hand on enough
+				// in turn, the heaviest shard first; fewestRecv of each.
+				var fits, swaps []int
 				for r := range n {
 					if r == a || !in.recv[r] || load[r]/in.capacity[r] >= in.level-eps || !in.ok(x.name, in.names[r]) {
 						continue
 					}
-					after := load[r] + x.load
-					if over := after - limit[r]; over > eps && (d == 1 || over > heaviestLeft(r)+eps) {
-						continue
+					if over := load[r] + x.load - limit[r]; over <= eps {
+						fits = append(fits, r)
+					} else if d > 1 && over <= heaviestLeft(r)+eps {
+						swaps = append(swaps, r)
 					}
+				}
+				if len(fits) > fewestRecv {
+					slices.SortStableFunc(fits, func(i, j int) int { return cmp.Compare(limit[j]-load[j], limit[i]-load[i]) })
+					fits = fits[:fewestRecv]
+				}
+				if len(swaps) > fewestRecv {
+					slices.SortStableFunc(swaps, func(i, j int) int { return cmp.Compare(heaviestLeft(j), heaviestLeft(i)) })
+					swaps = swaps[:fewestRecv]
+				}
+				rs := append(fits, swaps...)
+				slices.Sort(rs) // by name, as all of them are tried in a small group
+				for _, r := range rs {
 					prev := lastFrom[a]
 					load[a] -= x.load
 					load[r] += x.load
