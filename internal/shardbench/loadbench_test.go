@@ -566,6 +566,11 @@ func TestLoadBench(t *testing.T) {
 		rows["central (Cadence style)"] = append(rows["central (Cadence style)"], runCadence(k, n, seed, ph))
 		m, f := greedyMoves(k, n, seed)
 		greedy, greedyFinal = append(greedy, m), append(greedyFinal, f)
+		if rs := rows["by load"]; len(rs) > 0 && m > 0 {
+			r := rs[len(rs)-1]
+			t.Logf("seed %d: by load converged in %d moves, the offline greedy %d: ×%.2f; ×10 jump back in %v, %d moves",
+				seed, r.convMoves, m, float64(r.convMoves)/float64(m), r.jumpBack, r.jumpMoves)
+		}
 	}
 	for name, rs := range rows {
 		for _, r := range rs {
