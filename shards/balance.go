@@ -32,6 +32,9 @@ const (
 	// recvHigh is where the fewest-moves search leaves a receiver at
 	// most.
 	recvHigh = 1.10
+	// bandEdge is where the search may leave the source when no plan of
+	// at most fewestDepth moves reaches bandStop.
+	bandEdge = 1.08
 )
 
 // DefaultCooldown is how long a shard handed on stays where it is before it
@@ -380,6 +383,10 @@ func balance(in balanceInput) balancePlan {
 			}
 		}
 		plan := fewest(fi)
+		if plan == nil {
+			fi.stop = bandEdge // three moves that leave it a little under the band first; the rest as before
+			plan = fewest(fi)
+		}
 		for _, mv := range plan {
 			reason := "load"
 			if empty[ms[mv.to].name] {
