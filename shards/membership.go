@@ -97,9 +97,9 @@ func listSum(shards []string) string {
 // IDs for incoming (in the group's order), as many as fit, and publishing
 // the loads of the shards this replica owns: it starts a join or a write in
 // bg when one is needed and none is under way, and does not wait for it.
-// New IDs are written at once; loads when their total changed by
-// loadTotalStep or more (touch is then true: the others should list soon),
-// otherwise at most every loadRepublish.
+// New IDs are written at once; loads when their total, or one shard's
+// load, changed by loadTotalStep of the total or more (touch is then true:
+// the others should list soon), otherwise at most every loadRepublish.
 func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incoming []string) {
 	g.mu.Lock()
 	busy, m, published, budget := g.memberOp, g.member, g.published, g.idBudget
@@ -142,7 +142,7 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 }
 
 // loadRepublish is how often at most a replica writes its membership for
-// loads that changed by less than a quarter.
+// loads that changed by less than loadTotalStep (loadsChanged).
 const loadRepublish = 10 * time.Second
 
 // loadItem is a shard's smoothed load, as a replica publishes it.
