@@ -103,7 +103,7 @@ func fewest(in fewestInput) []fmove {
 			}
 			return
 		}
-		if d == 0 || len(over) > d || len(path) == 0 && !contains(over, in.src) {
+		if d == 0 || len(over) > d || len(path) == 0 && !slices.Contains(over, in.src) {
 			return
 		}
 		for _, a := range over {
@@ -162,13 +162,4 @@ func fewest(in fewestInput) []fmove {
 		dfs(d)
 	}
 	return best
-}
-
-func contains(xs []int, v int) bool {
-	for _, x := range xs {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
