@@ -146,6 +146,7 @@ type Group struct {
 	unsettled    bool      // the last poll saw the group unsettled: list at the next one
 	listedBeacon string    // the registry's version and touch as the last listing said
 	lastList     time.Time // when the last listing succeeded
+	probe        prober    // the zones this replica probes (probe.go)
 
 	wg     sync.WaitGroup // the shards' work
 	movers sync.WaitGroup // hand-offs under way
@@ -405,24 +406,17 @@ func (g *Group) run(ctx context.Context, work Work) {
 	for ctx.Err() == nil {
 		// A listing when one is due (see listDue); otherwise a look at the
 		// registry, the group's beacon, and a listing only if it changed.
+		// In a group of zones, a poll that does not list probes the
+		// zones this replica watches (see probe.go): a member found gone
+		// is told to the group, and this replica lists at once.
 		if g.listDue(start) || g.headBeacon(ctx, g.listedBeacon) {
-			v, err := g.list(ctx)
-			switch {
-			case err != nil && ctx.Err() != nil:
+			if !g.listAndAct(ctx, work, mlease, start) {
 				return
-			case err != nil:
-				if g.refused(err) {
-					return
-				}
-				g.listFailed(err)
-				g.unsettled = true
-			default:
-				g.lastList, g.listedBeacon = time.Now(), v.beacon
-				set := g.refreshSet(ctx, v)
-				g.mu.Lock()
-				g.set = set
-				g.mu.Unlock()
-				g.act(ctx, work, v, set, mlease, time.Since(start) >= g.cfg.settle)
+			}
+		} else if gone := g.probeZones(ctx); len(gone) > 0 {
+			g.tellGone(ctx, gone, "probe")
+			if !g.listAndAct(ctx, work, mlease, start) {
+				return
 			}
 		}
 		wait := g.pollWait()
@@ -433,6 +427,33 @@ func (g *Group) run(ctx context.Context, work Work) {
 			return
 		}
 	}
+}
+
+// listAndAct lists the group and acts on the listing; false when the
+// replica must stop (ctx ended, or storage refuses it for good).
+func (g *Group) listAndAct(ctx context.Context, work Work, mlease *azlease.Lease, start time.Time) bool {
+	v, err := g.list(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false
+	case err != nil:
+		if g.refused(err) {
+			return false
+		}
+		g.listFailed(err)
+		g.unsettled = true
+	default:
+		g.lastList, g.listedBeacon = time.Now(), v.beacon
+		if gone := g.watchZones(v.members); len(gone) > 0 {
+			g.tellGone(ctx, gone, "listing")
+		}
+		set := g.refreshSet(ctx, v)
+		g.mu.Lock()
+		g.set = set
+		g.mu.Unlock()
+		g.act(ctx, work, v, set, mlease, time.Since(start) >= g.cfg.settle)
+	}
+	return true
 }
 
 // listDue reports whether the replica lists the group at this poll rather

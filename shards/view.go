@@ -203,11 +203,15 @@ type view struct {
 // parseView reads a listing of the group's blobs.
 func parseView(names leaseNames, listed []azlease.Status) view {
 	v := view{members: map[string]memberInfo{}, shards: map[string]shardInfo{}, suspects: map[string]bool{}, lists: map[string]bool{}}
+	former := map[string]map[string]float64{} // members gone without leaving (their loads not withdrawn): their last loads
 	for _, st := range listed {
 		switch {
 		case strings.HasPrefix(st.Name, names.membersPrefix()):
 			id := strings.TrimPrefix(st.Name, names.membersPrefix())
 			w, err := strconv.Atoi(st.Metadata[metaWeight])
+			if !st.Leased && st.Metadata[metaLoads] != "" {
+				former[id] = parseLoads(st.Metadata[metaLoads])
+			}
 			if !st.Leased || err != nil || w < 1 || w > MaxWeight || st.Err != nil {
 				continue // not a live member (yet)
 			}
@@ -263,7 +267,38 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 			}
 		}
 	}
+	v.lastLoadsOfTheGone(former)
 	return v
+}
+
+// lastLoadsOfTheGone sets the last known load of the shards whose holder
+// went without leaving (a crash, a partition: its membership expired with
+// its loads still published) to the load that holder last published: the
+// shard while free, or taken free and not yet published by its taker.
+// Every replica then places the shards of a lost member by their real
+// loads, the same before and after their takers publish them, rather than
+// by what their blobs last carried (a hand-off's, often old, or nothing:
+// the mean), which changed the plan as the takers published and left some
+// shard planned from one replica to another for polls.
+func (v view) lastLoadsOfTheGone(former map[string]map[string]float64) {
+	if len(former) == 0 {
+		return
+	}
+	for name, s := range v.shards {
+		from := s.holder
+		if _, live := v.members[from]; live && s.leased {
+			from = "" // held by a live member: only a term taken free from one gone
+			if h := s.st.History; !s.handedIn && len(h) >= 2 && h[0].Epoch == s.st.Epoch {
+				if _, live := v.members[h[1].Holder]; !live {
+					from = h[1].Holder
+				}
+			}
+		}
+		if l, ok := former[from][loadKey(name)]; ok && from != "" {
+			s.lastLoad, s.hasLast = l, true
+			v.shards[name] = s
+		}
+	}
 }
 
 // input is the plan's input from a view: the live members, and the
