@@ -58,11 +58,16 @@
 //	a replica joins                        2P + d + 1 s              the minimum (6 for 32 shards 4 → 5)
 //	a replica stops cleanly                d + P + 1 s               only its shards
 //	a replica crashes or is partitioned    D + L + 2P + 1 s          only its shards
+//	  with zones: a zone is lost           D + 2P + 1 s              only its shards
+//	  with zones: one of a zone's m        D + (m + 1)P + 1 s        only its shards
 //	a shard is added (AddShards)           P + 1 s                   to the least loaded
 //	a shard is removed (RemoveShards)      P + d: its work stopped   none
 //
-// A replica alone takes 1,000 shards within 5 s, never sending more than
-// about 500 requests a second. (On Azure, a lease that expired may take up
+// The zone rows hold where the replicas declare two zones or more
+// (Options.Zone): each zone's membership is probed from outside it (see
+// Cost); the lesser of a zone row and the crash row applies. A replica
+// alone takes 1,000 shards within 5 s, never sending more than about 500
+// requests a second. (On Azure, a lease that expired may take up
 // to a minute more to be granted again, which delays the crash row.)
 //
 // # Shard sets that change
@@ -88,7 +93,11 @@
 // Per replica: a read of the registry's properties every poll (billed as
 // "other"), a listing (billed like a write) when something changed and
 // every ListInterval, and a renewal of its membership and of each owned
-// shard every D/3. With the defaults (P 2 s, L 15 s, D 60 s), 256 shards on
+// shard every D/3. Where the replicas declare two zones or more, the group
+// adds one Get Blob Properties per zone per poll (a replica outside each
+// zone reads one of its memberships, in turn, and tells the others when it
+// is gone): about $1.5 a month for 3 zones; nothing without zones. With
+// the defaults (P 2 s, L 15 s, D 60 s), 256 shards on
 // 8 replicas cost about $28 a month at Azure's hot-tier list prices, most
 // of it the renewals; 15 s leases would cost about $76. An idle group
 // makes no request that fails.

@@ -94,8 +94,15 @@ type Options struct {
 	// Zone is the failure domain of this replica (an availability zone,
 	// a rack): the group keeps each zone's load within 10 % of its share
 	// of the capacity, so that a zone's loss leaves the others their
-	// share. Zero means none (every replica without a zone counts as one
-	// zone). At most 64 bytes of letters, digits, '.', '-' and '_'.
+	// share, and sees a zone's loss within about a lease duration and two
+	// poll intervals rather than a listing interval more: once the
+	// replicas declare two zones or more, a replica outside each zone
+	// reads one of the zone's memberships, in turn, at each poll that
+	// does not list, and tells the group when it finds one gone. Cost: one
+	// Get Blob Properties per zone per poll for the whole group (about
+	// $1.5 a month for 3 zones at the defaults); nothing when no replica
+	// sets a zone. Zero means none (every replica without a zone counts as
+	// one zone). At most 64 bytes of letters, digits, '.', '-' and '_'.
 	Zone string
 
 	// Jitter spreads each poll over PollInterval × (1 ± Jitter), a fraction.

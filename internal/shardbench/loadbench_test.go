@@ -169,6 +169,11 @@ func byClass(op string) string {
 	return "other" // lease operations, Get Blob Properties, Set Blob Metadata
 }
 
+// memberReads counts the reads of memberships' properties (billed as
+// "other", and counted there too): the zone probes, and a hand-off's read
+// of its receiver's membership. Priced at 0 so as not to count twice.
+const memberReads = "member reads"
+
 // classCounter counts every replica's requests by billing class.
 type classCounter struct {
 	mu sync.Mutex
@@ -190,6 +195,9 @@ func (c *classCounter) fault(r azleasetest.Request) azleasetest.Fault {
 	if r.Client != "observer" {
 		c.mu.Lock()
 		c.n[byClass(op)]++
+		if r.Op == azleasetest.OpGetProperties && strings.HasPrefix(r.Blob, "g/members/") {
+			c.n[memberReads]++ // counted in "other" too
+		}
 		c.mu.Unlock()
 	}
 	return azleasetest.Fault{}
@@ -210,8 +218,9 @@ func (c *classCounter) snapshot() map[string]int {
 type loadPhases struct{ start, converge, steady, jump time.Duration }
 
 // runAzleaseLoad runs N replicas of shards.Group on K shards; report says
-// whether their work reports its load.
-func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPhases) loadResult {
+// whether their work reports its load; zones, when not 0, puts replica i
+// in zone i mod zones (Options.Zone).
+func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPhases, zones int) loadResult {
 	var res loadResult
 	synctest.Test(t, func(t *testing.T) {
 		srv := azleasetest.NewServer(t, nil)
@@ -255,7 +264,11 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 		for i := range n {
 			id := fmt.Sprintf("r%d", i)
 			members = append(members, id)
-			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id})
+			zone := ""
+			if zones > 0 {
+				zone = fmt.Sprintf("zone-%d", i%zones)
+			}
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Zone: zone})
 			require.NoError(t, err)
 			require.NoError(t, g.Start(context.Background(), work(id)))
 			groups = append(groups, g)
@@ -523,10 +536,25 @@ func greedyMoves(k, n int, seed uint64) (int, float64) {
 	return moves, worst / mean
 }
 
+// costRun is one row of the cost table: N = 8 replicas reporting loads on
+// k shards, the defaults but for zones (see runAzleaseLoad), a 10-minute
+// steady state.
+func costRun(t *testing.T, k, zones int) loadResult {
+	var r loadResult
+	name := fmt.Sprintf("cost/K%d", k)
+	if zones > 0 {
+		name += fmt.Sprintf("zones%d", zones)
+	}
+	t.Run(name, func(t *testing.T) {
+		r = runAzleaseLoad(t, k, 8, 0, true, loadPhases{start: 30 * time.Second, converge: 3 * time.Minute, steady: 10 * time.Minute, jump: 30 * time.Second}, zones)
+	})
+	return r
+}
+
 // Prices at Azure's list prices, hot tier, LRS, GPv2 (the sample prices
 // of Microsoft's cost-estimate article, which match the US list prices):
 // per 10,000 requests.
-var prices = map[string]float64{"list (as writes)": 0.055, "write": 0.055, "read": 0.0044, "other": 0.0044, "free": 0}
+var prices = map[string]float64{"list (as writes)": 0.055, "write": 0.055, "read": 0.0044, "other": 0.0044, "free": 0, memberReads: 0}
 
 // perMonth is the $/month of rates (requests/s by class).
 func perMonth(rates map[string]float64) float64 {
@@ -560,9 +588,9 @@ func TestLoadBench(t *testing.T) {
 	var greedyFinal []float64
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprintf("count/%d", seed), func(t *testing.T) {
-			rows["count only"] = append(rows["count only"], runAzleaseLoad(t, k, n, seed, false, ph))
+			rows["count only"] = append(rows["count only"], runAzleaseLoad(t, k, n, seed, false, ph, 0))
 		})
-		t.Run(fmt.Sprintf("load/%d", seed), func(t *testing.T) { rows["by load"] = append(rows["by load"], runAzleaseLoad(t, k, n, seed, true, ph)) })
+		t.Run(fmt.Sprintf("load/%d", seed), func(t *testing.T) { rows["by load"] = append(rows["by load"], runAzleaseLoad(t, k, n, seed, true, ph, 0)) })
 		rows["central (Cadence style)"] = append(rows["central (Cadence style)"], runCadence(k, n, seed, ph))
 		m, f := greedyMoves(k, n, seed)
 		greedy, greedyFinal = append(greedy, m), append(greedyFinal, f)
@@ -628,15 +656,20 @@ func TestLoadBench(t *testing.T) {
 	fmt.Fprintf(&b, "Cost with the defaults (poll 2 s, listing 15 s, leases 60 s), N = 8 replicas reporting loads, from the requests of a\n")
 	fmt.Fprintf(&b, "10-minute steady state in fake time; prices per 10,000 requests, hot tier, LRS, GPv2 (Microsoft's sample prices, which\n")
 	fmt.Fprintf(&b, "match the US list prices; check your region): writes and List Blobs $0.055, reads and other operations (leases, Get\n")
-	fmt.Fprintf(&b, "Blob Properties, Set Blob Metadata) $0.0044; a month is 30 days.\n\n")
-	fmt.Fprintf(&b, "| K | list/s | write/s | read/s | other/s | $/month |\n|---:|---:|---:|---:|---:|---:|\n")
-	for _, kk := range []int{32, 256, 1000} {
-		var r loadResult
-		t.Run(fmt.Sprintf("cost/K%d", kk), func(t *testing.T) {
-			r = runAzleaseLoad(t, kk, 8, 0, true, loadPhases{start: 30 * time.Second, converge: 3 * time.Minute, steady: 10 * time.Minute, jump: 30 * time.Second})
-		})
+	fmt.Fprintf(&b, "Blob Properties, Set Blob Metadata) $0.0044; a month is 30 days. The last row puts the replicas in 3 zones\n")
+	fmt.Fprintf(&b, "(Options.Zone): each zone's prober reads one of its memberships each poll that does not list (Get Blob Properties,\n")
+	fmt.Fprintf(&b, "\"other\"); \"member reads/s\" counts the reads of memberships' properties (the probes, and a hand-off's read of its\n")
+	fmt.Fprintf(&b, "receiver's).\n\n")
+	fmt.Fprintf(&b, "| K | list/s | write/s | read/s | other/s | member reads/s | $/month |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range []struct{ k, zones int }{{32, 0}, {256, 0}, {1000, 0}, {256, 3}} {
+		r := costRun(t, row.k, row.zones)
+		label := strconv.Itoa(row.k)
+		if row.zones > 0 {
+			label += fmt.Sprintf(", %d zones", row.zones)
+		}
 		ps := r.perSecond
-		fmt.Fprintf(&b, "| %d | %.2f | %.3f | %.3f | %.2f | %.2f |\n", kk, ps["list (as writes)"], ps["write"], ps["read"], ps["other"], perMonth(ps))
+		fmt.Fprintf(&b, "| %s | %.2f | %.3f | %.3f | %.2f | %.3f | %.2f |\n", label, ps["list (as writes)"], ps["write"], ps["read"], ps["other"],
+			ps[memberReads], perMonth(ps))
 	}
 	if err := os.WriteFile(report, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
