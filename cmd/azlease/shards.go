@@ -72,7 +72,7 @@ crash timing, cost, exit statuses: docs/command.md#shards.`,
 	f := c.Flags()
 	f.IntVar(&count, "count", 0, "K: the shards 0 to K-1, at most 4096 (may differ in a deploy)")
 	f.IntVar(&weight, "weight", 1, "this instance's capacity, 1 to 1000; 2: twice the load")
-	f.StringVar(&zone, "zone", "", "failure domain: each zone keeps its capacity's share of load, and a lost zone is seen within about a lease duration and two polls (one probe per zone per poll)")
+	f.StringVar(&zone, "zone", "", "failure domain: each zone keeps its capacity's share of load")
 	f.IntVar(&maxMoves, "max-moves", 0, "hand at most this many shards on per poll (0: no limit)")
 	_ = c.MarkFlagRequired("count")
 	return c
