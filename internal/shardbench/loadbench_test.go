@@ -590,7 +590,9 @@ func TestLoadBench(t *testing.T) {
 		t.Run(fmt.Sprintf("count/%d", seed), func(t *testing.T) {
 			rows["count only"] = append(rows["count only"], runAzleaseLoad(t, k, n, seed, false, ph, 0))
 		})
-		t.Run(fmt.Sprintf("load/%d", seed), func(t *testing.T) { rows["by load"] = append(rows["by load"], runAzleaseLoad(t, k, n, seed, true, ph, 0)) })
+		t.Run(fmt.Sprintf("load/%d", seed), func(t *testing.T) {
+			rows["by load"] = append(rows["by load"], runAzleaseLoad(t, k, n, seed, true, ph, 0))
+		})
 		rows["central (Cadence style)"] = append(rows["central (Cadence style)"], runCadence(k, n, seed, ph))
 		m, f := greedyMoves(k, n, seed)
 		greedy, greedyFinal = append(greedy, m), append(greedyFinal, f)
