@@ -17,9 +17,8 @@
 // validity deadline (measured from the send of the last renewal minus a
 // margin), and its Err reports the deadline as soon as it passes, even
 // after a pause of the whole process. Each term has a fencing epoch that
-// grows from owner to owner of the shard, also across a removal and a
-// re-addition, and the shard's blob holds state fenced by Azure
-// ([azlease.Term.Write]).
+// grows from owner to owner, also across a removal and a re-addition; the
+// shard's blob holds state fenced by Azure ([azlease.Term.Write]).
 //
 // A shard moves only by its owner: the owner ends the work's context,
 // waits for the work to return (at most Options.DrainTimeout), and changes
@@ -29,10 +28,9 @@
 // expire. A change whose outcome is unknown leaves the shard with its
 // owner, in the same term.
 //
-// Not guaranteed: that the work of a former owner that ignores its context
-// stops (fence what it writes with the epoch, or write through the term).
-// Replicas must use the same group name, replicas of one static list the
-// same order, and identities unique among live replicas.
+// Not guaranteed: that a former owner's work that ignores its context
+// stops (fence its writes with the epoch). Replicas must use one group
+// name, a static list in one order, and identities unique among the live.
 //
 // # How it balances
 //
@@ -46,9 +44,8 @@
 // until it is at 1.05; at most max(1, 2 % of K) shards are handed on per
 // round across the group; a shard stays a minute where it lands; a shard
 // heavier than a replica's share gets a replica to itself and the group
-// says to split it. With Options.Zone, each zone's load stays within 10 %
-// of its share of the capacity. Measured figures, including the targets
-// that are not met, are in bench/results.md and the design note.
+// says to split it; with Options.Zone, each zone's load stays within 10 %
+// of its capacity share. Measured figures: bench/results.md.
 //
 // With P the longest jittered poll interval, L the listing interval, D the
 // lease duration and d the time the work takes to return, by count:
@@ -63,26 +60,22 @@
 //	a shard is added (AddShards)           P + 1 s                   to the least loaded
 //	a shard is removed (RemoveShards)      P + d: its work stopped   none
 //
-// The zone rows hold where the replicas declare two zones or more
-// (Options.Zone): each zone's membership is probed from outside it (see
-// Cost); the lesser of a zone row and the crash row applies. A replica
-// alone takes 1,000 shards within 5 s, never sending more than about 500
-// requests a second. (On Azure, a lease that expired may take up
-// to a minute more to be granted again, which delays the crash row.)
+// Zone rows: where replicas declare two zones or more (the lesser of a
+// zone row and the crash row applies). A replica alone takes 1,000 shards
+// within 5 s, at most about 500 requests a second. (On Azure, an expired
+// lease may take up to a minute more to be granted again.)
 //
 // # Shard sets that change
 //
 // AddShards and RemoveShards change a running group's set (a registry
-// blob, "GROUP/shardset", written conditionally): every replica sees the
-// change within a poll. Replicas started with different static lists (a
-// rolling deploy) run the union, each owning only shards of its own list
-// or added ones; see New.
+// blob written conditionally), seen by every replica within a poll.
+// Replicas started with different static lists (a rolling deploy) run the
+// union, each owning only shards of its own list or added ones; see New.
 //
 // # When storage fails
 //
-// A replica's poll never waits for an acquisition, a write or a release:
-// they run beside it, paced, so it looks at the group every poll whatever
-// storage does. Storage that refuses the replica for good stops it (Run
+// A poll never waits for an acquisition, a write or a release (they run
+// beside it, paced). Storage that refuses the replica for good stops it (Run
 // returns an error wrapping [azlease.ErrPermanent]: a wrong key, a role
 // that may list but not lease); one shard refused for good is left to the
 // others and logged once at Error. Check fails when no listing has
@@ -93,18 +86,15 @@
 // Per replica: a read of the registry's properties every poll (billed as
 // "other"), a listing (billed like a write) when something changed and
 // every ListInterval, and a renewal of its membership and of each owned
-// shard every D/3. Where the replicas declare two zones or more, the group
-// adds one Get Blob Properties per zone per poll (a replica outside each
-// zone reads one of its memberships, in turn, and tells the others when it
-// is gone): about $1.5 a month for 3 zones; nothing without zones. With
-// the defaults (P 2 s, L 15 s, D 60 s), 256 shards on
-// 8 replicas cost about $28 a month at Azure's hot-tier list prices, most
-// of it the renewals; 15 s leases would cost about $76. An idle group
+// shard every D/3; with two zones or more, one Get Blob Properties per
+// zone per poll for the group (about $1.5 a month for 3 zones). With the
+// defaults (P 2 s, L 15 s, D 60 s), 256 shards on 8 replicas cost about
+// $28 a month at Azure's hot-tier list prices, most of it the renewals;
+// 15 s leases would cost about $76. An idle group
 // makes no request that fails.
 //
 // # Metrics
 //
-// See metrics.go for the instruments: owned and misplaced shards, moves by
-// reason, acquisitions, losses, the time to balance, this replica's load
-// and capacity, the group's imbalance and hot shards.
+// metrics.go: owned and misplaced shards, moves by reason, acquisitions,
+// losses, time to balance, load and capacity, imbalance, hot shards.
 package shards

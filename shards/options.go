@@ -92,17 +92,12 @@ type Options struct {
 	ListInterval time.Duration
 
 	// Zone is the failure domain of this replica (an availability zone,
-	// a rack): the group keeps each zone's load within 10 % of its share
-	// of the capacity, so that a zone's loss leaves the others their
-	// share, and sees a zone's loss within about a lease duration and two
-	// poll intervals rather than a listing interval more: once the
-	// replicas declare two zones or more, a replica outside each zone
-	// reads one of the zone's memberships, in turn, at each poll that
-	// does not list, and tells the group when it finds one gone. Cost: one
-	// Get Blob Properties per zone per poll for the whole group (about
-	// $1.5 a month for 3 zones at the defaults); nothing when no replica
-	// sets a zone. Zero means none (every replica without a zone counts as
-	// one zone). At most 64 bytes of letters, digits, '.', '-' and '_'.
+	// a rack): each zone's load stays within 10 % of its capacity share,
+	// and once replicas declare two zones or more a lost zone is seen
+	// within about D + 2P (one probe per zone per poll for the whole
+	// group: about $1.5 a month for 3 zones; nothing without zones). Zero
+	// means none (replicas without a zone count as one zone). At most 64
+	// bytes of letters, digits, '.', '-' and '_'.
 	Zone string
 
 	// Jitter spreads each poll over PollInterval × (1 ± Jitter), a fraction.

@@ -39,7 +39,12 @@ func TestEveryCellHasFigures(t *testing.T) {
 		etcdTTL: 2 * time.Second, // etcd's shortest with its default election timeout
 		holds:   []time.Duration{0, 20 * time.Millisecond}, holdWaiters: []int{1, 3}, handoffs: 2, longHandoffs: 1, longReps: 1,
 		standStill: 600 * time.Millisecond, passoverWaiters: 3, passoverSpacing: 20 * time.Millisecond, passoverHold: 5 * time.Millisecond,
-		deadWaiters: 5, deadSpacing: 20 * time.Millisecond, deadHold: 5 * time.Millisecond, deadCut: time.Second,
+		// 200 ms between asks: the order asserted below is asking order, which
+		// is the lock's (storage's) order only when each waiter's first
+		// requests land before the next asks; with 20 ms, a loaded 2-core CI
+		// machine under -race most likely joined a waiter after the next (2 overtakes
+		// in the baseline row of a fresh-clone make test, 2026-11-28).
+		deadWaiters: 5, deadSpacing: 200 * time.Millisecond, deadHold: 5 * time.Millisecond, deadCut: time.Second,
 	}
 	require.NoError(t, p.validate())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
