@@ -31,8 +31,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-
 	"github.com/azlease/azlease/internal/timing"
 )
 
@@ -116,10 +114,9 @@ func sleepWoken(ctx context.Context, d time.Duration, wake <-chan struct{}) (ok,
 
 // fairState is what a Lock taken through a queue knows for its Unlock.
 type fairState struct {
-	f       *fairLock
-	key     string        // its own ticket's key, or "" (it took a free lock without queuing)
-	took    time.Time     // when it took the lock
-	wasHead time.Duration // how long it was first or second in line before (the queue's recent pace)
+	f    *fairLock
+	key  string    // its own ticket's key, or "" (it took a free lock without queuing)
+	took time.Time // when it took the lock
 }
 
 // errRequeue means a waiter found itself no longer in the queue (a holder
@@ -333,6 +330,109 @@ type polling struct {
 	// wake is signalled when an Unlock in this process hands it the lock
 	// (fairLock.local): its sleeps between looks end at once.
 	wake <-chan struct{}
+	// ahead is what its listings saw of the waiters ahead of it (track):
+	// the positions each held and when, for the watcher rule (next).
+	ahead map[uint64]*aheadSeen
+	// ids are the lease IDs the waiters of its last two listings
+	// announced, by ticket key: a hand-off to one that has left since is
+	// taken over by the first in line (wait).
+	ids, prevIDs map[string]string
+	// clean is the send of its last look (or listing) that showed no slot
+	// handed to the first in line: a hand-off it sees later began after
+	// it, and its lease lasts at least handOffLeaseLeft from then.
+	clean time.Time
+	// watch is the hand-off to the first in line it watches (watch).
+	watch watchState
+	// holdFrom is, per slot, when the hold there began at the earliest, on
+	// this clock, as its last listing that showed no hand-off there tells:
+	// the lock blob's Last-Modified (the term's epoch write) against the
+	// listing's Date, storage's clock, whole seconds (a second earlier).
+	holdFrom map[int]time.Time
+}
+
+// watchState is a hand-off to the first in line that a waiter behind it
+// watches.
+type watchState struct {
+	key     string    // slot/epoch/successor ("": none)
+	promise time.Time // when the first, and each waiter up to this one, would surely have seen it
+	renewAt time.Time // when to renew the lease under the hand-off's ID, if promise is later
+}
+
+// wake is when the watcher should look again (zero: it watches nothing).
+func (ws watchState) wake() time.Time {
+	if ws.key == "" {
+		return time.Time{}
+	}
+	if !ws.renewAt.IsZero() && ws.renewAt.Before(ws.promise) {
+		return ws.renewAt
+	}
+	return ws.promise
+}
+
+// aheadSeen is what a waiter's listings saw of one waiter ahead of it.
+type aheadSeen struct {
+	stays    []timing.Stay // the positions it held (the last one's To open)
+	lastSent time.Time     // the send of the last listing that showed it
+}
+
+// track notes a listing (v) in which the waiters ahead are ahead, first in
+// line first: where each was, and since when as far as the listings bound
+// it (timing.Stay). A waiter seen for the first time may have been one
+// place further back until this listing, since its join (its entry's age,
+// storage's clock, whole seconds: a second earlier to be safe; unknown for
+// an entry rewritten since, with its head mark).
+func (pl *polling) track(ahead []waiter, v queueView) {
+	if pl.ahead == nil {
+		pl.ahead = map[uint64]*aheadSeen{}
+	}
+	seen := make(map[uint64]bool, len(ahead))
+	for i, x := range ahead {
+		seen[x.Ticket] = true
+		a, ok := pl.ahead[x.Ticket]
+		switch {
+		case !ok:
+			var from time.Time
+			if !x.Head && !v.date.IsZero() && !x.modified.IsZero() {
+				from = v.got.Add(-v.date.Sub(x.modified) - time.Second)
+			}
+			a = &aheadSeen{stays: []timing.Stay{{Pos: i, From: from}}}
+			if !x.Head {
+				a.stays = []timing.Stay{{Pos: i + 1, From: from, To: v.got}, {Pos: i, From: from}}
+			}
+			pl.ahead[x.Ticket] = a
+		case a.stays[len(a.stays)-1].Pos != i:
+			a.stays[len(a.stays)-1].To = v.got
+			a.stays = append(a.stays, timing.Stay{Pos: i, From: a.lastSent})
+		}
+		a.lastSent = v.sent
+	}
+	for t := range pl.ahead {
+		if !seen[t] {
+			delete(pl.ahead, t)
+		}
+	}
+	if pl.holdFrom == nil {
+		pl.holdFrom = map[int]time.Time{}
+	}
+	for i, st := range v.locks {
+		if st.Leased && st.Next == "" && !v.date.IsZero() && !st.modified.IsZero() {
+			pl.holdFrom[i] = v.got.Add(-v.date.Sub(st.modified) - time.Second)
+		}
+	}
+	pl.prevIDs, pl.ids = pl.ids, make(map[string]string, len(v.ws))
+	for _, x := range v.ws {
+		pl.ids[x.key] = x.id
+	}
+}
+
+// announced is the lease ID the waiter with ticket key announced, as one of
+// the last two listings showed it.
+func (pl *polling) announced(key string) (string, bool) {
+	if id, ok := pl.ids[key]; ok {
+		return id, true
+	}
+	id, ok := pl.prevIDs[key]
+	return id, ok
 }
 
 // holdWatch is the age of the hold the first in line waits behind, as it
@@ -367,15 +467,10 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		pos    = -1
 		first  uint64 // the first waiter's ticket, at the last listing
 		marked bool
-		nearAt time.Time // when it last came to be first or second in line
 	)
 	budget := f.slots[0].cfg.lease.duration
 	served := func(lk *Lock) *Lock {
-		var wasHead time.Duration
-		if !nearAt.IsZero() {
-			wasHead = time.Since(nearAt)
-		}
-		lk.fair = &fairState{f: f, key: w.key, took: time.Now(), wasHead: wasHead}
+		lk.fair = &fairState{f: f, key: w.key, took: time.Now()}
 		f.leave(ctx, w) // served: out of the queue
 		return lk
 	}
@@ -451,13 +546,22 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		if p != pos || ws[0].Ticket != first {
 			pl.moved, pos, first = time.Now(), p, ws[0].Ticket
 		}
-		switch {
-		case p > 1:
-			nearAt = time.Time{}
-		case nearAt.IsZero():
-			nearAt = time.Now()
+		pl.track(ws[:p], v)
+		if p == 0 {
+			// A slot handed to a waiter that has left the queue since
+			// (its ctx ended, or a Semaphore's waiter handed two slots
+			// took the other) is the first in line's to take at once: it
+			// will not be taken otherwise before the lease expires.
+			if lk, err := f.takeLeft(ctx, w, v, &pl, budget); lk != nil {
+				return served(lk), nil
+			} else if err != nil {
+				if err := retry(err); err != nil {
+					return nil, err
+				}
+				continue
+			}
 		}
-		if p > 1 && slices.ContainsFunc(v.locks, func(st Status) bool { return st.Leased && st.Next == w.key }) {
+		if p > 0 && slices.ContainsFunc(v.locks, func(st Status) bool { return st.Leased && st.Next == w.key }) {
 			// Handed the lock while it saw others ahead (they were passed
 			// over without its knowing): take it.
 			lk, _, err := f.takeTurn(ctx, w, v.locks, budget, &pl.retried)
@@ -472,12 +576,32 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			continue
 		}
 		var due time.Time
+		if p > 1 {
+			// Behind a hand-off to the first that nobody closer takes
+			// over (all of them dead): the watcher rule, from here.
+			lk, relist, at, err := f.watch(ctx, &pl, ws[:p], v.locks, v.sent, v.got, budget)
+			switch {
+			case lk != nil:
+				return served(lk), nil
+			case err != nil:
+				if err := retry(err); err != nil {
+					return nil, err
+				}
+				continue
+			case relist:
+				continue
+			}
+			due = at
+		}
 		if p > 0 {
 			// Behind the first: pass it over if it leaves a free slot
 			// free for longer than it takes to react.
-			var passed bool
-			if passed, due = f.passStuck(ctx, ws[0], v.locks, v.sent, v.got, &pl.free); passed {
+			passed, free := f.passStuck(ctx, ws[0], v.locks, v.sent, v.got, &pl.free)
+			if passed {
 				continue
+			}
+			if due.IsZero() || (!free.IsZero() && free.Before(due)) {
+				due = free
 			}
 		}
 		switch p {
@@ -557,10 +681,10 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 			case passedOver:
 				// The lock is handed to someone else: list the queue
 				// again (is this waiter still first? was it passed
-				// over?), after a head poll, not at once: the hand-off
-				// may name a waiter that left after the holder listed
-				// it, and then it does so until the holder moves on.
-				if !sleepCtx(ctx, time.Duration(float64(f.cfg.headPoll)*(1-f.cfg.jitter/2*mrand.Float64()))) {
+				// over?), after a quarter head poll: the hand-off may
+				// name a waiter that left after the holder listed it,
+				// which the listing shows (takeLeft takes it over).
+				if !sleepCtx(ctx, time.Duration(float64(f.cfg.headPoll/4)*(1-f.cfg.jitter/2*mrand.Float64()))) {
 					return nil, context.Cause(ctx)
 				}
 				return nil, nil
@@ -695,14 +819,26 @@ func (f *fairLock) takeTurn(ctx context.Context, w waiter, sts []Status, budget 
 // updates), so that a listing in between does not delay it; then less and
 // less often; and when a slot shows free, again once the first has had its
 // time to take it (passStuck).
+//
+// It watches a hand-off to the first in line (watch: the watcher rule).
 func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last *error) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	var epochs []uint64
 	due := pl.free.due(first, f.cfg)
+	ahead := []waiter{first}
 	for polls := 0; ; polls++ {
 		wait, fast := timing.SecondWait(time.Now(), pl.moved, pl.looked, pl.handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin)
 		if !due.IsZero() {
 			wait, fast = min(wait, max(time.Until(due), 0)), true
+		}
+		if at := pl.watch.wake(); !at.IsZero() {
+			wait, fast = min(wait, max(time.Until(at), 0)), true
+		}
+		// While the hold is young it looks as the first does (the watcher
+		// sees a hand-off, and a dead first's promise begins, within a few
+		// milliseconds of a short hold's Unlock).
+		if hw := f.headLook(pl.hold.saw(nil, time.Now())); hw < wait && hw < f.cfg.headPoll {
+			wait, fast = hw, true
 		}
 		ok, woken := sleepWoken(ctx, wait, pl.wake)
 		if !ok {
@@ -729,6 +865,15 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 			lk, _, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
 			return lk, err
 		}
+		lk, relist, _, err := f.watch(ctx, pl, ahead, sts, sent, got, budget)
+		switch {
+		case lk != nil:
+			return lk, nil
+		case err != nil:
+			return nil, err
+		case relist:
+			return nil, nil
+		}
 		cur := make([]uint64, len(sts))
 		for i, st := range sts {
 			cur[i] = st.Epoch
@@ -745,6 +890,145 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 			return nil, nil
 		}
 	}
+}
+
+// watch is the watcher rule (issue 35; docs/design/fair-locks-cost.md,
+// section 3): no holder passes anyone over; a hand-off to the first in line
+// (ahead[0]) is watched by the waiters behind it until the first, had it
+// followed its schedule, would surely have seen it, and each waiter between
+// it and this one (ahead[1:]) would surely have taken it over itself (their
+// promises, from where this waiter's listings saw each of them and when, and
+// a margin for round trips); then this waiter takes it over (a Change from
+// the first's hand-off ID), and marks those ahead missed: they keep their
+// tickets, and one that looks again is first at the next hand-off. sts is a
+// look at the slots sent at sent and answered at got. It returns the lock it
+// took; relist when the queue should be listed again (the hand-off was
+// taken, or its lease is gone); at, when to look again for the watch (zero:
+// nothing watched). The hand-off's lease lasts handOffLeaseLeft from the
+// last look that showed no hand-off (pl.clean); a watch that must outlast
+// that renews it under the hand-off's ID (never free between holders).
+func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts []Status, sent, got time.Time, budget time.Duration) (lk *Lock, relist bool, at time.Time, err error) {
+	if len(ahead) == 0 || sts == nil {
+		return nil, false, time.Time{}, nil
+	}
+	first := ahead[0]
+	hi := slices.IndexFunc(sts, func(st Status) bool { return st.Leased && st.Next == first.key })
+	if hi < 0 {
+		pl.watch, pl.clean = watchState{}, sent
+		return nil, false, time.Time{}, nil
+	}
+	st := sts[hi]
+	if key := fmt.Sprintf("%d/%d/%s", hi, st.Epoch, first.key); key != pl.watch.key {
+		due := f.successorDue(pl, first, got, pl.holdFrom[hi])
+		d0 := due
+		for _, x := range ahead[1:] {
+			// Each waiter between may have slept, at its place, until
+			// the first's promise ran out, and then looked.
+			if d := f.successorDue(pl, x, d0, time.Time{}); d.After(due) {
+				due = d
+			}
+		}
+		pl.watch = watchState{key: key, promise: due.Add(max(minHandOffMargin, 4*got.Sub(sent)))}
+		if !pl.clean.IsZero() {
+			pl.watch.renewAt = pl.clean.Add(f.cfg.lease.duration/3 - f.cfg.lease.attemptTimeout)
+		}
+		f.cfg.lease.log.Debug("azlease: watching a hand-off to the first in line", slog.Uint64("ticket", first.Ticket), slog.Duration("promise", time.Until(pl.watch.promise)))
+	}
+	now := time.Now()
+	switch {
+	case !now.Before(pl.watch.promise):
+		lk, err := f.takeFrom(ctx, first, hi, st, budget)
+		switch {
+		case err == nil:
+			for _, x := range ahead {
+				f.passedOver(ctx, x)
+			}
+			pl.watch = watchState{}
+			return lk, false, time.Time{}, nil
+		case ctx.Err() == nil && (errors.Is(err, ErrLeaseHeld) || errors.Is(err, errHandOffGone)):
+			// Taken (by the first, at the last moment), or the lease is
+			// gone: the queue tells.
+			pl.watch = watchState{}
+			return nil, true, time.Time{}, nil
+		default:
+			return nil, false, time.Time{}, err
+		}
+	case pl.watch.promise.After(pl.watch.renewAt) && !now.Before(pl.watch.renewAt):
+		// The watch outlives what the hand-off's lease surely has left:
+		// renew it under the hand-off's ID. Refused for the ID: the first
+		// took it.
+		send, err := f.slots[hi].newLease().renewHandOff(ctx, handOffID(first.id, st.Epoch))
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			pl.watch = watchState{}
+			return nil, true, time.Time{}, nil
+		case err == nil:
+			pl.watch.renewAt = send.Add(f.cfg.lease.duration / 3)
+		default:
+			pl.watch.renewAt = now.Add(f.cfg.headPoll)
+		}
+	}
+	return nil, false, pl.watch.wake(), nil
+}
+
+// successorDue is when s, the first in line, named in a hand-off this
+// waiter first saw at sight, has surely looked at the lock since, had it
+// followed its schedule (timing.SuccessorDue over the positions this
+// waiter's listings saw it hold; with none seen, as if it had been right
+// behind the first for ever). As the first in line it looks by the age of
+// the hold as it saw it, never older than the hold: holdFrom, when known
+// (not zero), bounds that.
+func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time) time.Time {
+	head, poll := s.paces(f.cfg)
+	stays := []timing.Stay{{Pos: 1, To: sight}}
+	if a, ok := pl.ahead[s.Ticket]; ok {
+		stays = slices.Clone(a.stays)
+		stays[len(stays)-1].To = sight
+	}
+	for i := range stays {
+		if stays[i].Pos == 0 && !holdFrom.IsZero() && holdFrom.After(stays[i].From) {
+			stays[i].From = holdFrom
+		}
+	}
+	return timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll))
+}
+
+// passedOver marks s missed after this waiter took over a hand-off to it
+// (conditional on its entry as listed: one that wrote since keeps its
+// place, and is first at the next hand-off), and tells the hook.
+func (f *fairLock) passedOver(ctx context.Context, s waiter) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.lease.attemptTimeout)
+	defer cancel()
+	_, _, _ = f.q.miss(cctx, s)
+	fairHook("missed", f.name, s.Ticket) // passed over, marked or not
+}
+
+// takeLeft takes over a slot that v shows handed to a waiter no longer in
+// the queue (it left, or was served by another slot), whose announced ID w
+// knows from a listing before: w is first in line.
+func (f *fairLock) takeLeft(ctx context.Context, w waiter, v queueView, pl *polling, budget time.Duration) (*Lock, error) {
+	for i, st := range v.locks {
+		if !st.Leased || st.Next == "" || st.Next == w.key || slices.ContainsFunc(v.ws, func(x waiter) bool { return x.key == st.Next }) {
+			continue
+		}
+		id, ok := pl.announced(st.Next)
+		if !ok && st.nextID != "" {
+			id, ok = st.nextID, true // as the marker says
+		}
+		if !ok {
+			continue
+		}
+		lk, err := f.takeFrom(ctx, waiter{key: st.Next, id: id}, i, st, budget)
+		switch {
+		case err == nil:
+			return lk, nil
+		case ctx.Err() == nil && (errors.Is(err, ErrLeaseHeld) || errors.Is(err, errHandOffGone)):
+			continue
+		default:
+			return nil, err
+		}
+	}
+	return nil, nil
 }
 
 // freeWatch is what a waiter (or a TryLock) behind the first in line
@@ -866,17 +1150,14 @@ func equalEpochs(a, b []uint64) bool {
 	return true
 }
 
-// maxExtraHandOffs bounds how many more hand-offs than waiters listed at
-// first one Unlock makes (to waiters that joined meanwhile, or came back
-// after being passed over).
-const maxExtraHandOffs = 4
-
 // unlockFair is Unlock for a Lock of a fair lock whose term ended cleanly:
-// it hands the lease to the first waiter in line (and on, to the next, if
-// one does not take it), or releases it when nobody waits. handed is false
-// when the caller should release as an unordered lock does (nobody waits,
-// the queue could not be listed, or the term's validity passed before the
-// hand-off could begin).
+// it hands the lease to the first waiter in line (Change Lease, then the
+// marker) and returns (issue 35): it waits for nobody and passes nobody
+// over. Watching for a successor that does not come is the job of the
+// waiter right behind it (next: the watcher rule), which is looking anyway.
+// handed is false when the caller should release as an unordered lock does
+// (nobody waits, the queue could not be listed, or the term's validity
+// passed before the hand-off could begin).
 func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	fs := lk.fair
 	f := fs.f
@@ -885,82 +1166,38 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		lk.lease.cfg.log.Debug("azlease: could not list the lock's queue; releasing", slog.Any("error", err))
 		return false, nil
 	}
-	held := time.Since(fs.took)
-	slot := slices.IndexFunc(f.slots, func(m *Mutex) bool { return m.t.blob == lk.Name() })
-	// candidates are the waiters a hand-off may go to, first in line first:
-	// all but this holder's own entry and those marked missed (evicting,
-	// from the first listing, those missed and silent for long: longer
-	// than their own pace lets a live waiter be).
-	candidates := func(v queueView, evict bool) []waiter {
-		out := make([]waiter, 0, len(v.ws))
-		for _, w := range v.ws {
-			switch {
-			case w.key == fs.key:
-				// this holder's own entry, not removed yet
-			case w.Missed:
-				_, poll := w.paces(f.cfg)
-				if evict && !v.date.IsZero() && !w.modified.IsZero() && v.date.Sub(w.modified) > 2*timing.MaxQueueLook(poll) {
-					if f.q.remove(ctx, w, true) == nil {
-						fairHook("evicted", f.name, w.Ticket)
-					}
+	// The successor: the first waiter in line but this holder's own entry
+	// and those marked missed (evicting those missed and silent for long:
+	// longer than their own pace lets a live waiter be).
+	var succ *waiter
+	for i := range v.ws {
+		w := v.ws[i]
+		switch {
+		case w.key == fs.key:
+			// this holder's own entry, not removed yet
+		case w.Missed:
+			_, poll := w.paces(f.cfg)
+			if !v.date.IsZero() && !w.modified.IsZero() && v.date.Sub(w.modified) > 2*timing.MaxQueueLook(poll) {
+				if f.q.remove(ctx, w, true) == nil {
+					fairHook("evicted", f.name, w.Ticket)
 				}
-			default:
-				out = append(out, w)
 			}
+		case succ == nil:
+			succ = &v.ws[i]
 		}
-		return out
 	}
-	pending := candidates(v, true)
-	if len(pending) == 0 {
+	if succ == nil {
 		return false, nil
 	}
-	// After a waiter is passed over, the next is the first in line as the
-	// queue is then: one passed over before may be back (it cleared its
-	// missed mark: its entry changed), and is first again; one handed the
-	// lock already is not again while its entry is unchanged. The chain is
-	// bounded.
-	tried := map[uint64]azcore.ETag{}
-	left := len(pending) + maxExtraHandOffs
-	next := func() (successor, bool) {
-		if len(tried) > 0 {
-			if v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
-				pending = candidates(v, false)
-			}
+	w := *succ
+	once := false
+	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, func() (successor, bool) {
+		if once {
+			return successor{}, false
 		}
-		for _, w := range pending {
-			if etag, ok := tried[w.Ticket]; (ok && etag == w.etag) || left == 0 {
-				continue
-			}
-			left--
-			tried[w.Ticket] = w.etag
-			head, poll := w.paces(f.cfg)
-			// A first in line that said so looks within HeadLook of the
-			// hold's age as it saw it, never older than this term.
-			wait := timing.HeadLook(held, head, poll)
-			if !w.Head {
-				wait = timing.HandOffWait(held, fs.wasHead, head, poll)
-			}
-			s := successor{key: w.key, id: w.id, holder: w.Holder, wait: wait, passed: func() { lk.passOver(ctx, w) }, handed: func() { f.wake(w.key) }}
-			if len(f.slots) > 1 && slot >= 0 {
-				// A Semaphore's waiter may be served by another slot
-				// meanwhile (two holders unlocking at once hand theirs to
-				// the same first waiter): the holder's looks list the
-				// slots and the queue, and move on as soon as the
-				// waiter's entry is gone, without marking it.
-				s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
-					v, err := f.q.list(ctx, limit)
-					if err != nil {
-						return Status{}, false, err
-					}
-					here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
-					return v.locks[slot], !here, nil
-				}
-			}
-			return s, true
-		}
-		return successor{}, false
-	}
-	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, next)
+		once = true
+		return successor{key: w.key, id: w.id, holder: w.Holder, noWait: true, handed: func() { f.wake(w.key) }}, true
+	})
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		// Its validity passed before the hand-off began (nothing was
@@ -969,43 +1206,30 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	case err != nil:
 		return true, err
 	}
-	log, epoch, passed := lk.lease.cfg.log, slog.Uint64("epoch", lk.Epoch()), slog.Int("passed_over", len(out.passed))
+	log, epoch := lk.lease.cfg.log, slog.Uint64("epoch", lk.Epoch())
 	switch {
-	case out.taker != "":
-		log.Info("azlease: unlocked; handed to the next waiter", epoch, passed)
-	case out.lost == lostHeld:
-		log.Warn("azlease: unlocked; the hand-off ended with the lease under an ID no term shows (a waiter took it and did not start its term): the lock frees itself when the lease expires", epoch, passed)
+	case out.handed != "":
+		log.Info("azlease: unlocked; handed to the first waiter in line", epoch)
 	case out.lost != "":
-		log.Info("azlease: unlocked; the lease was "+out.lost+" during the hand-off, nobody took it: the queue's first takes the free lock", epoch, passed)
+		log.Info("azlease: unlocked; the lease was "+out.lost+" during the hand-off, nobody took it: the queue's first takes the free lock", epoch)
 	default:
-		log.Info("azlease: unlocked; no waiter took the lock", epoch, passed)
+		log.Info("azlease: unlocked; released", epoch)
 	}
 	return true, nil
 }
 
-// passOver marks w missed: handed the lock, it did not take it in time (see
-// unlockFair), and the holder moves on. The mark is conditional on w's entry
-// as the holder listed it. When the entry has changed since (and not by an
-// earlier attempt of this write, whose answer was lost), w wrote it (its
-// head mark): it is there, and looks every head poll from then on, so it
-// gets that long more (the hand-off is still under its ID: the holder moves
-// on only after this returns, and finds the lease taken if w took it
-// meanwhile), and is then marked missed on its entry as it is then, unless
-// it took the lock.
-func (lk *Lock) passOver(ctx context.Context, w waiter) {
-	f := lk.fair.f
-	ctx = context.WithoutCancel(ctx)
-	cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
-	defer cancel()
-	if marked, cur, changed := f.q.miss(cctx, w); !marked && changed {
-		head, _ := w.paces(f.cfg)
-		time.Sleep(head + minHandOffMargin)
-		cctx, cancel := context.WithTimeout(ctx, 2*f.cfg.lease.attemptTimeout)
-		defer cancel()
-		if st, err := lk.lease.inspect(cctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil && st.Epoch > lk.Epoch() {
-			return // it took the lock
-		}
-		_, _, _ = f.q.miss(cctx, cur)
+// takeFrom takes over slot i, handed to another waiter s (a successor that
+// did not come by its promise, or that left the queue without taking it):
+// a Change Lease from s's hand-off ID to a fresh one only this waiter
+// knows, a renewal, and its epoch (takeOver). s, if it is there, changes
+// the lease first or not at all: Azure refuses the later Change.
+func (f *fairLock) takeFrom(ctx context.Context, s waiter, i int, st Status, budget time.Duration) (*Lock, error) {
+	m := f.slots[i]
+	l := m.newLease()
+	l.nextID = s.id
+	tok, err := l.takeOver(ctx, budget, &st)
+	if err != nil {
+		return nil, err
 	}
-	fairHook("missed", f.name, w.Ticket) // passed over, marked or not: the holder moves on
+	return m.newLock(ctx, l, tok), nil
 }

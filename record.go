@@ -12,6 +12,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease/internal/azname"
 )
 
 // Metadata keys azlease owns on a lock blob. Azure returns metadata names
@@ -29,7 +31,12 @@ const (
 	// handing the lease to (succession.go): a queue ticket or a
 	// candidate's identity.
 	metaNext = "azleasenext"
-	metaRole = "azleaserole"
+	// metaNextID is the lease ID a fair lock's successor announced (its
+	// queue entry shows it too), beside metaNext: a waiter that finds the
+	// successor gone from the queue derives the hand-off's ID from it and
+	// takes the hand-off over (issue 35: no holder waits for a successor).
+	metaNextID = "azleasenextid"
+	metaRole   = "azleaserole"
 	// metaHeir names the successors an Elector's leader has designated
 	// (elector_succession.go): who should get ready to take the lease over.
 	metaHeir = "azleaseheir"
@@ -110,6 +117,9 @@ type record struct {
 	released  bool // the holder of epoch released the lease cleanly
 	history   []HistoryEntry
 	successor string // the successor the holder of epoch hands the lease to, if any
+	// successorID is the lease ID a fair lock's successor announced, if
+	// the marker says (metaNextID); only with a successor.
+	successorID string
 	// role is the kind of holder that began the term: "elector", "mutex",
 	// "once" or "lease" (see Status.Role); "" when not recorded.
 	role string
@@ -166,6 +176,11 @@ func parseRecord(md map[string]*string) (record, error) {
 	}
 	if v, ok := lookup(md, metaNext); ok {
 		r.successor, _ = url.QueryUnescape(v)
+	}
+	if v, ok := lookup(md, metaNextID); ok && r.successor != "" {
+		if _, ok := azname.GUID(v); ok {
+			r.successorID = v
+		}
 	}
 	if v, ok := lookup(md, metaRole); ok && validRole(v) {
 		r.role = v
@@ -267,7 +282,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaRole, metaHeir, metaFails, metaTerms}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaNextID, metaRole, metaHeir, metaFails, metaTerms}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -296,6 +311,9 @@ func (r record) format(md map[string]*string) map[string]*string {
 	}
 	if r.successor != "" {
 		set(metaNext, url.QueryEscape(r.successor))
+		if r.successorID != "" {
+			set(metaNextID, r.successorID)
+		}
 	}
 	if r.role != "" {
 		set(metaRole, r.role)
@@ -458,6 +476,9 @@ type Status struct {
 	// (the same clock), to tell how long ago the blob was written.
 	modified time.Time
 	listed   time.Time
+	// nextID is the lease ID the successor Next names announced, when the
+	// hand-off marker says (a fair lock's); "" otherwise.
+	nextID string
 	// readAt is when the answer that gave this status came (this
 	// process's clock): the lease state was so at or before it.
 	readAt time.Time
@@ -473,6 +494,7 @@ type Status struct {
 // state says now.
 func (st *Status) setRecord(r record) {
 	st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.role
+	st.nextID = r.successorID
 	st.History = r.history
 	st.Designated, st.Standby = r.heir.shown()
 	st.Began = r.cur.began

@@ -93,6 +93,22 @@ type successor struct {
 	// ID and the marker names it: a fair lock's waiter in this process is
 	// woken to take it at once, without waiting for its next look.
 	handed func()
+	// noWait ends the hand-off once the lease is under its hand-off ID and
+	// the marker names it (a fair lock's: issue 35's watcher rule, in which
+	// the waiter behind a successor that does not come passes it over, not
+	// the holder). The lease is renewed first unless it has
+	// handOffLeaseLeft left, so that the watcher finds it alive.
+	noWait bool
+}
+
+// handOffLeaseLeft is the least time a noWait hand-off leaves on the lease
+// as it begins (the holder renews first otherwise): its two requests'
+// attempts and a third of the lease (5 s with the defaults), which the
+// watcher behind the successor counts on from the last look at which it saw
+// no marker, renewing under the hand-off's ID itself when it must wait
+// longer (fairlock.go).
+func handOffLeaseLeft(cfg leaseConfig) time.Duration {
+	return 2*cfg.attemptTimeout + cfg.duration/3
 }
 
 // handOnOutcome is how a hand-off ended.
@@ -100,6 +116,9 @@ type handOnOutcome struct {
 	// taker is the key of the successor that took the lease (its term's
 	// epoch shows in the lock blob), or "".
 	taker string
+	// handed is the key of the successor a noWait hand-off named (the
+	// lease under its hand-off ID, the marker written), or "".
+	handed string
 	// released is true when nobody took it and it was released (or it was
 	// no longer present: expired or broken).
 	released bool
@@ -215,7 +234,11 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		}
 		// 0. The lease, alive through this successor's turn: the marker,
 		// the change and the wait, with an attempt's time to spare.
-		if time.Until(leaseUntil) < s.wait+awaitLook+l.cfg.attemptTimeout {
+		need := s.wait + awaitLook + l.cfg.attemptTimeout
+		if s.noWait {
+			need = handOffLeaseLeft(l.cfg)
+		}
+		if time.Until(leaseUntil) < need {
 			renewing = true
 			send, rerr := l.renewHandOff(ctx, cur)
 			switch {
@@ -268,7 +291,12 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		}
 		// 2. The marker, under the lease as it is now: the successor's
 		// to take.
-		m.rec.successor = s.key
+		m.rec.successor, m.rec.successorID = s.key, ""
+		if s.noWait {
+			// A fair lock's: a waiter that finds the successor gone from
+			// the queue takes the hand-off over with it (fairlock.go).
+			m.rec.successorID = s.id
+		}
 		end := m.rec.cur
 		end.endedBy, end.ended = handOverChange(s.why, l.cfg.role), stopped
 		m.rec.setCur(end)
@@ -292,6 +320,10 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		}
 		if s.handed != nil {
 			s.handed()
+		}
+		if s.noWait {
+			out.handed = s.key
+			return out, nil
 		}
 		// 3. Its term, within its wait and a margin for requests in flight:
 		// four round trips as the two requests above measured them.

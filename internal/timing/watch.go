@@ -1,0 +1,65 @@
+package timing
+
+// The watcher rule of issue 35's fair locks (docs/design/fair-locks-cost.md,
+// section 3): no holder passes a waiter over; the waiter right behind a
+// named successor does, and only once the successor, had it followed its
+// schedule, would surely have looked at the lock since it was named.
+// SuccessorDue is that instant, from what the watcher's own looks tell of
+// where the successor was in the queue, and when.
+
+import "time"
+
+// Stay is a position a successor held in the queue, as its watcher's looks
+// bound it: it came to Pos (0: first in line) no earlier than From, and left
+// it no later than To (a zero From: unknown, as long ago as can be).
+type Stay struct {
+	Pos      int
+	From, To time.Time
+}
+
+// Schedule is a waiter's wait between two looks at position p (0: first in
+// line) when the queue had stood still for age as it saw it (the first in
+// line: the hold's age as it saw it). It must not decrease as p or age grow.
+type Schedule func(p int, age time.Duration) time.Duration
+
+// SuccessorDue is the instant by which a successor that follows sched has
+// looked at the lock at least once after it was named (no later than the
+// last Stay's To, which is 0's when it knows it is first): at each position
+// it held, its last look came no later than it left (To), with the queue
+// standing still no longer than it had been there (To − From), so its next
+// look came within sched(Pos, To − From) of To; the latest of those. A
+// look after it was named finds the hand-off. Round trips and scheduling
+// delays are the caller's margin.
+func SuccessorDue(stays []Stay, sched Schedule) time.Time {
+	var due time.Time
+	for _, s := range stays {
+		age := time.Duration(1<<63 - 1) // unknown: as long as can be
+		if !s.From.IsZero() {
+			age = max(s.To.Sub(s.From), 0)
+		}
+		if d := s.To.Add(sched(s.Pos, age)); d.After(due) {
+			due = d
+		}
+	}
+	return due
+}
+
+// WaiterSchedule is the schedule fair locks' waiters follow, as
+// SuccessorDue takes it: HeadWait for the first in line, SecondWait's
+// longest right behind it (a head poll while the queue moved within
+// SecondCover, QueueWait after), QueueWait further back.
+func WaiterSchedule(head, poll time.Duration) Schedule {
+	return func(p int, age time.Duration) time.Duration {
+		switch {
+		case p <= 0:
+			return HeadWait(age, head, poll)
+		case p == 1:
+			if age < SecondCover(head) {
+				return head
+			}
+			return max(head, QueueWait(1, age, head, poll))
+		default:
+			return QueueWait(p, age, head, poll)
+		}
+	}
+}

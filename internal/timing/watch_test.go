@@ -1,0 +1,97 @@
+package timing
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSuccessorDueHolds: a waiter that follows WaiterSchedule, seeing the
+// queue's moves only at its own looks, always looks again after it is named
+// by the instant its watcher computes from the stays its own (random,
+// sparser or denser) looks bound: random queues, moves and looks.
+func TestSuccessorDueHolds(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 2))
+	head, poll := 200*time.Millisecond, time.Second
+	sched := WaiterSchedule(head, poll)
+	base := time.Unix(1_000_000, 0)
+	at := func(d time.Duration) time.Time { return base.Add(d) }
+	for trial := range 3000 {
+		start := 1 + r.IntN(30)
+		// moves[k]: when the successor came to position start-1-k (it
+		// joined at start at 0); the last move names it (position 0).
+		var moves []time.Duration
+		now := time.Duration(0)
+		for range start {
+			now += time.Duration(r.ExpFloat64() * float64([]time.Duration{5 * time.Millisecond, 200 * time.Millisecond, 5 * time.Second}[r.IntN(3)]))
+			moves = append(moves, now)
+		}
+		named := moves[len(moves)-1]
+		posAt := func(t time.Duration) (p int, movedAt time.Duration) {
+			p = start
+			for k, m := range moves {
+				if m <= t {
+					p, movedAt = start-1-k, m
+				}
+			}
+			return p, movedAt
+		}
+		// The successor's looks: the queue's stand-still age is since the
+		// last move it saw (at a look), or since it joined. As the first
+		// in line, the age is the hold's (since it came first).
+		var next time.Duration = -1
+		seenMove := time.Duration(0)
+		lastPos := start
+		for t := time.Duration(0); ; {
+			p, _ := posAt(t)
+			if p != lastPos {
+				seenMove, lastPos = t, p
+			}
+			if t >= named {
+				next = t
+				break
+			}
+			age := t - seenMove
+			if p == 0 {
+				_, m := posAt(t)
+				age = t - m
+			}
+			t += sched(p, age)
+		}
+		// The watcher joined after it, before the queue first moved (the
+		// successor's first position is the first it sees), and lists at
+		// random instants.
+		var stays []Stay
+		wt := time.Duration(r.Float64() * float64(moves[0]))
+		prevSent := time.Duration(-1)
+		prevPos := -1
+		for wt < named {
+			p, _ := posAt(wt)
+			if p != prevPos {
+				from := time.Time{}
+				if prevSent >= 0 {
+					from = at(prevSent)
+				} else {
+					from = at(0) // its join, as its entry's age tells
+				}
+				if len(stays) > 0 {
+					stays[len(stays)-1].To = at(wt)
+				}
+				stays = append(stays, Stay{Pos: p, From: from})
+				prevPos = p
+			}
+			prevSent = wt
+			wt += time.Duration(r.ExpFloat64() * float64([]time.Duration{10 * time.Millisecond, 300 * time.Millisecond, 3 * time.Second}[r.IntN(3)]))
+		}
+		// The watcher's look that first shows the hand-off.
+		sight := wt
+		if len(stays) > 0 {
+			stays[len(stays)-1].To = at(sight)
+		}
+		stays = append(stays, Stay{Pos: 0, From: at(max(prevSent, 0)), To: at(sight)})
+		due := SuccessorDue(stays, sched)
+		require.False(t, at(next).After(due), "trial %d: start %d, moves %v, stays %v: next look %v after due %v", trial, start, moves, stays, next, due.Sub(base))
+	}
+}
