@@ -343,6 +343,11 @@ type polling struct {
 	clean time.Time
 	// watch is the hand-off to the first in line it watches (watch).
 	watch watchState
+	// paces are the queue's last measured paces (time per hand-off, as its
+	// listings saw its position fall), newest last; pace is the newest.
+	paces      []time.Duration
+	changedAt  time.Time // when a listing last saw its position change
+	changedPos int       // that position; -1 before its first listing
 	// holdFrom is, per slot, when the hold there began at the earliest, on
 	// this clock, as its last listing that showed no hand-off there tells:
 	// the lock blob's Last-Modified (the term's epoch write) against the
@@ -425,6 +430,41 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 	}
 }
 
+// measure notes a listing answered at got that put this waiter at p: when
+// its position has fallen since it last changed, the time per hand-off
+// since then is a measure of the queue's pace (the last 8 are kept).
+func (pl *polling) measure(p int, got time.Time) {
+	switch {
+	case pl.changedPos < 0 || p > pl.changedPos:
+		pl.changedAt, pl.changedPos = got, p
+	case p < pl.changedPos:
+		pl.paces = append(pl.paces, got.Sub(pl.changedAt)/time.Duration(pl.changedPos-p))
+		if len(pl.paces) > 8 {
+			pl.paces = pl.paces[1:]
+		}
+		pl.changedAt, pl.changedPos = got, p
+	}
+}
+
+// pace is the queue's pace as this waiter last measured it (zero: not
+// yet): its sleep toward its turn (timing.BackLook).
+func (pl *polling) pace() time.Duration {
+	if len(pl.paces) == 0 {
+		return 0
+	}
+	return pl.paces[len(pl.paces)-1]
+}
+
+// paceBound bounds the pace a waiter ahead may have slept by: twice the
+// largest of this waiter's last measures (both see the same queue).
+func (pl *polling) paceBound() time.Duration {
+	var m time.Duration
+	for _, p := range pl.paces {
+		m = max(m, p)
+	}
+	return 2 * m
+}
+
 // announced is the lease ID the waiter with ticket key announced, as one of
 // the last two listings showed it.
 func (pl *polling) announced(key string) (string, bool) {
@@ -463,7 +503,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	wake, done := f.waitLocal(w.key)
 	defer done()
 	var (
-		pl     = polling{moved: time.Now(), wake: wake}
+		pl     = polling{moved: time.Now(), wake: wake, changedPos: -1}
 		pos    = -1
 		first  uint64 // the first waiter's ticket, at the last listing
 		marked bool
@@ -547,6 +587,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			pl.moved, pos, first = time.Now(), p, ws[0].Ticket
 		}
 		pl.track(ws[:p], v)
+		pl.measure(p, v.got)
 		if p == 0 {
 			// A slot handed to a waiter that has left the queue since
 			// (its ctx ended, or a Semaphore's waiter handed two slots
@@ -632,7 +673,10 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				}
 			}
 		default:
-			d := timing.QueueWait(p, time.Since(pl.moved), f.cfg.headPoll, f.cfg.poll)
+			// Toward its turn at the queue's pace (most of the way at
+			// once), and less often the longer the queue stands still
+			// (timing.BackWait).
+			d := timing.BackWait(p, time.Since(pl.moved), pl.pace(), f.cfg.poll)
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}
@@ -990,7 +1034,7 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 			stays[i].From = holdFrom
 		}
 	}
-	return timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll))
+	return timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll, pl.paceBound()))
 }
 
 // passedOver marks s missed after this waiter took over a hand-off to it
@@ -1196,7 +1240,21 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 			return successor{}, false
 		}
 		once = true
-		return successor{key: w.key, id: w.id, holder: w.Holder, noWait: true, handed: func() { f.wake(w.key) }}, true
+		s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }}
+		head, poll := w.paces(f.cfg)
+		if w.Head && timing.HeadLook(time.Duration(1<<62), head, poll)+minHandOffMargin < f.cfg.lease.duration/3 {
+			// It polls as the first: it looks within its promise, which
+			// the hand-off's lease outlasts; if it does not, the waiter
+			// behind it takes the hand-off over.
+			s.noWait = true
+		} else {
+			// It may be asleep for longer than the lease lasts, and
+			// nobody behind it may be awake: the holder keeps the lease
+			// alive until it (or a watcher) takes it, for as long as a
+			// waiter may sleep, and passes nobody over.
+			s.keepAlive, s.wait = true, timing.BackCap(2, poll)+timing.MaxQueueLook(poll)
+		}
+		return s, true
 	})
 	switch {
 	case errors.Is(err, ErrNotHeld):
@@ -1210,6 +1268,8 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	switch {
 	case out.handed != "":
 		log.Info("azlease: unlocked; handed to the first waiter in line", epoch)
+	case out.taker != "":
+		log.Info("azlease: unlocked; handed to the first waiter in line, which took it", epoch)
 	case out.lost != "":
 		log.Info("azlease: unlocked; the lease was "+out.lost+" during the hand-off, nobody took it: the queue's first takes the free lock", epoch)
 	default:

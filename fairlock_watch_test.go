@@ -71,6 +71,10 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 				wg.Wait()
 				t.Logf("after a stand-still of %v: ten served in %v", still, time.Since(start))
 				assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, order, "in order")
+				grants := e.Grants(testContainer, "m")
+				for i := 1; i < len(grants); i++ {
+					assert.False(t, grants[i].Start.After(grants[i-1].End), "the lease free between %v and %v", grants[i-1], grants[i])
+				}
 			})
 			mu.Lock()
 			defer mu.Unlock()

@@ -99,6 +99,12 @@ type successor struct {
 	// the holder). The lease is renewed first unless it has
 	// handOffLeaseLeft left, so that the watcher finds it alive.
 	noWait bool
+	// keepAlive marks a fair lock's successor that may be asleep for
+	// longer than the lease lasts (it has not said it polls as the first):
+	// the holder waits for its term (or a watcher's take-over) up to wait,
+	// renewing the lease under the hand-off's ID, and looks often at first
+	// (from 10 ms): it never passes it over (passed is nil).
+	keepAlive bool
 }
 
 // handOffLeaseLeft is the least time a noWait hand-off leaves on the lease
@@ -328,7 +334,36 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		// 3. Its term, within its wait and a margin for requests in flight:
 		// four round trips as the two requests above measured them.
 		margin := max(minHandOffMargin, 2*rtt)
-		took, gone, left, err := l.awaitTaker(ctx, epoch, s.holder, time.Now().Add(s.wait+margin), s.look)
+		waitEnd := time.Now().Add(s.wait + margin)
+		var (
+			took, gone, left bool
+			err              error
+		)
+		for {
+			// A keepAlive wait renews the lease under the hand-off's ID
+			// before it would expire: the lock is never free while it
+			// waits (a renewal refused for the ID: taken, or gone).
+			until := waitEnd
+			if s.keepAlive {
+				if renewBy := leaseUntil.Add(-awaitLook - l.cfg.attemptTimeout); renewBy.Before(until) {
+					until = renewBy
+				}
+			}
+			took, gone, left, err = l.awaitTaker(ctx, epoch, s.holder, until, s.look, s.keepAlive)
+			if err != nil || took || gone || left || !s.keepAlive || !time.Now().Before(waitEnd) {
+				break
+			}
+			renewing = true
+			send, rerr := l.renewHandOff(ctx, cur)
+			switch {
+			case rerr == nil:
+				leaseUntil, renewing = timing.ValidUntil(send, l.cfg.duration, l.cfg.margin), false
+			case errors.Is(rerr, ErrLeaseLost):
+				return lostUnder(rerr)
+			case ctx.Err() != nil:
+				return out, rerr
+			}
+		}
 		switch {
 		case err != nil:
 			return out, err
@@ -387,7 +422,7 @@ func (l *Lease) chainLost(ctx context.Context, out handOnOutcome, epoch uint64, 
 	if err == nil && st.Leased && st.Epoch <= epoch {
 		// Changed by prev at the last moment, or by someone else: give
 		// the epoch write a few attempts' time.
-		if took, gone, _, _ := l.awaitTaker(ctx, epoch, prev.holder, time.Now().Add(2*l.cfg.attemptTimeout), nil); took || gone {
+		if took, gone, _, _ := l.awaitTaker(ctx, epoch, prev.holder, time.Now().Add(2*l.cfg.attemptTimeout), nil, false); took || gone {
 			st, err = l.inspect(ctx, time.Now().Add(l.cfg.attemptTimeout))
 		}
 	}
@@ -550,9 +585,14 @@ func (l *Lease) changeID(ctx context.Context, from, to string, limit time.Time) 
 // the deadline alone, no look would be sent in its last timing.MinAttempt,
 // and a successor that took the lease then would be passed over. look,
 // when not nil, makes each look (successor.look) and reports that the
-// successor left (left: it will not take the lease).
-func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, holder string, deadline time.Time, look func(context.Context, time.Time) (Status, bool, error)) (took, gone, left bool, err error) {
+// successor left (left: it will not take the lease). grow starts the looks
+// 10 ms apart, half as far again each time, up to 100 ms (a fair lock's
+// successor is usually quick, and may take minutes).
+func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, holder string, deadline time.Time, look func(context.Context, time.Time) (Status, bool, error), grow bool) (took, gone, left bool, err error) {
 	step := min(max(time.Until(deadline)/8, 10*time.Millisecond), 100*time.Millisecond)
+	if grow {
+		step = 10 * time.Millisecond
+	}
 	for {
 		limit := deadline
 		if soon := time.Now().Add(awaitLook); soon.After(limit) {
@@ -585,6 +625,9 @@ func (l *Lease) awaitTaker(ctx context.Context, epoch uint64, holder string, dea
 		}
 		if !sleepCtx(ctx, min(step, rest)) {
 			return false, false, false, context.Cause(ctx)
+		}
+		if grow {
+			step = min(step*3/2, 100*time.Millisecond)
 		}
 	}
 }

@@ -19,7 +19,7 @@ type Stay struct {
 
 // Schedule is a waiter's wait between two looks at position p (0: first in
 // line) when the queue had stood still for age as it saw it (the first in
-// line: the hold's age as it saw it). It must not decrease as p or age grow.
+// line: the hold's age as it saw it). It must not decrease as age grows.
 type Schedule func(p int, age time.Duration) time.Duration
 
 // SuccessorDue is the instant by which a successor that follows sched has
@@ -32,34 +32,63 @@ type Schedule func(p int, age time.Duration) time.Duration
 // delays are the caller's margin.
 func SuccessorDue(stays []Stay, sched Schedule) time.Time {
 	var due time.Time
-	for _, s := range stays {
+	for i, s := range stays {
 		age := time.Duration(1<<63 - 1) // unknown: as long as can be
 		if !s.From.IsZero() {
 			age = max(s.To.Sub(s.From), 0)
 		}
-		if d := s.To.Add(sched(s.Pos, age)); d.After(due) {
-			due = d
+		// Between this stay and the next (a lower position), it may have
+		// held every position in between, as long.
+		lo := s.Pos
+		if i+1 < len(stays) && stays[i+1].Pos < s.Pos {
+			lo = stays[i+1].Pos + 1
+		}
+		for p := lo; p <= s.Pos; p++ {
+			if d := s.To.Add(sched(p, age)); d.After(due) {
+				due = d
+			}
 		}
 	}
 	return due
 }
 
+// BackWait is how long a fair lock's waiter at position p ≥ 2 sleeps:
+// BackLook with LookFloor (toward its turn at the queue's pace, a few
+// milliseconds per position at least, age/10 as the queue begins to stand
+// still), and, once the queue has stood still for QueueQuiet(poll), no less
+// than QueueWait with LookFloor as its head (the further back, the sooner
+// it slows down: a queue of 50 behind a long hold stays under 1 request a
+// second behind its first two), up to BackCap(p, poll).
+func BackWait(p int, age, pace, poll time.Duration) time.Duration {
+	d := BackLook(p, age, pace, LookFloor, poll)
+	if age > QueueQuiet(poll) {
+		d = max(d, QueueWait(p, age, LookFloor, poll))
+	}
+	return min(d, max(BackCap(p, poll), LookFloor))
+}
+
 // WaiterSchedule is the schedule fair locks' waiters follow, as
 // SuccessorDue takes it: HeadWait for the first in line, SecondWait's
 // longest right behind it (a head poll while the queue moved within
-// SecondCover, QueueWait after), QueueWait further back.
-func WaiterSchedule(head, poll time.Duration) Schedule {
+// SecondCover, QueueWait after; HeadWait while the hold is young), BackWait further back with the queue's
+// pace as the waiter measured it, which pace bounds (the watcher's: twice
+// the largest it measured itself).
+func WaiterSchedule(head, poll, pace time.Duration) Schedule {
 	return func(p int, age time.Duration) time.Duration {
 		switch {
 		case p <= 0:
 			return HeadWait(age, head, poll)
 		case p == 1:
-			if age < SecondCover(head) {
-				return head
+			d := head
+			if age >= SecondCover(head) {
+				d = max(head, QueueWait(1, age, head, poll))
 			}
-			return max(head, QueueWait(1, age, head, poll))
+			if hw := HeadWait(age, head, poll); hw < head {
+				d = min(d, hw) // a young hold: it looks as the first does
+			}
+			return d
 		default:
-			return QueueWait(p, age, head, poll)
+			return BackWait(p, age, pace, poll)
 		}
 	}
 }
