@@ -343,11 +343,6 @@ type polling struct {
 	clean time.Time
 	// watch is the hand-off to the first in line it watches (watch).
 	watch watchState
-	// paces are the queue's last measured paces (time per hand-off, as its
-	// listings saw its position fall), newest last; pace is the newest.
-	paces      []time.Duration
-	changedAt  time.Time // when a listing last saw its position change
-	changedPos int       // that position; -1 before its first listing
 	// holdFrom is, per slot, when the hold there began at the earliest, on
 	// this clock, as its last listing that showed no hand-off there tells:
 	// the lock blob's Last-Modified (the term's epoch write) against the
@@ -430,41 +425,6 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 	}
 }
 
-// measure notes a listing answered at got that put this waiter at p: when
-// its position has fallen since it last changed, the time per hand-off
-// since then is a measure of the queue's pace (the last 8 are kept).
-func (pl *polling) measure(p int, got time.Time) {
-	switch {
-	case pl.changedPos < 0 || p > pl.changedPos:
-		pl.changedAt, pl.changedPos = got, p
-	case p < pl.changedPos:
-		pl.paces = append(pl.paces, got.Sub(pl.changedAt)/time.Duration(pl.changedPos-p))
-		if len(pl.paces) > 8 {
-			pl.paces = pl.paces[1:]
-		}
-		pl.changedAt, pl.changedPos = got, p
-	}
-}
-
-// pace is the queue's pace as this waiter last measured it (zero: not
-// yet): its sleep toward its turn (timing.BackLook).
-func (pl *polling) pace() time.Duration {
-	if len(pl.paces) == 0 {
-		return 0
-	}
-	return pl.paces[len(pl.paces)-1]
-}
-
-// paceBound bounds the pace a waiter ahead may have slept by: twice the
-// largest of this waiter's last measures (both see the same queue).
-func (pl *polling) paceBound() time.Duration {
-	var m time.Duration
-	for _, p := range pl.paces {
-		m = max(m, p)
-	}
-	return 2 * m
-}
-
 // announced is the lease ID the waiter with ticket key announced, as one of
 // the last two listings showed it.
 func (pl *polling) announced(key string) (string, bool) {
@@ -503,7 +463,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	wake, done := f.waitLocal(w.key)
 	defer done()
 	var (
-		pl     = polling{moved: time.Now(), wake: wake, changedPos: -1}
+		pl     = polling{moved: time.Now(), wake: wake}
 		pos    = -1
 		first  uint64 // the first waiter's ticket, at the last listing
 		marked bool
@@ -587,7 +547,6 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			pl.moved, pos, first = time.Now(), p, ws[0].Ticket
 		}
 		pl.track(ws[:p], v)
-		pl.measure(p, v.got)
 		if p == 0 {
 			// A slot handed to a waiter that has left the queue since
 			// (its ctx ended, or a Semaphore's waiter handed two slots
@@ -673,10 +632,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				}
 			}
 		default:
-			// Toward its turn at the queue's pace (most of the way at
-			// once), and less often the longer the queue stands still
-			// (timing.BackWait).
-			d := timing.BackWait(p, time.Since(pl.moved), pl.pace(), f.cfg.poll)
+			d := timing.QueueWait(p, time.Since(pl.moved), f.cfg.headPoll, f.cfg.poll)
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}
@@ -1034,7 +990,7 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 			stays[i].From = holdFrom
 		}
 	}
-	return timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll, pl.paceBound()))
+	return timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll))
 }
 
 // passedOver marks s missed after this waiter took over a hand-off to it
@@ -1213,33 +1169,52 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	// The successor: the first waiter in line but this holder's own entry
 	// and those marked missed (evicting those missed and silent for long:
 	// longer than their own pace lets a live waiter be).
-	var succ *waiter
-	for i := range v.ws {
-		w := v.ws[i]
-		switch {
-		case w.key == fs.key:
-			// this holder's own entry, not removed yet
-		case w.Missed:
-			_, poll := w.paces(f.cfg)
-			if !v.date.IsZero() && !w.modified.IsZero() && v.date.Sub(w.modified) > 2*timing.MaxQueueLook(poll) {
-				if f.q.remove(ctx, w, true) == nil {
-					fairHook("evicted", f.name, w.Ticket)
+	// candidates are the waiters a hand-off may go to, first in line first:
+	// all but this holder's own entry and those marked missed (evicting,
+	// from the first listing, those missed and silent for long: longer
+	// than their own pace lets a live waiter be).
+	candidates := func(v queueView, evict bool) []waiter {
+		out := make([]waiter, 0, len(v.ws))
+		for _, w := range v.ws {
+			switch {
+			case w.key == fs.key:
+				// this holder's own entry, not removed yet
+			case w.Missed:
+				_, poll := w.paces(f.cfg)
+				if evict && !v.date.IsZero() && !w.modified.IsZero() && v.date.Sub(w.modified) > 2*timing.MaxQueueLook(poll) {
+					if f.q.remove(ctx, w, true) == nil {
+						fairHook("evicted", f.name, w.Ticket)
+					}
 				}
+			default:
+				out = append(out, w)
 			}
-		case succ == nil:
-			succ = &v.ws[i]
 		}
+		return out
 	}
-	if succ == nil {
+	pending := candidates(v, true)
+	if len(pending) == 0 {
 		return false, nil
 	}
-	w := *succ
-	once := false
+	slot := slices.IndexFunc(f.slots, func(m *Mutex) bool { return m.t.blob == lk.Name() })
+	// A successor is never passed over; one that leaves the queue (its ctx
+	// ended, or a Semaphore's waiter served by another slot) is, and the
+	// lease goes to the first in line as the queue is then. Bounded.
+	tried := map[uint64]bool{}
+	left := len(pending) + 4
 	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, func() (successor, bool) {
-		if once {
+		if len(tried) > 0 {
+			if v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
+				pending = candidates(v, false)
+			}
+		}
+		i := slices.IndexFunc(pending, func(w waiter) bool { return !tried[w.Ticket] })
+		if i < 0 || left == 0 {
 			return successor{}, false
 		}
-		once = true
+		left--
+		w := pending[i]
+		tried[w.Ticket] = true
 		s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }}
 		head, poll := w.paces(f.cfg)
 		if w.Head && timing.HeadLook(time.Duration(1<<62), head, poll)+minHandOffMargin < f.cfg.lease.duration/3 {
@@ -1247,12 +1222,23 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 			// the hand-off's lease outlasts; if it does not, the waiter
 			// behind it takes the hand-off over.
 			s.noWait = true
-		} else {
-			// It may be asleep for longer than the lease lasts, and
-			// nobody behind it may be awake: the holder keeps the lease
-			// alive until it (or a watcher) takes it, for as long as a
-			// waiter may sleep, and passes nobody over.
-			s.keepAlive, s.wait = true, timing.BackCap(2, poll)+timing.MaxQueueLook(poll)
+			return s, true
+		}
+		// It may be asleep for longer than the lease lasts, and nobody
+		// behind it may be awake: the holder keeps the lease alive until
+		// it (or a watcher) takes it, for as long as a waiter may sleep,
+		// and passes nobody over; its looks list the queue with the lock,
+		// and move on when the successor has left it.
+		s.keepAlive, s.wait = true, 2*timing.MaxQueueLook(poll)
+		if slot >= 0 {
+			s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
+				v, err := f.q.list(ctx, limit)
+				if err != nil {
+					return Status{}, false, err
+				}
+				here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
+				return v.locks[slot], !here, nil
+			}
 		}
 		return s, true
 	})

@@ -52,28 +52,12 @@ func SuccessorDue(stays []Stay, sched Schedule) time.Time {
 	return due
 }
 
-// BackWait is how long a fair lock's waiter at position p ≥ 2 sleeps:
-// BackLook with LookFloor (toward its turn at the queue's pace, a few
-// milliseconds per position at least, age/10 as the queue begins to stand
-// still), and, once the queue has stood still for QueueQuiet(poll), no less
-// than QueueWait with LookFloor as its head (the further back, the sooner
-// it slows down: a queue of 50 behind a long hold stays under 1 request a
-// second behind its first two), up to BackCap(p, poll).
-func BackWait(p int, age, pace, poll time.Duration) time.Duration {
-	d := BackLook(p, age, pace, LookFloor, poll)
-	if age > QueueQuiet(poll) {
-		d = max(d, QueueWait(p, age, LookFloor, poll))
-	}
-	return min(d, max(BackCap(p, poll), LookFloor))
-}
-
 // WaiterSchedule is the schedule fair locks' waiters follow, as
 // SuccessorDue takes it: HeadWait for the first in line, SecondWait's
 // longest right behind it (a head poll while the queue moved within
-// SecondCover, QueueWait after; HeadWait while the hold is young), BackWait further back with the queue's
-// pace as the waiter measured it, which pace bounds (the watcher's: twice
-// the largest it measured itself).
-func WaiterSchedule(head, poll, pace time.Duration) Schedule {
+// SecondCover, QueueWait after; HeadWait while the hold is young), QueueWait
+// further back (issue 35's pace-led BackLook is not used yet).
+func WaiterSchedule(head, poll time.Duration) Schedule {
 	return func(p int, age time.Duration) time.Duration {
 		switch {
 		case p <= 0:
@@ -88,7 +72,7 @@ func WaiterSchedule(head, poll, pace time.Duration) Schedule {
 			}
 			return d
 		default:
-			return BackWait(p, age, pace, poll)
+			return QueueWait(p, age, head, poll)
 		}
 	}
 }

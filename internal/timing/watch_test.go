@@ -15,7 +15,7 @@ import (
 func TestSuccessorDueHolds(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 2))
 	head, poll := 200*time.Millisecond, time.Second
-	sched := WaiterSchedule(head, poll, 20*time.Millisecond)
+	sched := WaiterSchedule(head, poll)
 	base := time.Unix(1_000_000, 0)
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	for trial := range 3000 {
