@@ -26,9 +26,9 @@ import (
 // in the order they asked, as storage ordered their tickets ([InspectQueue]
 // reads the queue); a contended Unlock hands the lease straight to the next
 // in line, never free in between. A waiter whose ctx ends leaves the queue;
-// one that dies is passed over and the queue never sticks. Not guaranteed: a
-// waiter asleep far back after a long quiet time may be passed over by a
-// run of short holds; it keeps its place (docs/design/fair-locks.md).
+// one that dies is passed over by the waiter behind it once it surely
+// missed its schedule, so the queue never sticks; a live waiter that keeps
+// it is never passed over, however long the queue stood.
 //
 // Cost: the first in line looks every few milliseconds as a hold begins,
 // every HeadPollInterval after, once a second once it has lasted 25 s: the
@@ -268,9 +268,10 @@ func (m *Mutex) unreachable() error {
 // context ends first (cause [ErrStopped]), and the release is marked clean
 // in the lock blob ([Status.Released], one write before the release). When
 // someone waits in the queue (a fair lock: see [Mutex]), it hands the lease
-// to the first in line instead, never free in between, and returns once that
-// waiter's term shows in the lock blob, or, if it does not take it in time,
-// once the lock went to the next or was released. It returns an error
+// to the first in line instead, never free in between, and returns once the
+// lease is under that waiter's hand-off ID when it polls as the first, or
+// else once it (or the waiter behind it) took it, or it left the queue and
+// the lock went to the next or was released; it never passes it over. It returns an error
 // wrapping [ErrLeaseLost] if the lock was lost while held, or its validity
 // deadline passed before Unlock was called (even when nothing had noticed
 // yet: a process paused past it), because then the critical section may not
