@@ -348,6 +348,100 @@ type polling struct {
 	// the lock blob's Last-Modified (the term's epoch write) against the
 	// listing's Date, storage's clock, whole seconds (a second earlier).
 	holdFrom map[int]time.Time
+	// paces is what its reads of the lock record bound of the published
+	// pace (issue 35, design section 4): for the schedule it sleeps by
+	// (pace) and the promises it computes as a watcher (paceSince).
+	paces paceWatch
+}
+
+// paceWatch is what a waiter's reads of the lock record (its listings and
+// looks) tell of the pace the record published (timing.Pace): the last one
+// it read, and bounds on every pace published between two of its reads.
+type paceWatch struct {
+	last  time.Duration    // the pace its last read showed (the largest over the slots)
+	prev  map[int]paceRead // per slot, its last read
+	first time.Time        // the send of its first read (zero: none yet)
+	pre   time.Duration    // the bound before first: zero if no list was full then, else unknownPace
+	spans []paceSpan       // bounds between two consecutive reads, oldest first
+}
+
+// paceRead is one read of a slot's record: its epoch and hold list.
+type paceRead struct {
+	epoch uint64
+	holds []time.Duration
+}
+
+// paceSpan bounds the pace published from from to to.
+type paceSpan struct {
+	from, to time.Time
+	bound    time.Duration
+}
+
+// unknownPace stands for a pace a watcher cannot bound: timing.BackWait
+// caps what the pace adds at timing.PaceCap.
+const unknownPace = maxHold
+
+// maxPaceSpans is how many bounds a waiter keeps (older ones are dropped:
+// a successor that joined before the oldest kept is counted with the
+// largest of them and unknownPace).
+const maxPaceSpans = 64
+
+// read notes a read of the slots' records (sts), sent at sent and answered
+// at got.
+func (pw *paceWatch) read(sts []Status, sent, got time.Time) {
+	if pw.prev == nil {
+		pw.prev = map[int]paceRead{}
+	}
+	pw.last = 0
+	span := paceSpan{from: sent, to: got}
+	for i, st := range sts {
+		if !st.Exists && st.Epoch == 0 {
+			continue
+		}
+		pw.last = max(pw.last, timing.Pace(st.holds))
+		prev, ok := pw.prev[i]
+		switch {
+		case !ok:
+			if pw.first.IsZero() || sent.Before(pw.first) {
+				pw.first = sent
+			}
+			if len(st.holds) >= timing.PaceHolds {
+				// A full list: what was published before this read is
+				// not known.
+				pw.pre = unknownPace
+			}
+			span.bound = max(span.bound, timing.Pace(st.holds))
+		case st.Epoch >= prev.epoch && st.Epoch-prev.epoch < timing.PaceHolds:
+			// At most PaceHolds holds published since the last read (one
+			// per term, each term's epoch larger).
+			span.bound = max(span.bound, timing.PaceBound(prev.holds, st.holds))
+		default:
+			span.bound = unknownPace
+		}
+		pw.prev[i] = paceRead{epoch: st.Epoch, holds: st.holds}
+	}
+	if n := len(pw.spans); n > 0 {
+		span.from = pw.spans[n-1].to // since the last read: every pace in between
+	}
+	pw.spans = append(pw.spans, span)
+	if len(pw.spans) > maxPaceSpans {
+		pw.pre = max(pw.pre, pw.spans[0].bound)
+		pw.spans = pw.spans[1:]
+		pw.first = pw.spans[0].from
+	}
+}
+
+// bound is the largest pace a waiter that joined at joined (zero: unknown)
+// can have read since this waiter's first read (spans that end after it
+// joined).
+func (pw *paceWatch) bound(joined time.Time) time.Duration {
+	var b time.Duration
+	for _, s := range pw.spans {
+		if joined.IsZero() || !s.to.Before(joined) {
+			b = max(b, s.bound)
+		}
+	}
+	return b
 }
 
 // watchState is a hand-off to the first in line that a waiter behind it
@@ -418,6 +512,9 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 		if st.Leased && st.Next == "" && !v.date.IsZero() && !st.modified.IsZero() {
 			pl.holdFrom[i] = v.got.Add(-v.date.Sub(st.modified) - time.Second)
 		}
+	}
+	if v.locks != nil {
+		pl.paces.read(v.locks, v.sent, v.got)
 	}
 	pl.prevIDs, pl.ids = pl.ids, make(map[string]string, len(v.ws))
 	for _, x := range v.ws {
@@ -632,7 +729,10 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				}
 			}
 		default:
-			d := timing.QueueWait(p, time.Since(pl.moved), f.cfg.headPoll, f.cfg.poll)
+			// Toward its turn at the published pace (most of the way at
+			// once), and less often the longer the queue stands still
+			// (timing.BackWait, as its watcher counts it).
+			d := timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}
@@ -861,6 +961,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 			continue
 		}
 		got := time.Now()
+		pl.paces.read(sts, sent, got)
 		if slices.ContainsFunc(sts, func(st Status) bool { return st.Leased && st.Next == w.key }) {
 			lk, _, err := f.takeTurn(ctx, w, sts, budget, &pl.retried)
 			return lk, err
@@ -990,7 +1091,41 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 			stays[i].From = holdFrom
 		}
 	}
-	return timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll))
+	// The pace s slept by is one the record published since it joined:
+	// after this waiter's first read, no more than its reads bound; before,
+	// no more than pl.paces.pre (zero when no hold list was full then: lists
+	// only grow until full), its sleeps then counted up to that read.
+	joined := stays[0].From
+	due := timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll, pl.paces.bound(joined)))
+	if first := pl.paces.first; first.IsZero() || joined.IsZero() || joined.Before(first) {
+		var pre []timing.Stay
+		for _, st := range stays {
+			if first.IsZero() {
+				pre = append(pre, st)
+				continue
+			}
+			if !st.From.IsZero() && !st.From.Before(first) {
+				break
+			}
+			st.To = minTime(st.To, first)
+			pre = append(pre, st)
+		}
+		paceBefore := pl.paces.pre
+		if first.IsZero() {
+			paceBefore = unknownPace
+		}
+		if d := timing.SuccessorDue(pre, timing.WaiterSchedule(head, poll, paceBefore)); d.After(due) {
+			due = d
+		}
+	}
+	return due
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // passedOver marks s missed after this waiter took over a hand-off to it
@@ -1161,6 +1296,7 @@ func equalEpochs(a, b []uint64) bool {
 func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	fs := lk.fair
 	f := fs.f
+	held := time.Since(fs.took) // the pace this hand-off publishes (metaHolds)
 	v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout))
 	if err != nil {
 		lk.lease.cfg.log.Debug("azlease: could not list the lock's queue; releasing", slog.Any("error", err))
@@ -1215,7 +1351,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		left--
 		w := pending[i]
 		tried[w.Ticket] = true
-		s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }}
+		s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }, publish: true, hold: held}
 		head, poll := w.paces(f.cfg)
 		if w.Head && timing.HeadLook(time.Duration(1<<62), head, poll)+minHandOffMargin < f.cfg.lease.duration/3 {
 			// It polls as the first: it looks within its promise, which

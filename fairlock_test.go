@@ -114,9 +114,9 @@ func TestFairLockServesInOrder(t *testing.T) {
 
 // TestFairLockAfterAQuietTime: waiters that waited long behind one holder
 // have slowed down (the one right behind the first looks every 2 ×
-// PollInterval, those further back every 15 × position × PollInterval, and
-// the first every PollInterval once the hold is 25 s
-// old): after the holder unlocks, the first takes the lock within its look
+// PollInterval, those further back by timing.BackWait's stand-still ramp,
+// up to 180 × PollInterval, and the first every PollInterval once the hold
+// is 25 s old): after the holder unlocks, the first takes the lock within its look
 // interval, the next within 2 × PollInterval, and the others as soon as
 // they look (issue 35: nobody passes them over meanwhile, and the holder
 // keeps the lease alive for a successor that may be asleep). Nobody is
@@ -158,7 +158,7 @@ func TestFairLockAfterAQuietTime(t *testing.T) {
 		assert.Less(t, all[0], timing.HeadLook(5*time.Minute, 200*time.Millisecond, time.Second)+250*time.Millisecond, "the first within its look interval")
 		assert.Less(t, all[1], 2*time.Second+250*time.Millisecond, "the next within 2 × PollInterval")
 		for i, g := range all[2:] {
-			assert.Less(t, g, timing.QueueCap(i+2, time.Second)+time.Second, "the others when they look")
+			assert.Less(t, g, timing.BackWait(i+2, 6*time.Minute, 0, time.Second)+time.Second, "the others when they look")
 		}
 		t.Logf("gaps after a quiet time: %v (order %v)", all, s.order)
 	})

@@ -37,6 +37,12 @@ const (
 	// takes the hand-off over (issue 35: no holder waits for a successor).
 	metaNextID = "azleasenextid"
 	metaRole   = "azleaserole"
+	// metaHolds is a fair lock's published pace (issue 35, design section
+	// 4): the last holds, newest first, each measured by its holder on its
+	// own clock from its term's start to its Unlock, in microseconds,
+	// comma-separated; written with the hand-off marker (no extra request)
+	// and carried through every record write.
+	metaHolds = "azleaseholds"
 	// metaHeir names the successors an Elector's leader has designated
 	// (elector_succession.go): who should get ready to take the lease over.
 	metaHeir = "azleaseheir"
@@ -120,6 +126,10 @@ type record struct {
 	// successorID is the lease ID a fair lock's successor announced, if
 	// the marker says (metaNextID); only with a successor.
 	successorID string
+	// holds are the last fair holds (metaHolds), newest first, at most
+	// maxHolds: the pace waiters behind the first sleep by
+	// (timing.Pace).
+	holds []time.Duration
 	// role is the kind of holder that began the term: "elector", "mutex",
 	// "once" or "lease" (see Status.Role); "" when not recorded.
 	role string
@@ -133,6 +143,52 @@ type record struct {
 	// it (a release, a hand-over), ended (termchange.go). history's entry
 	// of epoch carries the same.
 	cur termFacts
+}
+
+// maxHolds is how many holds the lock record keeps (metaHolds).
+const maxHolds = 8
+
+// maxHold is the longest hold the record keeps as it is (longer ones are
+// written as this): about 11.6 days, far beyond any pace that matters.
+const maxHold = 1_000_000 * time.Second
+
+// parseHolds reads metaHolds: remote data, so anything but up to maxHolds
+// comma-separated non-negative integers of microseconds (each at most
+// maxHold) reads as none (the pace is then zero until maxHolds holds are
+// published again: waiters look more often, never less).
+func parseHolds(v string) []time.Duration {
+	if v == "" || len(v) > maxHolds*12 {
+		return nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > maxHolds {
+		return nil
+	}
+	out := make([]time.Duration, 0, len(parts))
+	for _, p := range parts {
+		us, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || us > uint64(maxHold/time.Microsecond) {
+			return nil
+		}
+		out = append(out, time.Duration(us)*time.Microsecond)
+	}
+	return out
+}
+
+// formatHolds writes holds for metaHolds (newest first, at most maxHolds,
+// each within [0, maxHold]).
+func formatHolds(holds []time.Duration) string {
+	items := make([]string, 0, min(len(holds), maxHolds))
+	for _, h := range holds[:min(len(holds), maxHolds)] {
+		items = append(items, strconv.FormatInt(int64(min(max(h, 0), maxHold)/time.Microsecond), 10))
+	}
+	return strings.Join(items, ",")
+}
+
+// pushHold is holds with h in front (the newest), at most maxHolds.
+func pushHold(holds []time.Duration, h time.Duration) []time.Duration {
+	out := append([]time.Duration{min(max(h, 0), maxHold)}, holds...)
+	return out[:min(len(out), maxHolds)]
 }
 
 // lookup finds a metadata value by case-insensitive name.
@@ -181,6 +237,9 @@ func parseRecord(md map[string]*string) (record, error) {
 		if _, ok := azname.GUID(v); ok {
 			r.successorID = v
 		}
+	}
+	if v, ok := lookup(md, metaHolds); ok {
+		r.holds = parseHolds(v)
 	}
 	if v, ok := lookup(md, metaRole); ok && validRole(v) {
 		r.role = v
@@ -282,7 +341,7 @@ func nextEpoch(prev uint64, created time.Time, seen uint64) uint64 {
 
 // recordKeys are the keys format owns; other azlease keys (DoOnce's marker)
 // and user keys pass through it untouched.
-var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaNextID, metaRole, metaHeir, metaFails, metaTerms}
+var recordKeys = []string{metaEpoch, metaHolder, metaAcquired, metaReleased, metaHistory, metaNext, metaNextID, metaHolds, metaRole, metaHeir, metaFails, metaTerms}
 
 func isRecordKey(k string) bool {
 	for _, rk := range recordKeys {
@@ -314,6 +373,9 @@ func (r record) format(md map[string]*string) map[string]*string {
 		if r.successorID != "" {
 			set(metaNextID, r.successorID)
 		}
+	}
+	if len(r.holds) > 0 {
+		set(metaHolds, formatHolds(r.holds))
 	}
 	if r.role != "" {
 		set(metaRole, r.role)
@@ -350,7 +412,7 @@ func (r record) format(md map[string]*string) map[string]*string {
 // Its role is left for the caller to set; the failures recorded so far are
 // kept (those older than a day dropped), and no successor is designated.
 func (r record) next(epoch uint64, holder string, now time.Time, keep int) record {
-	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond), fails: recentFailures(r.fails, now)}
+	n := record{epoch: epoch, holder: holder, acquired: now.UTC().Truncate(time.Millisecond), fails: recentFailures(r.fails, now), holds: r.holds}
 	if keep > 0 {
 		n.history = append([]HistoryEntry{{Holder: holder, Epoch: n.epoch, Acquired: n.acquired}}, r.history...)
 		if len(n.history) > keep {
@@ -479,6 +541,8 @@ type Status struct {
 	// nextID is the lease ID the successor Next names announced, when the
 	// hand-off marker says (a fair lock's); "" otherwise.
 	nextID string
+	// holds are the fair holds the record publishes (record.holds).
+	holds []time.Duration
 	// readAt is when the answer that gave this status came (this
 	// process's clock): the lease state was so at or before it.
 	readAt time.Time
@@ -494,7 +558,7 @@ type Status struct {
 // state says now.
 func (st *Status) setRecord(r record) {
 	st.Holder, st.Epoch, st.Acquired, st.Released, st.Next, st.Role = r.holder, r.epoch, r.acquired, r.released, r.successor, r.role
-	st.nextID = r.successorID
+	st.nextID, st.holds = r.successorID, r.holds
 	st.History = r.history
 	st.Designated, st.Standby = r.heir.shown()
 	st.Began = r.cur.began

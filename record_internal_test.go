@@ -75,6 +75,8 @@ func FuzzRecordMetadata(f *testing.F) {
 	f.Add("azleaseepoch", "7", "azleasehistory", "7,1000,a;6,0,b", "azleaseterms", "7;0,s,,,,15;1,f,s,990,-5,15")
 	f.Add("azleaseepoch", "7", "azleaseacquired", "1000", "azleaseterms", "9;2,q,r,5;0,x;;,,,,,,;3,zz,b,1e3,,99999999")
 	f.Add("azleaseepoch", "3", "azleaseterms", "x;0,f", "azleasehistory", "3,1,a")
+	f.Add("azleaseepoch", "9", "azleaseholds", "10000,0,5,1000000000000,7,7,7,7", "azleasenext", "q")
+	f.Add("azleaseepoch", "9", "Azleaseholds", "1,2,3,4,5,6,7,8,9", "azleaseholds", "-1,,x")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
 		md := map[string]*string{k1: ptr(v1), k2: ptr(v2), k3: ptr(v3)}
 		r, err := parseRecord(md)
@@ -91,6 +93,14 @@ func FuzzRecordMetadata(f *testing.F) {
 		require.LessOrEqual(t, len(back.history), 8)
 		require.Equal(t, n.cur, back.cur, "the latest term's facts survive")
 		require.Equal(t, n.history, back.history, "and the history's")
+		require.Equal(t, n.holds, back.holds, "the published holds are carried")
+		require.LessOrEqual(t, len(back.holds), maxHolds)
+		for _, h := range back.holds {
+			require.True(t, h >= 0 && h <= maxHold, "hold %v", h)
+		}
+		pushed := pushHold(r.holds, time.Duration(len(v1))*time.Millisecond)
+		require.LessOrEqual(t, len(pushed), maxHolds)
+		require.Equal(t, pushed, parseHolds(formatHolds(pushed)), "a pushed hold survives a round trip")
 		for k, v := range md {
 			if !isRecordKey(k) {
 				require.Equal(t, v, out[k])

@@ -105,6 +105,10 @@ type successor struct {
 	// renewing the lease under the hand-off's ID, and looks often at first
 	// (from 10 ms): it never passes it over (passed is nil).
 	keepAlive bool
+	// publish adds hold to the lock record's published holds (metaHolds)
+	// with the marker: a fair lock's (issue 35's pace), once per hand-off.
+	publish bool
+	hold    time.Duration
 }
 
 // handOffLeaseLeft is the least time a noWait hand-off leaves on the lease
@@ -224,6 +228,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 	leaseUntil := validUntil // the lease under cur lasts at least until then
 	renewing := false        // a renewal was sent under cur: one applied late must be settled
 	var prev successor       // the last successor the lease was changed to
+	published := false       // this term's hold is in m.rec.holds
 	// lostUnder ends the chain when a request under cur was refused for
 	// the ID (ErrLeaseLost): before anything was handed on, nothing was;
 	// after, the lock blob tells what became of the lease.
@@ -298,6 +303,9 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		// 2. The marker, under the lease as it is now: the successor's
 		// to take.
 		m.rec.successor, m.rec.successorID = s.key, ""
+		if s.publish && !published {
+			m.rec.holds, published = pushHold(m.rec.holds, s.hold), true
+		}
 		if s.noWait {
 			// A fair lock's: a waiter that finds the successor gone from
 			// the queue takes the hand-off over with it (fairlock.go).

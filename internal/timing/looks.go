@@ -17,7 +17,11 @@ package timing
 // (LookPromise), so a live waiter is never passed over for sleeping as the
 // schedule told it to.
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"time"
+)
 
 // LookFloor is the first in line's shortest wait between two looks, while
 // the hold it waits behind has just begun (HeadWait).
@@ -143,4 +147,69 @@ func LookPromise(ages []time.Duration, pace, floor, poll, margin time.Duration) 
 		d = max(d, Look(k, age, pace, floor, poll))
 	}
 	return d + margin
+}
+
+// PaceHolds is how many holds the published pace is the median of.
+const PaceHolds = 8
+
+// Pace is the queue's pace a fair lock's record publishes: the median (the
+// upper one) of its last PaceHolds holds, each measured by its holder on its
+// own clock from its term's start to its Unlock; zero while fewer are known.
+// One long hold does not move it.
+func Pace(holds []time.Duration) time.Duration {
+	if len(holds) < PaceHolds {
+		return 0
+	}
+	return rank(holds[:PaceHolds], PaceHolds/2-1)
+}
+
+// PaceBound bounds the pace published at any moment between two reads of a
+// lock record whose hold lists were prev and cur, when at most PaceHolds
+// holds were published in between (the caller checks with the epochs):
+// every list in between is made of values of the two, so its median is no
+// larger than the value of the same rank among all of theirs. Zero when
+// neither list is full (lists only grow until full: none was full before
+// either).
+func PaceBound(prev, cur []time.Duration) time.Duration {
+	if len(prev) < PaceHolds && len(cur) < PaceHolds {
+		return 0
+	}
+	all := append(slices.Clone(prev), cur...)
+	return rank(all, PaceHolds/2-1)
+}
+
+// rank is the k-th largest of ds (0: the largest).
+func rank(ds []time.Duration, k int) time.Duration {
+	s := slices.Clone(ds)
+	slices.SortFunc(s, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	return s[k]
+}
+
+// PaceCap is the most the pace adds to a waiter's sleep behind the first
+// (BackWait): 2 × poll. A watcher that cannot bound the pace a waiter read
+// (before its own first read) counts this much.
+func PaceCap(poll time.Duration) time.Duration { return 2 * poll }
+
+// BackWait is how long a fair lock's waiter at position p ≥ 2 sleeps between
+// two looks: toward its turn at the published pace (PaceShare of the time
+// the queue needs at pace to bring it right behind the first, at most
+// PaceCap), LookFloor per position at least, BackRamp as the queue begins
+// to stand still (age, as it saw it), and, once the queue has stood still
+// for QueueQuiet(poll), no less than QueueWait with LookFloor as its head
+// (the further back, the sooner it slows down); at most BackCap(p, poll).
+// It does not decrease as age or pace grow (the watcher's promise relies on
+// both).
+func BackWait(p int, age, pace, poll time.Duration) time.Duration {
+	hi := max(BackCap(p, poll), LookFloor)
+	if time.Duration(p) > hi/LookFloor {
+		return hi
+	}
+	d := max(BackRamp(age), time.Duration(p)*LookFloor)
+	if p >= 2 && pace > 0 {
+		d = max(d, time.Duration(min(float64(p-1)*float64(pace)*PaceShare, float64(PaceCap(poll)))))
+	}
+	if age > QueueQuiet(poll) {
+		d = max(d, QueueWait(p, age, LookFloor, poll))
+	}
+	return min(d, hi)
 }

@@ -55,9 +55,10 @@ func SuccessorDue(stays []Stay, sched Schedule) time.Time {
 // WaiterSchedule is the schedule fair locks' waiters follow, as
 // SuccessorDue takes it: HeadWait for the first in line, SecondWait's
 // longest right behind it (a head poll while the queue moved within
-// SecondCover, QueueWait after; HeadWait while the hold is young), QueueWait
-// further back (issue 35's pace-led BackLook is not used yet).
-func WaiterSchedule(head, poll time.Duration) Schedule {
+// SecondCover, QueueWait after; HeadWait while the hold is young), BackWait
+// further back with the published pace, which pace bounds (the watcher's:
+// the largest it can bound from its reads of the lock record, PaceBound).
+func WaiterSchedule(head, poll, pace time.Duration) Schedule {
 	return func(p int, age time.Duration) time.Duration {
 		switch {
 		case p <= 0:
@@ -72,7 +73,7 @@ func WaiterSchedule(head, poll time.Duration) Schedule {
 			}
 			return d
 		default:
-			return QueueWait(p, age, head, poll)
+			return BackWait(p, age, pace, poll)
 		}
 	}
 }

@@ -9,17 +9,21 @@ import (
 )
 
 // TestSuccessorDueHolds: a waiter that follows WaiterSchedule, seeing the
-// queue's moves only at its own looks, always looks again after it is named
-// by the instant its watcher computes from the stays its own (random,
-// sparser or denser) looks bound: random queues, moves and looks.
+// queue's moves only at its own looks and reading a published pace that
+// changes from look to look, always looks again after it is named by the
+// instant its watcher computes from the stays its own (random, sparser or
+// denser) looks bound, with the largest pace it can bound: random queues,
+// moves, paces and looks.
 func TestSuccessorDueHolds(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 2))
 	head, poll := 200*time.Millisecond, time.Second
-	sched := WaiterSchedule(head, poll)
 	base := time.Unix(1_000_000, 0)
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	for trial := range 3000 {
-		start := 1 + r.IntN(30)
+		start := 1 + r.IntN(50)
+		// The largest pace the watcher bounds; the successor reads one
+		// at or below it at each look (zero: fewer than 8 holds known).
+		paceMax := []time.Duration{0, time.Millisecond, 10 * time.Millisecond, 300 * time.Millisecond, 5 * time.Second}[r.IntN(5)]
 		// moves[k]: when the successor came to position start-1-k (it
 		// joined at start at 0); the last move names it (position 0).
 		var moves []time.Duration
@@ -58,7 +62,8 @@ func TestSuccessorDueHolds(t *testing.T) {
 				_, m := posAt(t)
 				age = t - m
 			}
-			t += sched(p, age)
+			pace := time.Duration(r.Float64() * float64(paceMax))
+			t += WaiterSchedule(head, poll, pace)(p, age)
 		}
 		// The watcher joined after it, before the queue first moved (the
 		// successor's first position is the first it sees), and lists at
@@ -91,7 +96,36 @@ func TestSuccessorDueHolds(t *testing.T) {
 			stays[len(stays)-1].To = at(sight)
 		}
 		stays = append(stays, Stay{Pos: 0, From: at(max(prevSent, 0)), To: at(sight)})
-		due := SuccessorDue(stays, sched)
+		due := SuccessorDue(stays, WaiterSchedule(head, poll, paceMax))
 		require.False(t, at(next).After(due), "trial %d: start %d, moves %v, stays %v: next look %v after due %v", trial, start, moves, stays, next, due.Sub(base))
 	}
+}
+
+// TestPaceBoundHolds: the pace published at any moment between two reads of
+// the hold list (at most PaceHolds holds published in between) is no larger
+// than PaceBound of the two lists: random hold sequences, random reads.
+func TestPaceBoundHolds(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 4))
+	for trial := range 3000 {
+		var holds []time.Duration // newest first, as the record keeps them
+		lists := [][]time.Duration{nil}
+		for range 40 {
+			h := time.Duration(r.ExpFloat64() * float64([]time.Duration{time.Millisecond, 100 * time.Millisecond, 10 * time.Second}[r.IntN(3)]))
+			holds = append([]time.Duration{h}, holds...)
+			if len(holds) > PaceHolds {
+				holds = holds[:PaceHolds]
+			}
+			lists = append(lists, holds)
+		}
+		for range 20 {
+			a := r.IntN(len(lists))
+			b := min(a+r.IntN(PaceHolds+1), len(lists)-1)
+			bound := PaceBound(lists[a], lists[b])
+			for k := a; k <= b; k++ {
+				require.LessOrEqual(t, Pace(lists[k]), bound, "trial %d: lists %d..%d, at %d", trial, a, b, k)
+			}
+		}
+	}
+	require.Zero(t, Pace([]time.Duration{time.Second, time.Second}), "fewer than 8: zero")
+	require.Equal(t, 5*time.Millisecond, Pace([]time.Duration{time.Hour, 1, 2, 3, 5 * time.Millisecond, 6 * time.Millisecond, 7 * time.Millisecond, 8}), "one long hold does not move it")
 }
