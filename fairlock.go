@@ -411,10 +411,15 @@ func (pw *paceWatch) read(sts []Status, sent, got time.Time) {
 				pw.pre = unknownPace
 			}
 			span.bound = max(span.bound, timing.Pace(st.holds))
-		case st.Epoch >= prev.epoch && st.Epoch-prev.epoch < timing.PaceHolds:
-			// At most PaceHolds holds published since the last read (one
-			// per term, each term's epoch larger).
-			span.bound = max(span.bound, timing.PaceBound(prev.holds, st.holds))
+		case st.Epoch >= prev.epoch && st.Epoch-prev.epoch < maxHolds:
+			// At most one hold published per term since the last read
+			// (each term's epoch larger, the last read's term's own
+			// included): the lists in between are suffixes of this one.
+			b, ok := timing.PaceSince(st.holds, int(st.Epoch-prev.epoch)+1, maxHolds)
+			if !ok {
+				b = unknownPace
+			}
+			span.bound = max(span.bound, b, timing.Pace(prev.holds))
 		default:
 			span.bound = unknownPace
 		}
@@ -591,10 +596,14 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	}
 	var recent [4]time.Time // when the last four rounds began
 	for round := 0; ; round++ {
-		// A guard against spinning: four rounds within one head poll (the
+		// A guard against spinning: four rounds within 4 × LookFloor (the
 		// paths below wait on their own; this only catches a round that
-		// returns at once again and again) wait a head poll.
-		if round >= len(recent) && time.Since(recent[round%len(recent)]) < f.cfg.headPoll && !sleepCtx(ctx, f.cfg.headPoll) {
+		// returns at once again and again) wait a LookFloor. No longer: a
+		// waiter behind the first sleeps from LookFloor per position
+		// (timing.BackWait), and a sleep its watcher does not count would
+		// have it passed over (a head poll here did, in the dead-waiter
+		// bench: 6 live waiters passed over in a row).
+		if round >= len(recent) && time.Since(recent[round%len(recent)]) < 4*timing.LookFloor && !sleepCtx(ctx, timing.LookFloor) {
 			return nil, context.Cause(ctx)
 		}
 		recent[round%len(recent)] = time.Now()
@@ -1029,7 +1038,14 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 				due = d
 			}
 		}
-		pl.watch = watchState{key: key, promise: due.Add(max(minHandOffMargin, 4*got.Sub(sent)))}
+		// A margin for round trips, per waiter ahead: each waiter between
+		// watches the first with a margin of its own, and takes the
+		// hand-off over only once that has run out too (with one margin
+		// for all, the dead-waiter bench had a waiter 6th in line take
+		// over a hand-off that the live one right behind the first was
+		// about to take, five live waiters passed over).
+		margin := max(minHandOffMargin, 4*got.Sub(sent))
+		pl.watch = watchState{key: key, promise: due.Add(time.Duration(len(ahead)) * margin)}
 		if !pl.clean.IsZero() {
 			pl.watch.renewAt = pl.clean.Add(f.cfg.lease.duration/3 - f.cfg.lease.attemptTimeout)
 		}

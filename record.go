@@ -38,7 +38,7 @@ const (
 	metaNextID = "azleasenextid"
 	metaRole   = "azleaserole"
 	// metaHolds is a fair lock's published pace (issue 35, design section
-	// 4): the last holds, newest first, each measured by its holder on its
+	// 4): the last 32 holds, newest first, each measured by its holder on its
 	// own clock from its term's start to its Unlock, in microseconds,
 	// comma-separated; written with the hand-off marker (no extra request)
 	// and carried through every record write.
@@ -145,8 +145,11 @@ type record struct {
 	cur termFacts
 }
 
-// maxHolds is how many holds the lock record keeps (metaHolds).
-const maxHolds = 8
+// maxHolds is how many holds the lock record keeps (metaHolds): the pace
+// is the median of the newest timing.PaceHolds, and the older ones let a
+// watcher that read the record up to maxHolds − PaceHolds hand-offs ago
+// know every pace published since (timing.PaceSince).
+const maxHolds = 32
 
 // maxHold is the longest hold the record keeps as it is (longer ones are
 // written as this): about 11.6 days, far beyond any pace that matters.
@@ -157,7 +160,7 @@ const maxHold = 1_000_000 * time.Second
 // maxHold) reads as none (the pace is then zero until maxHolds holds are
 // published again: waiters look more often, never less).
 func parseHolds(v string) []time.Duration {
-	if v == "" || len(v) > maxHolds*12 {
+	if v == "" || len(v) > maxHolds*14 {
 		return nil
 	}
 	parts := strings.Split(v, ",")

@@ -163,19 +163,25 @@ func Pace(holds []time.Duration) time.Duration {
 	return rank(holds[:PaceHolds], PaceHolds/2-1)
 }
 
-// PaceBound bounds the pace published at any moment between two reads of a
-// lock record whose hold lists were prev and cur, when at most PaceHolds
-// holds were published in between (the caller checks with the epochs):
-// every list in between is made of values of the two, so its median is no
-// larger than the value of the same rank among all of theirs. Zero when
-// neither list is full (lists only grow until full: none was full before
-// either).
-func PaceBound(prev, cur []time.Duration) time.Duration {
-	if len(prev) < PaceHolds && len(cur) < PaceHolds {
-		return 0
+// PaceSince is the largest pace (Pace) published from a read of a lock
+// record's hold list (newest first) to a later read that showed cur, when
+// at most n holds were published in between (the caller bounds n with the
+// epochs: one per term): the list after each of them is a suffix of cur's,
+// so each of those paces is known when cur is long enough; ok is false when
+// it is not (the record keeps fewer holds than n + PaceHolds − 1). A list
+// shorter than that because the lock is young had fewer than PaceHolds
+// holds then: pace zero.
+func PaceSince(cur []time.Duration, n, kept int) (pace time.Duration, ok bool) {
+	for i := 0; i <= n && i < len(cur); i++ {
+		if i+PaceHolds > len(cur) {
+			if len(cur) >= kept {
+				return 0, false // cut off by the record, not by the lock's youth
+			}
+			break
+		}
+		pace = max(pace, Pace(cur[i:]))
 	}
-	all := append(slices.Clone(prev), cur...)
-	return rank(all, PaceHolds/2-1)
+	return pace, true
 }
 
 // rank is the k-th largest of ds (0: the largest).

@@ -101,26 +101,34 @@ func TestSuccessorDueHolds(t *testing.T) {
 	}
 }
 
-// TestPaceBoundHolds: the pace published at any moment between two reads of
-// the hold list (at most PaceHolds holds published in between) is no larger
-// than PaceBound of the two lists: random hold sequences, random reads.
-func TestPaceBoundHolds(t *testing.T) {
+// TestPaceSinceHolds: every pace published between two reads of the hold
+// list is no larger than PaceSince of the later list, given how many holds
+// were published in between (or PaceSince says it cannot tell): random
+// hold sequences, random reads.
+func TestPaceSinceHolds(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 4))
+	const kept = 32
 	for trial := range 3000 {
 		var holds []time.Duration // newest first, as the record keeps them
 		lists := [][]time.Duration{nil}
-		for range 40 {
+		for range 80 {
 			h := time.Duration(r.ExpFloat64() * float64([]time.Duration{time.Millisecond, 100 * time.Millisecond, 10 * time.Second}[r.IntN(3)]))
 			holds = append([]time.Duration{h}, holds...)
-			if len(holds) > PaceHolds {
-				holds = holds[:PaceHolds]
+			if len(holds) > kept {
+				holds = holds[:kept]
 			}
 			lists = append(lists, holds)
 		}
 		for range 20 {
 			a := r.IntN(len(lists))
-			b := min(a+r.IntN(PaceHolds+1), len(lists)-1)
-			bound := PaceBound(lists[a], lists[b])
+			b := min(a+r.IntN(40), len(lists)-1)
+			bound, ok := PaceSince(lists[b], b-a, kept)
+			if b-a+PaceHolds <= kept {
+				require.True(t, ok, "trial %d: %d published, %d kept", trial, b-a, kept)
+			}
+			if !ok {
+				continue
+			}
 			for k := a; k <= b; k++ {
 				require.LessOrEqual(t, Pace(lists[k]), bound, "trial %d: lists %d..%d, at %d", trial, a, b, k)
 			}
