@@ -199,18 +199,18 @@ func PaceCap(poll time.Duration) time.Duration { return 2 * poll }
 // BackWait is how long a fair lock's waiter at position p ≥ 2 sleeps between
 // two looks: toward its turn at the published pace (PaceShare of the time
 // the queue needs at pace to bring it right behind the first, at most
-// PaceCap), LookFloor per position at least, BackRamp as the queue begins
+// PaceCap), BackFloor per position at least, BackRamp as the queue begins
 // to stand still (age, as it saw it), and, once the queue has stood still
 // for QueueQuiet(poll), no less than QueueWait with LookFloor as its head
 // (the further back, the sooner it slows down); at most BackCap(p, poll).
 // It does not decrease as age or pace grow (the watcher's promise relies on
 // both).
 func BackWait(p int, age, pace, poll time.Duration) time.Duration {
-	hi := max(BackCap(p, poll), LookFloor)
-	if time.Duration(p) > hi/LookFloor {
+	hi := max(BackCap(p, poll), BackFloor)
+	if time.Duration(p) > hi/BackFloor {
 		return hi
 	}
-	d := max(BackRamp(age), time.Duration(p)*LookFloor)
+	d := max(BackRamp(age), time.Duration(p)*BackFloor)
 	if p >= 2 && pace > 0 {
 		d = max(d, time.Duration(min(float64(p-1)*float64(pace)*PaceShare, float64(PaceCap(poll)))))
 	}
@@ -219,3 +219,10 @@ func BackWait(p int, age, pace, poll time.Duration) time.Duration {
 	}
 	return min(d, hi)
 }
+
+// BackFloor is the least a waiter behind the first sleeps per position
+// (BackWait): about the shortest a hand-off takes (two requests of the
+// holder's, a look and two of the taker's, a few milliseconds on loopback),
+// so that a waiter far back in a hot queue lists a few times on its way to
+// the front, not at every move.
+const BackFloor = 10 * time.Millisecond
