@@ -77,3 +77,12 @@ func StopTimers(lk *Lock) {
 		k.phase = phaseIdle
 	}
 }
+
+// KeepAlives is how many hand-offs m's Unlocks left keeping a lease alive
+// (fairlock_background.go); 0 for an unordered Mutex.
+func KeepAlives(m *Mutex) int {
+	if m.fair == nil {
+		return 0
+	}
+	return m.fair.bg.running()
+}

@@ -56,6 +56,9 @@ type fairLock struct {
 	// or not.
 	localMu sync.Mutex
 	local   map[string]chan struct{}
+	// bg are the hand-offs its Unlocks left keeping a lease alive
+	// (fairlock_background.go); Close waits for them.
+	bg background
 }
 
 // waitLocal registers a waiter of this process under its ticket key; the
@@ -638,7 +641,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			// mark clears the missed one) to take its place again.
 			if err := f.q.clearMissed(ctx, w); err == nil {
 				fairHook("back", f.name, w.Ticket)
-				marked = false
+				// Its age counts from its return (a holder bounds its
+				// sleeps from its entry's rewrite: unlockFair).
+				marked, pl.moved = false, time.Now()
 				continue
 			}
 		}
@@ -1354,55 +1359,103 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	// lease goes to the first in line as the queue is then. Bounded.
 	tried := map[uint64]bool{}
 	left := len(pending) + 4
-	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, func() (successor, bool) {
-		if len(tried) > 0 {
-			if v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
-				pending = candidates(v, false)
-			}
-		}
-		i := slices.IndexFunc(pending, func(w waiter) bool { return !tried[w.Ticket] })
-		if i < 0 || left == 0 {
-			return successor{}, false
-		}
-		left--
-		w := pending[i]
-		tried[w.Ticket] = true
-		s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }, publish: true, hold: held}
-		head, poll := w.paces(f.cfg)
-		if w.Head && timing.HeadLook(time.Duration(1<<62), head, poll)+minHandOffMargin < f.cfg.lease.duration/3 {
-			// It polls as the first: it looks within its promise, which
-			// the hand-off's lease outlasts; if it does not, the waiter
-			// behind it takes the hand-off over.
-			s.noWait = true
-			return s, true
-		}
-		// It may be asleep for longer than the lease lasts, and nobody
-		// behind it may be awake: the holder keeps the lease alive until
-		// it (or a watcher) takes it, for as long as a waiter may sleep,
-		// and passes nobody over; its looks list the queue with the lock,
-		// and move on when the successor has left it.
-		s.keepAlive, s.wait = true, 2*timing.MaxQueueLook(poll)
-		if slot >= 0 {
-			s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
-				v, err := f.q.list(ctx, limit)
-				if err != nil {
-					return Status{}, false, err
+	// The hand-off runs on a goroutine this Mutex or Semaphore owns
+	// (f.bg): Unlock returns when it ends, or when it goes on keeping the
+	// lease alive for a successor that may sleep past the lease (detach).
+	detached := make(chan struct{})
+	var detachOnce sync.Once
+	detach := func() { detachOnce.Do(func() { close(detached) }) }
+	type result struct {
+		out handOnOutcome
+		err error
+	}
+	done := make(chan result, 1)
+	cancel := f.bg.start(ctx, func(ctx context.Context) {
+		out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, func() (successor, bool) {
+			if len(tried) > 0 {
+				if nv, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
+					v, pending = nv, candidates(nv, false)
 				}
-				here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
-				return v.locks[slot], !here, nil
 			}
+			i := slices.IndexFunc(pending, func(w waiter) bool { return !tried[w.Ticket] })
+			if i < 0 || left == 0 {
+				return successor{}, false
+			}
+			left--
+			w := pending[i]
+			tried[w.Ticket] = true
+			s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }, publish: true, hold: held, detach: detach}
+			// Someone in the queue looks at the lock, and takes the lease
+			// over or renews it, by the longest either the successor or the
+			// waiter behind it may still sleep (timing.SleepBound, from when
+			// its entry was written, as this listing shows it): the hand-off
+			// ends once the marker is written when the lease outlasts that.
+			behind := pending[i+1:]
+			s.due = func(marker time.Time) time.Time {
+				by := f.sleepsUntil(w, v, marker)
+				if len(behind) > 0 {
+					if b := f.sleepsUntil(behind[0], v, marker); !b.IsZero() && (by.IsZero() || b.Before(by)) {
+						by = b
+					}
+				}
+				return by
+			}
+			// Otherwise the hand-off keeps the lease alive (off Unlock's path:
+			// detach) until it (or a watcher) takes it, or the lease lasts
+			// until the queue surely looks, for at most as long as a waiter
+			// may sleep, and passes nobody over; its looks list the queue
+			// with the lock, and move on when the successor has left it.
+			_, poll := w.paces(f.cfg)
+			s.wait = 2 * timing.MaxQueueLook(poll)
+			if slot >= 0 {
+				s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
+					v, err := f.q.list(ctx, limit)
+					if err != nil {
+						return Status{}, false, err
+					}
+					here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
+					return v.locks[slot], !here, nil
+				}
+			}
+			return s, true
+		})
+		select {
+		case <-detached:
+			// Unlock has returned: this goroutine tells the end.
+			lk.logHandOff(out, err)
+		default:
 		}
-		return s, true
+		done <- result{out, err}
 	})
+	// Until the hand-off detaches, it ends with ctx (Unlock's).
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-detached:
+		lk.lease.cfg.log.Info("azlease: unlocked; handed to the first waiter in line, whose lease is kept alive until it looks", slog.Uint64("epoch", lk.Epoch()))
+		return true, nil
+	}
 	switch {
-	case errors.Is(err, ErrNotHeld):
+	case errors.Is(r.err, ErrNotHeld):
 		// Its validity passed before the hand-off began (nothing was
 		// sent): release what may still be held, as an unordered lock.
 		return false, nil
-	case err != nil:
-		return true, err
+	case r.err != nil:
+		return true, r.err
 	}
+	lk.logHandOff(r.out, nil)
+	return true, nil
+}
+
+// logHandOff tells how a fair lock's hand-off ended.
+func (lk *Lock) logHandOff(out handOnOutcome, err error) {
 	log, epoch := lk.lease.cfg.log, slog.Uint64("epoch", lk.Epoch())
+	if err != nil {
+		log.Info("azlease: a hand-off kept alive after Unlock ended early; the lease expires under its hand-off ID unless the successor takes it", epoch, slog.Any("error", err))
+		return
+	}
 	switch {
 	case out.handed != "":
 		log.Info("azlease: unlocked; handed to the first waiter in line", epoch)
@@ -1413,7 +1466,23 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	default:
 		log.Info("azlease: unlocked; released", epoch)
 	}
-	return true, nil
+}
+
+// sleepsUntil is the latest w (as listing v shows it) may look at the lock
+// after a marker written at marker, had it followed its schedule: marker
+// plus the longest it may still sleep then (timing.SleepBound), its age
+// counted from when its entry was written (its join, its head mark, or its
+// return after it was missed: the waiter counts its age from then at the
+// latest), as the entry's Last-Modified against the listing's Date tell
+// (storage's clock, whole seconds: a second earlier). Zero when the
+// listing does not tell.
+func (f *fairLock) sleepsUntil(w waiter, v queueView, marker time.Time) time.Time {
+	if v.date.IsZero() || w.modified.IsZero() || v.sent.IsZero() {
+		return time.Time{}
+	}
+	since := v.sent.Add(-v.date.Sub(w.modified) - time.Second)
+	head, poll := w.paces(f.cfg)
+	return marker.Add(timing.SleepBound(max(marker.Sub(since), 0), head, poll, w.Head))
 }
 
 // takeFrom takes over slot i, handed to another waiter s (a successor that

@@ -42,18 +42,23 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newEmu(t)
 				ctx := context.Background()
-				holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+				hm := newMutex(t, e, "holder", "m", nil)
+				holder, err := hm.Lock(ctx)
 				require.NoError(t, err)
 				var (
-					omu   sync.Mutex
-					order []int
-					wg    sync.WaitGroup
+					omu     sync.Mutex
+					order   []int
+					unlocks []time.Duration // how long each Unlock took
+					wg      sync.WaitGroup
 				)
+				ms := []*azlease.Mutex{hm}
 				for i := range 10 {
+					m := newMutex(t, e, fmt.Sprintf("w%d", i), "m", nil)
+					ms = append(ms, m)
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						lk, err := newMutex(t, e, fmt.Sprintf("w%d", i), "m", nil).Lock(ctx)
+						lk, err := m.Lock(ctx)
 						if !assert.NoError(t, err) {
 							return
 						}
@@ -61,15 +66,30 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 						order = append(order, i)
 						omu.Unlock()
 						time.Sleep(10 * time.Millisecond)
+						start := time.Now()
 						assert.NoError(t, lk.Unlock(ctx))
+						omu.Lock()
+						unlocks = append(unlocks, time.Since(start))
+						omu.Unlock()
 					}()
 					time.Sleep(100 * time.Millisecond)
 				}
 				time.Sleep(still)
 				start := time.Now()
 				require.NoError(t, holder.Unlock(ctx))
+				omu.Lock()
+				unlocks = append(unlocks, time.Since(start))
+				omu.Unlock()
 				wg.Wait()
-				t.Logf("after a stand-still of %v: ten served in %v", still, time.Since(start))
+				t.Logf("after a stand-still of %v: ten served in %v; Unlocks took %v", still, time.Since(start), unlocks)
+				// Unlock waits for nobody: the successors asleep far back
+				// are waited for by their Mutex's goroutine (Close).
+				for _, d := range unlocks {
+					assert.Less(t, d, 100*time.Millisecond, "an Unlock waited")
+				}
+				for _, m := range ms {
+					require.NoError(t, m.Close(ctx))
+				}
 				assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, order, "in order")
 				grants := e.Grants(testContainer, "m")
 				for i := 1; i < len(grants); i++ {
@@ -79,6 +99,85 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			assert.Zero(t, missed, "no live waiter passed over")
+		})
+	}
+}
+
+// TestFairUnlockWaitsForNobody: Unlock returns once the Change and the
+// marker are written. When a waiter of the queue surely looks while the
+// lease lasts (here: the first in line, which polls as the first, and
+// waiters that joined a moment ago), nothing is left running after it.
+// When nobody does (the first in line left after a 3-minute stand-still,
+// and the next ones may sleep minutes far back), the Mutex's goroutine
+// keeps the lease alive until the queue takes it: Unlock still returns at
+// once, the lease is never free between holders, and Close waits for it.
+func TestFairUnlockWaitsForNobody(t *testing.T) {
+	for _, still := range []time.Duration{time.Second, 3 * time.Minute} {
+		t.Run(still.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				hm := newMutex(t, e, "holder", "m", nil)
+				holder, err := hm.Lock(ctx)
+				require.NoError(t, err)
+				var wg sync.WaitGroup
+				served := make(chan string, 3)
+				fctx, leave := context.WithCancel(ctx)
+				for i, c := range []context.Context{fctx, ctx, ctx} {
+					m := newMutex(t, e, fmt.Sprintf("w%d", i), "m", nil)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						lk, err := m.Lock(c)
+						if c == fctx && still > time.Minute {
+							assert.Error(t, err, "the first left")
+							return
+						}
+						if !assert.NoError(t, err) {
+							return
+						}
+						served <- fmt.Sprintf("w%d", i)
+						assert.NoError(t, lk.Unlock(ctx))
+						assert.NoError(t, m.Close(ctx))
+					}()
+					time.Sleep(100 * time.Millisecond)
+				}
+				time.Sleep(still)
+				keepAlive := still > time.Minute
+				if keepAlive {
+					// The first in line leaves: the next one, asleep
+					// since long ago, becomes first without knowing it.
+					leave()
+					synctest.Wait()
+				}
+				start := time.Now()
+				require.NoError(t, holder.Unlock(ctx))
+				assert.Zero(t, time.Since(start), "Unlock waited")
+				synctest.Wait()
+				if keepAlive {
+					assert.Equal(t, 1, azlease.KeepAlives(hm), "the Mutex keeps the lease alive for the sleeping successor")
+				} else {
+					assert.Zero(t, azlease.KeepAlives(hm), "a successor due within the lease: nothing left running")
+				}
+				require.NoError(t, hm.Close(ctx))
+				assert.Zero(t, azlease.KeepAlives(hm))
+				wg.Wait()
+				close(served)
+				var order []string
+				for s := range served {
+					order = append(order, s)
+				}
+				if keepAlive {
+					assert.Equal(t, []string{"w1", "w2"}, order)
+				} else {
+					assert.Equal(t, []string{"w0", "w1", "w2"}, order)
+				}
+				leave()
+				grants := e.Grants(testContainer, "m")
+				for i := 1; i < len(grants); i++ {
+					assert.False(t, grants[i].Start.After(grants[i-1].End), "the lease free between %v and %v", grants[i-1], grants[i])
+				}
+			})
 		})
 	}
 }

@@ -93,17 +93,29 @@ type successor struct {
 	// ID and the marker names it: a fair lock's waiter in this process is
 	// woken to take it at once, without waiting for its next look.
 	handed func()
-	// noWait ends the hand-off once the lease is under its hand-off ID and
-	// the marker names it (a fair lock's: issue 35's watcher rule, in which
-	// the waiter behind a successor that does not come passes it over, not
-	// the holder). The lease is renewed first unless it has
-	// handOffLeaseLeft left, so that the watcher finds it alive.
-	noWait bool
+	// due, when not nil, is a fair lock's (issue 35's watcher rule, in
+	// which the waiter behind a successor that does not come passes it
+	// over, not the holder): the instant by which a waiter of the queue
+	// (the successor, or the one behind it) surely looks at the lock after
+	// a marker written at its argument, and so takes the lease or renews
+	// it (zero: unknown). When the lease outlasts it, with a margin and an
+	// attempt, the hand-off ends once the lease is under its hand-off ID
+	// and the marker names the successor: the holder waits for nobody. The
+	// lease is renewed first when that makes it so (and when it has less
+	// than handOffLeaseLeft left, so that the watcher finds it alive).
+	// Otherwise the holder keeps the lease alive (see keepAlive).
+	due func(marker time.Time) time.Time
+	// detach, when not nil, is called when a due hand-off goes on into its
+	// keep-alive wait: the caller (a fair lock's Unlock, which runs the
+	// hand-off on a goroutine its Mutex or Semaphore owns) returns then.
+	detach func()
 	// keepAlive marks a fair lock's successor that may be asleep for
-	// longer than the lease lasts (it has not said it polls as the first):
-	// the holder waits for its term (or a watcher's take-over) up to wait,
+	// longer than the lease lasts (its due is later than the lease): the
+	// holder waits for its term (or a watcher's take-over) up to wait,
 	// renewing the lease under the hand-off's ID, and looks often at first
-	// (from 10 ms): it never passes it over (passed is nil).
+	// (from 10 ms): it never passes it over (passed is nil). It stops as
+	// soon as a renewal makes the lease outlast due: the queue takes it
+	// from there.
 	keepAlive bool
 	// publish adds hold to the lock record's published holds (metaHolds)
 	// with the marker: a fair lock's (issue 35's pace), once per hand-off.
@@ -111,7 +123,7 @@ type successor struct {
 	hold    time.Duration
 }
 
-// handOffLeaseLeft is the least time a noWait hand-off leaves on the lease
+// handOffLeaseLeft is the least time a due hand-off leaves on the lease
 // as it begins (the holder renews first otherwise): its two requests'
 // attempts and a third of the lease (5 s with the defaults), which the
 // watcher behind the successor counts on from the last look at which it saw
@@ -126,7 +138,7 @@ type handOnOutcome struct {
 	// taker is the key of the successor that took the lease (its term's
 	// epoch shows in the lock blob), or "".
 	taker string
-	// handed is the key of the successor a noWait hand-off named (the
+	// handed is the key of the successor a due hand-off named (the
 	// lease under its hand-off ID, the marker written), or "".
 	handed string
 	// released is true when nobody took it and it was released (or it was
@@ -246,8 +258,16 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		// 0. The lease, alive through this successor's turn: the marker,
 		// the change and the wait, with an attempt's time to spare.
 		need := s.wait + awaitLook + l.cfg.attemptTimeout
-		if s.noWait {
+		if s.due != nil {
+			// Enough for the queue to act on the marker, when a renewal
+			// can give that (the Change and the marker a few round trips
+			// away); and never less than what the watcher counts on.
 			need = handOffLeaseLeft(l.cfg)
+			if by := s.due(time.Now().Add(awaitLook)); !by.IsZero() {
+				if d := time.Until(by) + minHandOffMargin + awaitLook + l.cfg.attemptTimeout; d > need && d <= l.cfg.duration-l.cfg.margin-awaitLook {
+					need = d
+				}
+			}
 		}
 		if time.Until(leaseUntil) < need {
 			renewing = true
@@ -306,7 +326,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		if s.publish && !published {
 			m.rec.holds, published = pushHold(m.rec.holds, s.hold), true
 		}
-		if s.noWait {
+		if s.due != nil {
 			// A fair lock's: a waiter that finds the successor gone from
 			// the queue takes the hand-off over with it (fairlock.go).
 			m.rec.successorID = s.id
@@ -335,13 +355,33 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		if s.handed != nil {
 			s.handed()
 		}
-		if s.noWait {
-			out.handed = s.key
-			return out, nil
-		}
 		// 3. Its term, within its wait and a margin for requests in flight:
 		// four round trips as the two requests above measured them.
 		margin := max(minHandOffMargin, 2*rtt)
+		keep := s.keepAlive
+		// queueActs reports whether the lease, as this hand-off last made
+		// sure of it, outlasts the instant by which the queue acts on the
+		// marker (s.due), with the margin and an attempt for that act.
+		var by time.Time
+		if s.due != nil {
+			by = s.due(time.Now())
+		}
+		queueActs := func() bool {
+			return !by.IsZero() && !leaseUntil.Before(by.Add(margin+l.cfg.attemptTimeout))
+		}
+		if s.due != nil {
+			if queueActs() {
+				out.handed = s.key
+				return out, nil
+			}
+			// Nobody in the queue surely looks within the lease (a
+			// successor asleep far back after a long stand-still): keep
+			// it alive, off the caller's path.
+			keep = true
+			if s.detach != nil {
+				s.detach()
+			}
+		}
 		waitEnd := time.Now().Add(s.wait + margin)
 		var (
 			took, gone, left bool
@@ -352,13 +392,13 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			// before it would expire: the lock is never free while it
 			// waits (a renewal refused for the ID: taken, or gone).
 			until := waitEnd
-			if s.keepAlive {
+			if keep {
 				if renewBy := leaseUntil.Add(-awaitLook - l.cfg.attemptTimeout); renewBy.Before(until) {
 					until = renewBy
 				}
 			}
-			took, gone, left, err = l.awaitTaker(ctx, epoch, s.holder, until, s.look, s.keepAlive)
-			if err != nil || took || gone || left || !s.keepAlive || !time.Now().Before(waitEnd) {
+			took, gone, left, err = l.awaitTaker(ctx, epoch, s.holder, until, s.look, keep)
+			if err != nil || took || gone || left || !keep || !time.Now().Before(waitEnd) {
 				break
 			}
 			renewing = true
@@ -366,6 +406,13 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			switch {
 			case rerr == nil:
 				leaseUntil, renewing = timing.ValidUntil(send, l.cfg.duration, l.cfg.margin), false
+				if queueActs() {
+					// The successor (or the one behind it) now surely
+					// looks while the lease lasts: the queue takes it
+					// from here.
+					out.handed = s.key
+					return out, nil
+				}
 			case errors.Is(rerr, ErrLeaseLost):
 				return lostUnder(rerr)
 			case ctx.Err() != nil:

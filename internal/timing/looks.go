@@ -199,18 +199,18 @@ func PaceCap(poll time.Duration) time.Duration { return 2 * poll }
 // BackWait is how long a fair lock's waiter at position p ≥ 2 sleeps between
 // two looks: toward its turn at the published pace (PaceShare of the time
 // the queue needs at pace to bring it right behind the first, at most
-// PaceCap), BackFloor per position at least, BackRamp as the queue begins
-// to stand still (age, as it saw it), and, once the queue has stood still
-// for QueueQuiet(poll), no less than QueueWait with LookFloor as its head
-// (the further back, the sooner it slows down); at most BackCap(p, poll).
-// It does not decrease as age or pace grow (the watcher's promise relies on
-// both).
+// PaceCap), BackFloor per position at least (what that adds capped at
+// PaceCap too), BackRamp as the queue begins to stand still (age, as it saw
+// it), and, once the queue has stood still for QueueQuiet(poll), no less
+// than QueueWait with LookFloor as its head (the further back, the sooner it
+// slows down); at most BackCap(p, poll). It does not decrease as age, pace
+// or p grow (the watcher's promise relies on it), and while the queue has
+// stood still for less than QueueQuiet it is at most max(BackRamp(age),
+// PaceCap(poll)) at any position: a holder bounds a waiter's sleep without
+// knowing how far back it was (SleepBound).
 func BackWait(p int, age, pace, poll time.Duration) time.Duration {
 	hi := max(BackCap(p, poll), BackFloor)
-	if time.Duration(p) > hi/BackFloor {
-		return hi
-	}
-	d := max(BackRamp(age), time.Duration(p)*BackFloor)
+	d := max(BackRamp(age), min(time.Duration(min(p, 1<<30))*BackFloor, PaceCap(poll)))
 	if p >= 2 && pace > 0 {
 		d = max(d, time.Duration(min(float64(p-1)*float64(pace)*PaceShare, float64(PaceCap(poll)))))
 	}

@@ -77,3 +77,31 @@ func WaiterSchedule(head, poll, pace time.Duration) Schedule {
 		}
 	}
 }
+
+// SleepBound is the longest a fair lock's waiter may still sleep before it
+// looks again, at any instant at which the queue has stood still, as it
+// sees it, for at most age (its own age is since it last saw the queue
+// move, never before it joined: a holder takes the time since its entry was
+// written): the largest WaiterSchedule gives at any position and any pace
+// for an age up to age. marked says it wrote its head mark since (it polls as
+// the first, or as the second when a waiter came back ahead of it): then
+// HeadWait's and SecondWait's longest. Unmarked, while age is under
+// QueueQuiet(poll) that is max(BackRamp(age), PaceCap(poll)) (BackWait's
+// position and pace terms are capped), past it QueueWait's caps far back.
+// The holder's hand-off returns at once when the lease outlasts this from
+// the marker (fairlock.go, unlockFair).
+func SleepBound(age, head, poll time.Duration, marked bool) time.Duration {
+	sched := WaiterSchedule(head, poll, unknownPace)
+	d := max(sched(0, age), sched(1, age))
+	if marked {
+		return d
+	}
+	return max(d, sched(maxPosition, age))
+}
+
+// unknownPace and maxPosition stand for a pace and a position SleepBound
+// does not know: larger than any BackWait distinguishes.
+const (
+	unknownPace = time.Duration(1 << 62)
+	maxPosition = 1 << 16
+)

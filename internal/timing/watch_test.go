@@ -137,3 +137,30 @@ func TestPaceSinceHolds(t *testing.T) {
 	require.Zero(t, Pace([]time.Duration{time.Second, time.Second}), "fewer than 8: zero")
 	require.Equal(t, 5*time.Millisecond, Pace([]time.Duration{time.Hour, 1, 2, 3, 5 * time.Millisecond, 6 * time.Millisecond, 7 * time.Millisecond, 8}), "one long hold does not move it")
 }
+
+// TestSleepBoundHolds: no sleep WaiterSchedule gives, at any position, any
+// pace and any age up to age, is longer than SleepBound(age) (positions 0
+// and 1 only when marked); and while the queue has stood still for less
+// than QueueQuiet it does not depend on how far back the waiter is.
+func TestSleepBoundHolds(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 6))
+	for trial := range 20000 {
+		head := []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second}[r.IntN(3)]
+		poll := max(head, []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second}[r.IntN(3)])
+		age := time.Duration(r.ExpFloat64() * float64([]time.Duration{100 * time.Millisecond, 5 * time.Second, 40 * time.Second, 10 * time.Minute}[r.IntN(4)]))
+		a := time.Duration(r.Float64() * float64(age))
+		pace := time.Duration(r.ExpFloat64() * float64([]time.Duration{0, time.Millisecond, 100 * time.Millisecond, 10 * time.Second}[r.IntN(4)]))
+		p := []int{0, 1, 2, 3 + r.IntN(50), r.IntN(100000)}[r.IntN(5)]
+		got := WaiterSchedule(head, poll, pace)(p, a)
+		require.LessOrEqual(t, got, SleepBound(age, head, poll, false), "trial %d: p %d age %v pace %v", trial, p, a, pace)
+		if p <= 1 {
+			require.LessOrEqual(t, got, SleepBound(age, head, poll, true), "trial %d: marked, p %d age %v", trial, p, a)
+		}
+	}
+	// Behind a queue that stood still for less than QueueQuiet, the bound is
+	// the stand-still ramp or PaceCap: a hot queue's waiter at any position
+	// looks within 2 × PollInterval.
+	require.Equal(t, PaceCap(time.Second), SleepBound(500*time.Millisecond, 200*time.Millisecond, time.Second, false))
+	require.Equal(t, BackRamp(20*time.Second), SleepBound(20*time.Second, 200*time.Millisecond, time.Second, false))
+	require.Equal(t, 2*time.Second, SleepBound(time.Hour, 200*time.Millisecond, time.Second, true))
+}
