@@ -78,11 +78,9 @@ func StopTimers(lk *Lock) {
 	}
 }
 
-// KeepAlives is how many hand-offs m's Unlocks left keeping a lease alive
-// (fairlock_background.go); 0 for an unordered Mutex.
-func KeepAlives(m *Mutex) int {
-	if m.fair == nil {
-		return 0
-	}
-	return m.fair.bg.running()
-}
+// DefaultHeadPollInterval and DefaultPollInterval are what zero
+// MutexOptions.HeadPollInterval and PollInterval mean.
+const (
+	DefaultHeadPollInterval = defaultHeadPoll
+	DefaultPollInterval     = time.Second
+)

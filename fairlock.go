@@ -56,9 +56,6 @@ type fairLock struct {
 	// or not.
 	localMu sync.Mutex
 	local   map[string]chan struct{}
-	// bg are the hand-offs its Unlocks left keeping a lease alive
-	// (fairlock_background.go); Close waits for them.
-	bg background
 }
 
 // waitLocal registers a waiter of this process under its ticket key; the
@@ -1359,103 +1356,72 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	// lease goes to the first in line as the queue is then. Bounded.
 	tried := map[uint64]bool{}
 	left := len(pending) + 4
-	// The hand-off runs on a goroutine this Mutex or Semaphore owns
-	// (f.bg): Unlock returns when it ends, or when it goes on keeping the
-	// lease alive for a successor that may sleep past the lease (detach).
-	detached := make(chan struct{})
-	var detachOnce sync.Once
-	detach := func() { detachOnce.Do(func() { close(detached) }) }
-	type result struct {
-		out handOnOutcome
-		err error
-	}
-	done := make(chan result, 1)
-	cancel := f.bg.start(ctx, func(ctx context.Context) {
-		out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, func() (successor, bool) {
-			if len(tried) > 0 {
-				if nv, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
-					v, pending = nv, candidates(nv, false)
-				}
+	out, err := lk.lease.handOnEach(ctx, lk.Token().LeaseID, func() (successor, bool) {
+		if len(tried) > 0 {
+			if nv, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err == nil {
+				v, pending = nv, candidates(nv, false)
 			}
-			i := slices.IndexFunc(pending, func(w waiter) bool { return !tried[w.Ticket] })
-			if i < 0 || left == 0 {
-				return successor{}, false
-			}
-			left--
-			w := pending[i]
-			tried[w.Ticket] = true
-			s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }, publish: true, hold: held, detach: detach}
-			// Someone in the queue looks at the lock, and takes the lease
-			// over or renews it, by the longest either the successor or the
-			// waiter behind it may still sleep (timing.SleepBound, from when
-			// its entry was written, as this listing shows it): the hand-off
-			// ends once the marker is written when the lease outlasts that.
-			behind := pending[i+1:]
-			s.due = func(marker time.Time) time.Time {
-				by := f.sleepsUntil(w, v, marker)
-				if len(behind) > 0 {
-					if b := f.sleepsUntil(behind[0], v, marker); !b.IsZero() && (by.IsZero() || b.Before(by)) {
-						by = b
-					}
-				}
-				return by
-			}
-			// Otherwise the hand-off keeps the lease alive (off Unlock's path:
-			// detach) until it (or a watcher) takes it, or the lease lasts
-			// until the queue surely looks, for at most as long as a waiter
-			// may sleep, and passes nobody over; its looks list the queue
-			// with the lock, and move on when the successor has left it.
-			_, poll := w.paces(f.cfg)
-			s.wait = 2 * timing.MaxQueueLook(poll)
-			if slot >= 0 {
-				s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
-					v, err := f.q.list(ctx, limit)
-					if err != nil {
-						return Status{}, false, err
-					}
-					here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
-					return v.locks[slot], !here, nil
-				}
-			}
-			return s, true
-		})
-		select {
-		case <-detached:
-			// Unlock has returned: this goroutine tells the end.
-			lk.logHandOff(out, err)
-		default:
 		}
-		done <- result{out, err}
+		i := slices.IndexFunc(pending, func(w waiter) bool { return !tried[w.Ticket] })
+		if i < 0 || left == 0 {
+			return successor{}, false
+		}
+		left--
+		w := pending[i]
+		tried[w.Ticket] = true
+		s := successor{key: w.key, id: w.id, holder: w.Holder, handed: func() { f.wake(w.key) }, publish: true, hold: held}
+		// Someone in the queue looks at the lock, and takes the lease
+		// over or renews it, by the longest either the successor or the
+		// waiter behind it may still sleep (timing.SleepBound, from when
+		// its entry was written, as this listing shows it): the hand-off
+		// ends once the marker is written when the lease outlasts that.
+		behind := pending[i+1:]
+		s.due = func(marker time.Time) time.Time {
+			by := f.sleepsUntil(w, v, marker)
+			if len(behind) > 0 {
+				if b := f.sleepsUntil(behind[0], v, marker); !b.IsZero() && (by.IsZero() || b.Before(by)) {
+					by = b
+				}
+			}
+			return by
+		}
+		// Otherwise (a successor asleep far back after a long
+		// stand-still) Unlock keeps the lease alive until it (or a
+		// watcher) takes it, or until a renewal makes the lease outlast
+		// the queue's next look, and passes nobody over; its looks list
+		// the queue with the lock, and move on when the successor has
+		// left it. Decided (issue 35): this rare wait stays in Unlock,
+		// where the caller's ctx bounds it, rather than on a goroutine
+		// that would need a Close to be waited for.
+		_, poll := w.paces(f.cfg)
+		s.wait = 2 * timing.MaxQueueLook(poll)
+		if slot >= 0 {
+			s.look = func(ctx context.Context, limit time.Time) (Status, bool, error) {
+				v, err := f.q.list(ctx, limit)
+				if err != nil {
+					return Status{}, false, err
+				}
+				here := slices.ContainsFunc(v.ws, func(x waiter) bool { return x.Ticket == w.Ticket })
+				return v.locks[slot], !here, nil
+			}
+		}
+		return s, true
 	})
-	// Until the hand-off detaches, it ends with ctx (Unlock's).
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	var r result
-	select {
-	case r = <-done:
-	case <-detached:
-		lk.lease.cfg.log.Info("azlease: unlocked; handed to the first waiter in line, whose lease is kept alive until it looks", slog.Uint64("epoch", lk.Epoch()))
-		return true, nil
-	}
 	switch {
-	case errors.Is(r.err, ErrNotHeld):
+	case errors.Is(err, ErrNotHeld):
 		// Its validity passed before the hand-off began (nothing was
 		// sent): release what may still be held, as an unordered lock.
 		return false, nil
-	case r.err != nil:
-		return true, r.err
+	case err != nil:
+		return true, err
 	}
-	lk.logHandOff(r.out, nil)
+	lk.logHandOff(out)
 	return true, nil
 }
 
 // logHandOff tells how a fair lock's hand-off ended.
-func (lk *Lock) logHandOff(out handOnOutcome, err error) {
+func (lk *Lock) logHandOff(out handOnOutcome) {
 	log, epoch := lk.lease.cfg.log, slog.Uint64("epoch", lk.Epoch())
-	if err != nil {
-		log.Info("azlease: a hand-off kept alive after Unlock ended early; the lease expires under its hand-off ID unless the successor takes it", epoch, slog.Any("error", err))
-		return
-	}
 	switch {
 	case out.handed != "":
 		log.Info("azlease: unlocked; handed to the first waiter in line", epoch)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
+	"github.com/azlease/azlease/internal/timing"
 )
 
 // TestFairNoPassOverAfterAStandStill: ten live waiters queue, 100 ms apart,
@@ -51,10 +52,8 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 					unlocks []time.Duration // how long each Unlock took
 					wg      sync.WaitGroup
 				)
-				ms := []*azlease.Mutex{hm}
 				for i := range 10 {
 					m := newMutex(t, e, fmt.Sprintf("w%d", i), "m", nil)
-					ms = append(ms, m)
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
@@ -82,13 +81,21 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 				omu.Unlock()
 				wg.Wait()
 				t.Logf("after a stand-still of %v: ten served in %v; Unlocks took %v", still, time.Since(start), unlocks)
-				// Unlock waits for nobody: the successors asleep far back
-				// are waited for by their Mutex's goroutine (Close).
+				// The holder's successor polls as the first: its Unlock
+				// waits for nobody. Later Unlocks wait only for a
+				// successor asleep far back, never longer than a waiter
+				// may sleep after this stand-still.
+				assert.Zero(t, unlocks[0], "the holder's Unlock waited")
+				waited := 0
 				for _, d := range unlocks {
-					assert.Less(t, d, 100*time.Millisecond, "an Unlock waited")
+					if d > 0 {
+						waited++
+					}
+					assert.LessOrEqual(t, d, timing.SleepBound(still+2*time.Second, azlease.DefaultHeadPollInterval, azlease.DefaultPollInterval, false), "an Unlock waited longer than a waiter sleeps")
 				}
-				for _, m := range ms {
-					require.NoError(t, m.Close(ctx))
+				t.Logf("%d of %d Unlocks waited", waited, len(unlocks))
+				if still < time.Minute {
+					assert.Zero(t, waited, "an Unlock waited after a short stand-still")
 				}
 				assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, order, "in order")
 				grants := e.Grants(testContainer, "m")
@@ -103,15 +110,14 @@ func TestFairNoPassOverAfterAStandStill(t *testing.T) {
 	}
 }
 
-// TestFairUnlockWaitsForNobody: Unlock returns once the Change and the
-// marker are written. When a waiter of the queue surely looks while the
-// lease lasts (here: the first in line, which polls as the first, and
-// waiters that joined a moment ago), nothing is left running after it.
-// When nobody does (the first in line left after a 3-minute stand-still,
-// and the next ones may sleep minutes far back), the Mutex's goroutine
-// keeps the lease alive until the queue takes it: Unlock still returns at
-// once, the lease is never free between holders, and Close waits for it.
-func TestFairUnlockWaitsForNobody(t *testing.T) {
+// TestFairUnlockWaitsOnlyForASleepingQueue: Unlock returns once the Change
+// and the marker are written when a waiter of the queue surely looks while
+// the lease lasts (here: the first in line, which polls as the first). When
+// nobody does (the first in line left after a 3-minute stand-still, and the
+// next ones may sleep minutes far back), Unlock keeps the lease alive until
+// the queue takes it, never longer than a waiter sleeps: the lease is never
+// free between holders and nobody is passed over.
+func TestFairUnlockWaitsOnlyForASleepingQueue(t *testing.T) {
 	for _, still := range []time.Duration{time.Second, 3 * time.Minute} {
 		t.Run(still.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -138,13 +144,12 @@ func TestFairUnlockWaitsForNobody(t *testing.T) {
 						}
 						served <- fmt.Sprintf("w%d", i)
 						assert.NoError(t, lk.Unlock(ctx))
-						assert.NoError(t, m.Close(ctx))
 					}()
 					time.Sleep(100 * time.Millisecond)
 				}
 				time.Sleep(still)
-				keepAlive := still > time.Minute
-				if keepAlive {
+				sleeping := still > time.Minute
+				if sleeping {
 					// The first in line leaves: the next one, asleep
 					// since long ago, becomes first without knowing it.
 					leave()
@@ -152,22 +157,21 @@ func TestFairUnlockWaitsForNobody(t *testing.T) {
 				}
 				start := time.Now()
 				require.NoError(t, holder.Unlock(ctx))
-				assert.Zero(t, time.Since(start), "Unlock waited")
-				synctest.Wait()
-				if keepAlive {
-					assert.Equal(t, 1, azlease.KeepAlives(hm), "the Mutex keeps the lease alive for the sleeping successor")
+				took := time.Since(start)
+				t.Logf("Unlock took %v", took)
+				if sleeping {
+					assert.Positive(t, took, "Unlock kept the lease alive for the sleeping successor")
+					assert.LessOrEqual(t, took, timing.SleepBound(still+time.Second, azlease.DefaultHeadPollInterval, azlease.DefaultPollInterval, false))
 				} else {
-					assert.Zero(t, azlease.KeepAlives(hm), "a successor due within the lease: nothing left running")
+					assert.Zero(t, took, "Unlock waited for a successor due within the lease")
 				}
-				require.NoError(t, hm.Close(ctx))
-				assert.Zero(t, azlease.KeepAlives(hm))
 				wg.Wait()
 				close(served)
 				var order []string
 				for s := range served {
 					order = append(order, s)
 				}
-				if keepAlive {
+				if sleeping {
 					assert.Equal(t, []string{"w1", "w2"}, order)
 				} else {
 					assert.Equal(t, []string{"w0", "w1", "w2"}, order)

@@ -270,10 +270,12 @@ func (m *Mutex) unreachable() error {
 // someone waits in the queue (a fair lock: see [Mutex]), it hands the lease
 // to the first in line instead, never free in between, and returns once the
 // lease is under that waiter's hand-off ID and the lock blob names it (two
-// requests, three when the lease needs a renewal first): it waits for
-// nobody and passes nobody over. When that waiter may sleep past the lease
-// (after a long stand-still), a goroutine of the Mutex keeps the lease alive
-// until the queue takes it ([Mutex.Close] waits for it). It returns an error
+// requests, three when the lease needs a renewal first): it passes nobody
+// over. Only when that waiter, and the one behind it, may both sleep past
+// the lease (waiters far back after the queue stood still for minutes) does
+// Unlock wait, keeping the lease alive under the hand-off until one of them
+// takes it (at most as long as a waiter may sleep); ctx bounds that wait,
+// and the lease then expires as a crashed holder's would. It returns an error
 // wrapping [ErrLeaseLost] if the lock was lost while held, or its validity
 // deadline passed before Unlock was called (even when nothing had noticed
 // yet: a process paused past it), because then the critical section may not
@@ -331,26 +333,6 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		lk.lease.cfg.log.Info("azlease: unlocked", slog.Uint64("epoch", lk.Epoch()))
 	}
 	return lk.err
-}
-
-// Close waits for the hand-offs this Mutex's Unlocks left running: an
-// Unlock returns once the lease is under the next waiter's hand-off ID, and
-// when nobody in the queue surely looks at the lock before that lease would
-// expire (a waiter asleep far back after a long stand-still), a goroutine
-// of the Mutex keeps it alive until the waiter, or the one behind it, takes
-// it, the waiter leaves the queue (the lock goes to the next), or the lease
-// lasts until the queue surely looks: at most 2 × 150 × PollInterval, with
-// a listing every 100 ms or less. Call it before the process exits, so
-// that such a lock is never free between holders. When ctx ends first,
-// Close stops them (each lease then expires under its hand-off ID, as a
-// dead holder's would; the first in line takes the free lock) and returns
-// ctx's error. The Mutex stays usable. A nil, zero or unordered Mutex
-// returns nil at once.
-func (m *Mutex) Close(ctx context.Context) error {
-	if m == nil || m.fair == nil {
-		return nil
-	}
-	return m.fair.bg.wait(ctx)
 }
 
 // stopLocked ends the lock's term and its renewals, once, and records a

@@ -303,16 +303,6 @@ func (s *Semaphore) waitErr(ctx context.Context, last error) error {
 	return fmt.Errorf("azlease: semaphore %s (%d slots): %w", s.name, len(s.slots), context.Cause(ctx))
 }
 
-// Close waits for the hand-offs this Semaphore's releases left running,
-// as [Mutex.Close] does; the Semaphore stays usable. A nil, zero or
-// unordered Semaphore returns nil at once.
-func (s *Semaphore) Close(ctx context.Context) error {
-	if s == nil || s.fair == nil {
-		return nil
-	}
-	return s.fair.bg.wait(ctx)
-}
-
 // Name returns the name of the lock blob the Lock holds: the Mutex's name,
 // or for a [Semaphore], the slot's ([SlotName]; the semaphore's own name
 // when it has one slot); "" for a zero or nil Lock.

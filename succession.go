@@ -105,10 +105,6 @@ type successor struct {
 	// than handOffLeaseLeft left, so that the watcher finds it alive).
 	// Otherwise the holder keeps the lease alive (see keepAlive).
 	due func(marker time.Time) time.Time
-	// detach, when not nil, is called when a due hand-off goes on into its
-	// keep-alive wait: the caller (a fair lock's Unlock, which runs the
-	// hand-off on a goroutine its Mutex or Semaphore owns) returns then.
-	detach func()
 	// keepAlive marks a fair lock's successor that may be asleep for
 	// longer than the lease lasts (its due is later than the lease): the
 	// holder waits for its term (or a watcher's take-over) up to wait,
@@ -378,9 +374,6 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			// successor asleep far back after a long stand-still): keep
 			// it alive, off the caller's path.
 			keep = true
-			if s.detach != nil {
-				s.detach()
-			}
 		}
 		waitEnd := time.Now().Add(s.wait + margin)
 		var (
