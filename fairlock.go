@@ -1051,6 +1051,14 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 		if !pl.clean.IsZero() {
 			pl.watch.renewAt = pl.clean.Add(f.cfg.lease.duration/3 - f.cfg.lease.attemptTimeout)
 		}
+		if at := markerRest(st, sent, f.cfg.lease); at.After(pl.watch.renewAt) {
+			// Never saw the lock without a hand-off (or saw it long
+			// before): the marker's write tells when the hand-off began.
+			// Renewing at once was refused (409) whenever the successor
+			// had already taken the lease: about one request in two per
+			// acquisition in a hot queue.
+			pl.watch.renewAt = at
+		}
 		f.cfg.lease.log.Debug("azlease: watching a hand-off to the first in line", slog.Uint64("ticket", first.Ticket), slog.Duration("promise", time.Until(pl.watch.promise)))
 	}
 	now := time.Now()
@@ -1137,6 +1145,27 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 		}
 	}
 	return due
+}
+
+// markerRest is when a watcher that looked at st (sent at sent) renews a
+// hand-off's lease: the lease had handOffLeaseLeft when the hand-off began,
+// and its two requests (the Change, then the marker that st's Last-Modified
+// dates) took at most an attempt each, so it lasts a third of its duration
+// past the marker's write, which storage's clock dates (whole seconds: up to
+// two seconds earlier) against the look's Date. The renewal is sent a
+// second (or an attempt, if shorter) before that: it keeps a lease nobody
+// holds alive, and one that lands after the lease expired renews it all the
+// same (Azure renews an expired lease nobody took since) or is refused
+// (another took it); no holder's validity rests on it. Zero when the look
+// does not tell. A marker whose answer was lost and that storage applied
+// late leaves less: the lease may then expire first, and the queue's first
+// takes the free lock, in order.
+func markerRest(st Status, sent time.Time, cfg leaseConfig) time.Time {
+	if st.modified.IsZero() || st.listed.IsZero() || sent.IsZero() {
+		return time.Time{}
+	}
+	written := sent.Add(-st.listed.Sub(st.modified) - time.Second)
+	return written.Add(cfg.duration/3 - min(cfg.attemptTimeout, time.Second))
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -537,8 +537,8 @@ type Status struct {
 	etag    azcore.ETag
 	created time.Time
 	// modified is the blob's Last-Modified, on storage's clock, as a
-	// listing gives it (zero from Inspect); listed is that listing's Date
-	// (the same clock), to tell how long ago the blob was written.
+	// listing or a read gives it; listed is that answer's Date (the same
+	// clock), to tell how long ago the blob was written.
 	modified time.Time
 	listed   time.Time
 	// nextID is the lease ID the successor Next names announced, when the
@@ -637,6 +637,9 @@ func (l *Lease) inspect(ctx context.Context, limit time.Time) (Status, error) {
 		}
 		if props.CreationTime != nil {
 			st.created = *props.CreationTime
+		}
+		if props.LastModified != nil && props.Date != nil {
+			st.modified, st.listed = *props.LastModified, *props.Date
 		}
 		l.see(r.epoch)
 		if props.LeaseState != nil {
