@@ -195,3 +195,48 @@ func TestFairTakerChangeNeverEarly(t *testing.T) {
 		require.NoError(t, lk.Unlock(ctx))
 	})
 }
+
+// TestFairFiftyWaitersBehindALongHold: fifty waiters, each on a client of
+// its own, queue behind a hold of ten minutes; over its last minute they
+// send at most 1.5 requests a second in all (issue 35, item 1), none
+// failed: the first in line looks once a second, the others sleep by the
+// queue's stand-still, further back for longer.
+func TestFairFiftyWaitersBehindALongHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		const n = 50
+		cs := make([]*counter, n)
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i := range cs {
+			cs[i] = &counter{latency: time.Millisecond}
+			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
+			require.NoError(t, err)
+			wg.Go(func() { _, _ = m.Lock(wctx) })
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(10*time.Minute - n*100*time.Millisecond - time.Minute)
+		marks := make([][2]int, n)
+		for i, c := range cs {
+			marks[i][0], marks[i][1] = c.mark()
+		}
+		time.Sleep(time.Minute)
+		var ops, failed []string
+		for i, c := range cs {
+			o, _ := c.since(marks[i][0], marks[i][1])
+			ops = append(ops, o...)
+			_, f := c.since(0, 0)
+			failed = append(failed, f...)
+		}
+		perSecond := float64(len(ops)) / 60
+		t.Logf("%d waiters behind a hold of 10 minutes, the last minute: %.2f requests/s in all (%v)", n, perSecond, tally(ops))
+		assert.Empty(t, failed, "no failed request")
+		assert.LessOrEqual(t, perSecond, 1.5, "the cost follows the hold")
+		cancel()
+		wg.Wait()
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}

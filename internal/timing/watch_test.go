@@ -162,5 +162,6 @@ func TestSleepBoundHolds(t *testing.T) {
 	// looks within 2 × PollInterval.
 	require.Equal(t, PaceCap(time.Second), SleepBound(500*time.Millisecond, 200*time.Millisecond, time.Second, false))
 	require.Equal(t, BackRamp(20*time.Second), SleepBound(20*time.Second, 200*time.Millisecond, time.Second, false))
-	require.Equal(t, 2*time.Second, SleepBound(time.Hour, 200*time.Millisecond, time.Second, true))
+	require.Equal(t, 2*time.Second, SleepBound(time.Minute, 200*time.Millisecond, time.Second, true))
+	require.Equal(t, 10*time.Second, SleepBound(time.Hour, 200*time.Millisecond, time.Second, true))
 }
