@@ -361,7 +361,7 @@ type paceWatch struct {
 	last  time.Duration    // the pace its last read showed (the largest over the slots)
 	prev  map[int]paceRead // per slot, its last read
 	first time.Time        // the send of its first read (zero: none yet)
-	pre   time.Duration    // the bound before first: zero if no list was full then, else unknownPace
+	pre   time.Duration    // the bound before first: the largest pace of a list it could see then, or unknownPace
 	spans []paceSpan       // bounds between two consecutive reads, oldest first
 }
 
@@ -405,11 +405,14 @@ func (pw *paceWatch) read(sts []Status, sent, got time.Time) {
 			if pw.first.IsZero() || sent.Before(pw.first) {
 				pw.first = sent
 			}
-			if len(st.holds) >= timing.PaceHolds {
-				// A full list: what was published before this read is
-				// not known.
-				pw.pre = unknownPace
+			// What was published before this read: every list was a
+			// suffix of this one while the record kept every hold;
+			// past that, not known.
+			b, ok := timing.PaceSince(st.holds, len(st.holds), maxHolds)
+			if !ok {
+				b = unknownPace
 			}
+			pw.pre = max(pw.pre, b)
 			span.bound = max(span.bound, timing.Pace(st.holds))
 		case st.Epoch >= prev.epoch && st.Epoch-prev.epoch < maxHolds:
 			// At most one hold published per term since the last read
@@ -1119,8 +1122,9 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 	}
 	// The pace s slept by is one the record published since it joined:
 	// after this waiter's first read, no more than its reads bound; before,
-	// no more than pl.paces.pre (zero when no hold list was full then: lists
-	// only grow until full), its sleeps then counted up to that read.
+	// no more than pl.paces.pre (the largest pace of any list before the
+	// first it read: lists only grow until full), its sleeps then counted up
+	// to that read.
 	joined := stays[0].From
 	due := timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll, pl.paces.bound(joined)))
 	if first := pl.paces.first; first.IsZero() || joined.IsZero() || joined.Before(first) {

@@ -154,30 +154,34 @@ const PaceHolds = 8
 
 // Pace is the queue's pace a fair lock's record publishes: the median (the
 // upper one) of its last PaceHolds holds, each measured by its holder on its
-// own clock from its term's start to its Unlock; zero while fewer are known.
-// One long hold does not move it.
+// own clock from its term's start to its Unlock. A young lock's, with 2 to
+// PaceHolds − 1 known, is the shortest of them (without it the waiters far
+// back of a queue that formed at once sleep by BackFloor alone, listing
+// every few tens of milliseconds until the eighth hand-off; with the median
+// of so few, a first long hold had a hot queue's waiters oversleep); zero
+// with fewer. One long hold does not move it.
 func Pace(holds []time.Duration) time.Duration {
-	if len(holds) < PaceHolds {
+	n := min(len(holds), PaceHolds)
+	switch {
+	case n < 2:
 		return 0
+	case n < PaceHolds:
+		return rank(holds[:n], n-1) // the shortest: one long hold does not set it
 	}
-	return rank(holds[:PaceHolds], PaceHolds/2-1)
+	return rank(holds[:n], n/2-1)
 }
 
 // PaceSince is the largest pace (Pace) published from a read of a lock
 // record's hold list (newest first) to a later read that showed cur, when
 // at most n holds were published in between (the caller bounds n with the
 // epochs: one per term): the list after each of them is a suffix of cur's,
-// so each of those paces is known when cur is long enough; ok is false when
-// it is not (the record keeps fewer holds than n + PaceHolds − 1). A list
-// shorter than that because the lock is young had fewer than PaceHolds
-// holds then: pace zero.
+// whole while the record has kept every hold (fewer than kept), so each of
+// those paces is known; ok is false when one is not (the record keeps
+// fewer holds than n + PaceHolds − 1).
 func PaceSince(cur []time.Duration, n, kept int) (pace time.Duration, ok bool) {
 	for i := 0; i <= n && i < len(cur); i++ {
-		if i+PaceHolds > len(cur) {
-			if len(cur) >= kept {
-				return 0, false // cut off by the record, not by the lock's youth
-			}
-			break
+		if i+PaceHolds > len(cur) && len(cur) >= kept {
+			return 0, false // cut off by the record, not by the lock's youth
 		}
 		pace = max(pace, Pace(cur[i:]))
 	}

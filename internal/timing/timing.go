@@ -161,12 +161,6 @@ func QueueWait(p int, age, head, poll time.Duration) time.Duration {
 		lo = head
 	}
 	hi := max(QueueCap(p, poll), lo)
-	if p == 1 {
-		// Right behind the first, behind a stand-still of minutes: every
-		// SecondShare of it, up to BackCap (a first that died costs at
-		// most that more at the hand-off, as the watcher finds it).
-		hi = max(hi, min(age/SecondShare, BackCap(1, poll)))
-	}
 	k := time.Duration(1) // the ramp's factor × 2
 	if age > QueueQuiet(poll) {
 		k = time.Duration(max(p-1, 1))
@@ -222,13 +216,6 @@ func SecondCover(head time.Duration) time.Duration { return 10 * head }
 // than that followed by short ones seldom reach a waiter before it looks.
 func QueueQuiet(poll time.Duration) time.Duration { return 30 * poll }
 
-// SecondShare is the share of the queue's stand-still the waiter right
-// behind the first sleeps once that is past 50 × QueueCap(1, poll)
-// (QueueWait): 1/50, 2 %, up to BackCap(1, poll). Behind a hold of ten
-// minutes it looks every 10 s, not every 2 s: fifty waiters then cost 1.3
-// requests a second in all, not 1.6 (issue 35: at most 1.5).
-const SecondShare = 50
-
 // QueueCap is the longest a waiter at position p behind the first waits
 // between two looks: 2×poll right behind it, 15×p×poll further back, and
 // never more than MaxQueueLook(poll).
@@ -261,11 +248,11 @@ func HandOffWait(held, wasHead, head, poll time.Duration) time.Duration {
 // poll: poll and one of its head polls (head), and margin for requests in
 // flight. One that has not may not know yet that it is first: it learns it
 // at its next look as the waiter right behind the first, within
-// BackCap(1, poll) (10 × poll, behind a stand-still of minutes: QueueWait),
-// and looks at the lock at once: two head polls, margin, and that.
+// QueueCap(1, poll) (2 × poll), and looks at the lock at once: two head
+// polls, margin, and that.
 func PassOverFree(head, poll, margin time.Duration, marked bool) time.Duration {
 	if marked {
 		return head + max(head, poll) + margin
 	}
-	return 2*head + margin + BackCap(1, poll)
+	return 2*head + margin + QueueCap(1, poll)
 }

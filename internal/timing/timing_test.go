@@ -148,9 +148,7 @@ func TestQueueWait(t *testing.T) {
 		{1, 300 * time.Millisecond, head},
 		{1, time.Second, 500 * time.Millisecond},
 		{1, 3 * time.Second, 1500 * time.Millisecond},
-		{1, time.Minute, 2 * time.Second},
-		{1, 5 * time.Minute, 6 * time.Second}, // 2 % of a stand-still of minutes
-		{1, time.Hour, 10 * time.Second},      // up to BackCap(1)
+		{1, time.Hour, 2 * time.Second},
 		{2, 0, 2 * head},
 		{2, 10 * time.Second, 5 * time.Second},
 		{2, 40 * time.Second, 20 * time.Second},
