@@ -57,8 +57,11 @@ type deadQueueRun struct {
 // served yet (the next holder is further back than it; once per victim) or
 // went to a victim;
 // it returns the median ordinary gap and each other hand-off's gap beyond
-// it.
-func attributeVictims(acqs []queueAcq, isVictim func(int) bool) (ordinary time.Duration, costs []time.Duration) {
+// it. A hand-off to a victim counts from when it could reach storage again
+// (back, when later than the Unlock call: a waiter cut off until after the
+// queue drained is served when it is back, and its own cut is not the
+// others' cost).
+func attributeVictims(acqs []queueAcq, isVictim func(int) bool, back map[int]time.Time) (ordinary time.Duration, costs []time.Duration) {
 	served, skipped := map[int]bool{}, map[int]bool{} // skipped: passed over once already
 	var plain, special []time.Duration
 	for k := 0; k+1 < len(acqs); k++ {
@@ -73,6 +76,9 @@ func attributeVictims(acqs []queueAcq, isVictim func(int) bool) (ordinary time.D
 			if isVictim(v) && !served[v] && !skipped[v] {
 				passed, skipped[v] = true, true
 			}
+		}
+		if b, ok := back[to]; ok && isVictim(to) && b.After(acqs[k].called) {
+			gap = acqs[k+1].got.Sub(b)
 		}
 		if passed || isVictim(to) {
 			special = append(special, gap)
@@ -150,11 +156,13 @@ func runDeadQueue(ctx context.Context, be backend, name, variant string, p param
 	}
 	// Every waiter has asked, and has had a second to join.
 	_ = sleepCtx(ctx, time.Until(start.Add(time.Duration(w)*p.deadSpacing+time.Second)))
+	back := map[int]time.Time{}
 	if variant == queueDead {
 		for _, i := range dead {
 			ws[i].crash()
 		}
 		ws[cut].cut(p.deadCut)
+		back[cut] = time.Now().Add(p.deadCut)
 		tracef("victims: %v killed, %d cut off", dead, cut)
 	}
 	_ = sleepCtx(ctx, p.deadSpacing)
@@ -173,7 +181,7 @@ func runDeadQueue(ctx context.Context, be backend, name, variant string, p param
 	for k := 0; k+1 < len(acqs); k++ {
 		run.gaps = append(run.gaps, acqs[k+1].got.Sub(acqs[k].called))
 	}
-	run.ordinary, run.costs = attributeVictims(acqs, isVictim)
+	run.ordinary, run.costs = attributeVictims(acqs, isVictim, back)
 	if variant == queueDead {
 		var sum time.Duration
 		for _, c := range run.costs {

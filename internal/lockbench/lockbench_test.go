@@ -256,9 +256,14 @@ func TestAttributeVictims(t *testing.T) {
 		{who: 2, got: at(500), called: at(510)}, // to 2, back: 10 ms
 		{who: 6, got: at(522)},                  // 12 ms
 	}
-	ordinary, costs := attributeVictims(acqs, victim)
+	ordinary, costs := attributeVictims(acqs, victim, nil)
 	assert.Equal(t, 10*time.Millisecond, ordinary)
 	assert.Equal(t, []time.Duration{300 * time.Millisecond, 10 * time.Millisecond, 0}, costs)
+	// Victim 2 could not reach storage until 505 ms (cut off): its
+	// hand-off counts from then, not from 490.
+	acqs[5].got = at(520)
+	_, costs = attributeVictims(acqs, victim, map[int]time.Time{2: at(505)})
+	assert.Equal(t, []time.Duration{300 * time.Millisecond, 10 * time.Millisecond, 5 * time.Millisecond}, costs)
 	dead, cut := victims(50)
 	assert.Equal(t, []int{10, 35}, dead)
 	assert.Equal(t, 20, cut)
