@@ -124,7 +124,7 @@ type successor struct {
 // attempts and a third of the lease (5 s with the defaults), which the
 // watcher behind the successor counts on from the last look at which it saw
 // no marker, renewing under the hand-off's ID itself when it must wait
-// longer (fairlock.go).
+// longer (fairwatch.go).
 func handOffLeaseLeft(cfg leaseConfig) time.Duration {
 	return 2*cfg.attemptTimeout + cfg.duration/3
 }
@@ -324,7 +324,7 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 		}
 		if s.due != nil {
 			// A fair lock's: a waiter that finds the successor gone from
-			// the queue takes the hand-off over with it (fairlock.go).
+			// the queue takes the hand-off over with it (fairwatch.go).
 			m.rec.successorID = s.id
 		}
 		end := m.rec.cur
@@ -372,7 +372,8 @@ func (l *Lease) handOnEach(ctx context.Context, id string, next func() (successo
 			}
 			// Nobody in the queue surely looks within the lease (a
 			// successor asleep far back after a long stand-still): keep
-			// it alive, off the caller's path.
+			// it alive, in Unlock, until one of them takes it or the lease
+			// outlasts their next look.
 			keep = true
 		}
 		waitEnd := time.Now().Add(s.wait + margin)

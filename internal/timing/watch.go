@@ -89,7 +89,7 @@ func WaiterSchedule(head, poll, pace time.Duration) Schedule {
 // QueueQuiet(poll) that is max(BackRamp(age), PaceCap(poll)) (BackWait's
 // position and pace terms are capped), past it QueueWait's caps far back.
 // The holder's hand-off returns at once when the lease outlasts this from
-// the marker (fairlock.go, unlockFair).
+// the marker (fairunlock.go, unlockFair).
 func SleepBound(age, head, poll time.Duration, marked bool) time.Duration {
 	sched := WaiterSchedule(head, poll, unknownPace)
 	d := max(sched(0, age), sched(1, age))

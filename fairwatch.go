@@ -1,0 +1,366 @@
+package azlease
+
+// The watcher rule of fair locks (issue 35; docs/design/fair-locks-cost.md,
+// section 3): no holder passes a waiter over. The waiter right behind a
+// successor named in a hand-off (or the first live one behind a row of dead
+// ones) watches it, and takes the hand-off over (a Change from the
+// successor's hand-off ID) once the successor, had it followed its
+// schedule, would surely have looked (timing.SuccessorDue, from where this
+// waiter's own looks saw it, and the pace the lock record published, which
+// paceWatch bounds); meanwhile it renews the hand-off's lease under that ID
+// when its watch outlives the lease's guaranteed rest. A hand-off to a
+// waiter gone from the queue is the first in line's to take at once.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/azlease/azlease/internal/timing"
+)
+
+// paceWatch is what a waiter's reads of the lock record (its listings and
+// looks) tell of the pace the record published (timing.Pace): the last one
+// it read, and bounds on every pace published between two of its reads.
+type paceWatch struct {
+	last  time.Duration    // the pace its last read showed (the largest over the slots)
+	prev  map[int]paceRead // per slot, its last read
+	first time.Time        // the send of its first read (zero: none yet)
+	pre   time.Duration    // the bound before first: the largest pace of a list it could see then, or unknownPace
+	spans []paceSpan       // bounds between two consecutive reads, oldest first
+}
+
+// paceRead is one read of a slot's record: its epoch and hold list.
+type paceRead struct {
+	epoch uint64
+	holds []time.Duration
+}
+
+// paceSpan bounds the pace published from from to to.
+type paceSpan struct {
+	from, to time.Time
+	bound    time.Duration
+}
+
+// unknownPace stands for a pace a watcher cannot bound: timing.BackWait
+// caps what the pace adds at timing.PaceCap.
+const unknownPace = maxHold
+
+// maxPaceSpans is how many bounds a waiter keeps (older ones are dropped:
+// a successor that joined before the oldest kept is counted with the
+// largest of them and unknownPace).
+const maxPaceSpans = 64
+
+// read notes a read of the slots' records (sts), sent at sent and answered
+// at got.
+func (pw *paceWatch) read(sts []Status, sent, got time.Time) {
+	if pw.prev == nil {
+		pw.prev = map[int]paceRead{}
+	}
+	pw.last = 0
+	span := paceSpan{from: sent, to: got}
+	for i, st := range sts {
+		if !st.Exists && st.Epoch == 0 {
+			continue
+		}
+		pw.last = max(pw.last, timing.Pace(st.holds))
+		prev, ok := pw.prev[i]
+		switch {
+		case !ok:
+			if pw.first.IsZero() || sent.Before(pw.first) {
+				pw.first = sent
+			}
+			// What was published before this read: every list was a
+			// suffix of this one while the record kept every hold;
+			// past that, not known.
+			b, ok := timing.PaceSince(st.holds, len(st.holds), maxHolds)
+			if !ok {
+				b = unknownPace
+			}
+			pw.pre = max(pw.pre, b)
+			span.bound = max(span.bound, timing.Pace(st.holds))
+		case st.Epoch >= prev.epoch && st.Epoch-prev.epoch < maxHolds:
+			// At most one hold published per term since the last read
+			// (each term's epoch larger, the last read's term's own
+			// included): the lists in between are suffixes of this one.
+			b, ok := timing.PaceSince(st.holds, int(st.Epoch-prev.epoch)+1, maxHolds)
+			if !ok {
+				b = unknownPace
+			}
+			span.bound = max(span.bound, b, timing.Pace(prev.holds))
+		default:
+			span.bound = unknownPace
+		}
+		pw.prev[i] = paceRead{epoch: st.Epoch, holds: st.holds}
+	}
+	if n := len(pw.spans); n > 0 {
+		span.from = pw.spans[n-1].to // since the last read: every pace in between
+	}
+	pw.spans = append(pw.spans, span)
+	if len(pw.spans) > maxPaceSpans {
+		pw.pre = max(pw.pre, pw.spans[0].bound)
+		pw.spans = pw.spans[1:]
+		pw.first = pw.spans[0].from
+	}
+}
+
+// bound is the largest pace a waiter that joined at joined (zero: unknown)
+// can have read since this waiter's first read (spans that end after it
+// joined).
+func (pw *paceWatch) bound(joined time.Time) time.Duration {
+	var b time.Duration
+	for _, s := range pw.spans {
+		if joined.IsZero() || !s.to.Before(joined) {
+			b = max(b, s.bound)
+		}
+	}
+	return b
+}
+
+// watchState is a hand-off to the first in line that a waiter behind it
+// watches.
+type watchState struct {
+	key     string    // slot/epoch/successor ("": none)
+	promise time.Time // when the first, and each waiter up to this one, would surely have seen it
+	renewAt time.Time // when to renew the lease under the hand-off's ID, if promise is later
+}
+
+// wake is when the watcher should look again (zero: it watches nothing).
+func (ws watchState) wake() time.Time {
+	if ws.key == "" {
+		return time.Time{}
+	}
+	if !ws.renewAt.IsZero() && ws.renewAt.Before(ws.promise) {
+		return ws.renewAt
+	}
+	return ws.promise
+}
+
+// watch is the watcher rule (issue 35; docs/design/fair-locks-cost.md,
+// section 3): no holder passes anyone over; a hand-off to the first in line
+// (ahead[0]) is watched by the waiters behind it until the first, had it
+// followed its schedule, would surely have seen it, and each waiter between
+// it and this one (ahead[1:]) would surely have taken it over itself (their
+// promises, from where this waiter's listings saw each of them and when, and
+// a margin for round trips); then this waiter takes it over (a Change from
+// the first's hand-off ID), and marks those ahead missed: they keep their
+// tickets, and one that looks again is first at the next hand-off. sts is a
+// look at the slots sent at sent and answered at got. It returns the lock it
+// took; relist when the queue should be listed again (the hand-off was
+// taken, or its lease is gone); at, when to look again for the watch (zero:
+// nothing watched). The hand-off's lease lasts handOffLeaseLeft from the
+// last look that showed no hand-off (pl.clean); a watch that must outlast
+// that renews it under the hand-off's ID (never free between holders).
+func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts []Status, sent, got time.Time, budget time.Duration) (lk *Lock, relist bool, at time.Time, err error) {
+	if len(ahead) == 0 || sts == nil {
+		return nil, false, time.Time{}, nil
+	}
+	first := ahead[0]
+	hi := slices.IndexFunc(sts, func(st Status) bool { return st.Leased && st.Next == first.key })
+	if hi < 0 {
+		pl.watch, pl.clean = watchState{}, sent
+		return nil, false, time.Time{}, nil
+	}
+	st := sts[hi]
+	if key := fmt.Sprintf("%d/%d/%s", hi, st.Epoch, first.key); key != pl.watch.key {
+		due := f.successorDue(pl, first, got, pl.holdFrom[hi])
+		d0 := due
+		for _, x := range ahead[1:] {
+			// Each waiter between may have slept, at its place, until
+			// the first's promise ran out, and then looked.
+			if d := f.successorDue(pl, x, d0, time.Time{}); d.After(due) {
+				due = d
+			}
+		}
+		// A margin for round trips, per waiter ahead: each waiter between
+		// watches the first with a margin of its own, and takes the
+		// hand-off over only once that has run out too (with one margin
+		// for all, the dead-waiter bench had a waiter 6th in line take
+		// over a hand-off that the live one right behind the first was
+		// about to take, five live waiters passed over).
+		margin := max(minHandOffMargin, 4*got.Sub(sent))
+		pl.watch = watchState{key: key, promise: due.Add(time.Duration(len(ahead)) * margin)}
+		if !pl.clean.IsZero() {
+			pl.watch.renewAt = pl.clean.Add(f.cfg.lease.duration/3 - f.cfg.lease.attemptTimeout)
+		}
+		if at := markerRest(st, sent, f.cfg.lease); at.After(pl.watch.renewAt) {
+			// Never saw the lock without a hand-off (or saw it long
+			// before): the marker's write tells when the hand-off began.
+			// Renewing at once was refused (409) whenever the successor
+			// had already taken the lease: about one request in two per
+			// acquisition in a hot queue.
+			pl.watch.renewAt = at
+		}
+		f.cfg.lease.log.Debug("azlease: watching a hand-off to the first in line", slog.Uint64("ticket", first.Ticket), slog.Duration("promise", time.Until(pl.watch.promise)))
+	}
+	now := time.Now()
+	switch {
+	case !now.Before(pl.watch.promise):
+		lk, err := f.takeFrom(ctx, first, hi, st, budget)
+		switch {
+		case err == nil:
+			for _, x := range ahead {
+				f.passedOver(ctx, x)
+			}
+			pl.watch = watchState{}
+			return lk, false, time.Time{}, nil
+		case ctx.Err() == nil && (errors.Is(err, ErrLeaseHeld) || errors.Is(err, errHandOffGone)):
+			// Taken (by the first, at the last moment), or the lease is
+			// gone: the queue tells.
+			pl.watch = watchState{}
+			return nil, true, time.Time{}, nil
+		default:
+			return nil, false, time.Time{}, err
+		}
+	case pl.watch.promise.After(pl.watch.renewAt) && !now.Before(pl.watch.renewAt):
+		// The watch outlives what the hand-off's lease surely has left:
+		// renew it under the hand-off's ID. Refused for the ID: the first
+		// took it.
+		send, err := f.slots[hi].newLease().renewHandOff(ctx, handOffID(first.id, st.Epoch))
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			pl.watch = watchState{}
+			return nil, true, time.Time{}, nil
+		case err == nil:
+			pl.watch.renewAt = send.Add(f.cfg.lease.duration / 3)
+		default:
+			pl.watch.renewAt = now.Add(f.cfg.headPoll)
+		}
+	}
+	return nil, false, pl.watch.wake(), nil
+}
+
+// successorDue is when s, the first in line, named in a hand-off this
+// waiter first saw at sight, has surely looked at the lock since, had it
+// followed its schedule (timing.SuccessorDue over the positions this
+// waiter's listings saw it hold; with none seen, as if it had been right
+// behind the first for ever). As the first in line it looks by the age of
+// the hold as it saw it, never older than the hold: holdFrom, when known
+// (not zero), bounds that.
+func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time) time.Time {
+	head, poll := s.paces(f.cfg)
+	stays := []timing.Stay{{Pos: 1, To: sight}}
+	if a, ok := pl.ahead[s.Ticket]; ok {
+		stays = slices.Clone(a.stays)
+		stays[len(stays)-1].To = sight
+	}
+	for i := range stays {
+		if stays[i].Pos == 0 && !holdFrom.IsZero() && holdFrom.After(stays[i].From) {
+			stays[i].From = holdFrom
+		}
+	}
+	// The pace s slept by is one the record published since it joined:
+	// after this waiter's first read, no more than its reads bound; before,
+	// no more than pl.paces.pre (the largest pace of any list before the
+	// first it read: lists only grow until full), its sleeps then counted up
+	// to that read.
+	joined := stays[0].From
+	due := timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll, pl.paces.bound(joined)))
+	if first := pl.paces.first; first.IsZero() || joined.IsZero() || joined.Before(first) {
+		var pre []timing.Stay
+		for _, st := range stays {
+			if first.IsZero() {
+				pre = append(pre, st)
+				continue
+			}
+			if !st.From.IsZero() && !st.From.Before(first) {
+				break
+			}
+			st.To = minTime(st.To, first)
+			pre = append(pre, st)
+		}
+		paceBefore := pl.paces.pre
+		if first.IsZero() {
+			paceBefore = unknownPace
+		}
+		if d := timing.SuccessorDue(pre, timing.WaiterSchedule(head, poll, paceBefore)); d.After(due) {
+			due = d
+		}
+	}
+	return due
+}
+
+// markerRest is when a watcher that looked at st (sent at sent) renews a
+// hand-off's lease: the lease had handOffLeaseLeft when the hand-off began,
+// and its two requests (the Change, then the marker that st's Last-Modified
+// dates) took at most an attempt each, so it lasts a third of its duration
+// past the marker's write, which storage's clock dates (whole seconds: up to
+// two seconds earlier) against the look's Date. The renewal is sent a
+// second (or an attempt, if shorter) before that: it keeps a lease nobody
+// holds alive, and one that lands after the lease expired renews it all the
+// same (Azure renews an expired lease nobody took since) or is refused
+// (another took it); no holder's validity rests on it. Zero when the look
+// does not tell. A marker whose answer was lost and that storage applied
+// late leaves less: the lease may then expire first, and the queue's first
+// takes the free lock, in order.
+func markerRest(st Status, sent time.Time, cfg leaseConfig) time.Time {
+	if st.modified.IsZero() || st.listed.IsZero() || sent.IsZero() {
+		return time.Time{}
+	}
+	written := sent.Add(-st.listed.Sub(st.modified) - time.Second)
+	return written.Add(cfg.duration/3 - min(cfg.attemptTimeout, time.Second))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// passedOver marks s missed after this waiter took over a hand-off to it
+// (conditional on its entry as listed: one that wrote since keeps its
+// place, and is first at the next hand-off), and tells the hook.
+func (f *fairLock) passedOver(ctx context.Context, s waiter) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.cfg.lease.attemptTimeout)
+	defer cancel()
+	_, _, _ = f.q.miss(cctx, s)
+	fairHook("missed", f.name, s.Ticket) // passed over, marked or not
+}
+
+// takeLeft takes over a slot that v shows handed to a waiter no longer in
+// the queue (it left, or was served by another slot), whose announced ID w
+// knows from a listing before: w is first in line.
+func (f *fairLock) takeLeft(ctx context.Context, w waiter, v queueView, pl *polling, budget time.Duration) (*Lock, error) {
+	for i, st := range v.locks {
+		if !st.Leased || st.Next == "" || st.Next == w.key || slices.ContainsFunc(v.ws, func(x waiter) bool { return x.key == st.Next }) {
+			continue
+		}
+		id, ok := pl.announced(st.Next)
+		if !ok && st.nextID != "" {
+			id, ok = st.nextID, true // as the marker says
+		}
+		if !ok {
+			continue
+		}
+		lk, err := f.takeFrom(ctx, waiter{key: st.Next, id: id}, i, st, budget)
+		switch {
+		case err == nil:
+			return lk, nil
+		case ctx.Err() == nil && (errors.Is(err, ErrLeaseHeld) || errors.Is(err, errHandOffGone)):
+			continue
+		default:
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// takeFrom takes over slot i, handed to another waiter s (a successor that
+// did not come by its promise, or that left the queue without taking it):
+// a Change Lease from s's hand-off ID to a fresh one only this waiter
+// knows, a renewal, and its epoch (takeOver). s, if it is there, changes
+// the lease first or not at all: Azure refuses the later Change.
+func (f *fairLock) takeFrom(ctx context.Context, s waiter, i int, st Status, budget time.Duration) (*Lock, error) {
+	m := f.slots[i]
+	l := m.newLease()
+	l.nextID = s.id
+	tok, err := l.takeOver(ctx, budget, &st)
+	if err != nil {
+		return nil, err
+	}
+	return m.newLock(ctx, l, tok), nil
+}
