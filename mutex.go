@@ -23,8 +23,8 @@ import (
 // Guarantees: never two holders; each term's fencing epoch above the last
 // ([Token]). Waiters are served in the order storage gave their tickets
 // ([InspectQueue]); Unlock hands the lease to the next in line, never free
-// in between. A waiter whose ctx ends leaves the queue; a dead one is passed
-// over by the waiter behind it; a live one that reaches storage never is.
+// in between. A waiter whose ctx ends leaves the queue; a dead or paused one
+// is passed over by the one behind it (once: it is first when back).
 //
 // Cost with the defaults: waiters look often while a hold is young, rarely
 // once it is old; waiting fails no request (a race for a free lock can).
@@ -32,8 +32,8 @@ import (
 //
 //	hold, waiters    requests/s while waiting, all   Unlock call to next Lock, p50
 //	10 ms, 1         (hand-offs only)                5 ms
-//	1 s, 1 / 50      19.5 / 54                        101 / 119 ms
-//	10 min, 1 / 50   1.08 / 1.6                       under 1 s
+//	1 s, 1 / 50      19.5 / 54                       101 / 119 ms
+//	10 min, 1 / 50   1.08 / 1.6                      under 1 s
 //
 // Safe for concurrent use: each Lock is a holder. Unordered turns the queue off.
 type Mutex struct {
