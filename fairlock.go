@@ -367,8 +367,10 @@ type aheadSeen struct {
 // line first: where each was, and since when as far as the listings bound
 // it (timing.Stay). A waiter seen for the first time may have been one
 // place further back until this listing, since its join (its entry's age,
-// storage's clock, whole seconds: a second earlier to be safe; unknown for
-// an entry rewritten since, with its head mark).
+// storage's clock, whole seconds: a second earlier to be safe, counted back
+// from the listing's send, for a bound that is never late; unknown for an
+// entry rewritten since, with its head mark). A hold's start is bounded the
+// same way.
 func (pl *polling) track(ahead []waiter, v queueView) {
 	if pl.ahead == nil {
 		pl.ahead = map[uint64]*aheadSeen{}
@@ -381,7 +383,7 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 		case !ok:
 			var from time.Time
 			if !x.Head && !v.date.IsZero() && !x.modified.IsZero() {
-				from = v.got.Add(-v.date.Sub(x.modified) - time.Second)
+				from = v.sent.Add(-v.date.Sub(x.modified) - time.Second)
 			}
 			a = &aheadSeen{stays: []timing.Stay{{Pos: i, From: from}}}
 			if !x.Head {
@@ -404,7 +406,7 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 	}
 	for i, st := range v.locks {
 		if st.Leased && st.Next == "" && !v.date.IsZero() && !st.modified.IsZero() {
-			pl.holdFrom[i] = v.got.Add(-v.date.Sub(st.modified) - time.Second)
+			pl.holdFrom[i] = v.sent.Add(-v.date.Sub(st.modified) - time.Second)
 		}
 	}
 	if v.locks != nil {

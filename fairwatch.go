@@ -269,7 +269,7 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 			if !st.From.IsZero() && !st.From.Before(first) {
 				break
 			}
-			st.To = minTime(st.To, first)
+			st.To = earlier(st.To, first)
 			pre = append(pre, st)
 		}
 		paceBefore := pl.paces.pre
@@ -302,13 +302,6 @@ func markerRest(st Status, sent time.Time, cfg leaseConfig) time.Time {
 	}
 	written := sent.Add(-st.listed.Sub(st.modified) - time.Second)
 	return written.Add(cfg.duration/3 - min(cfg.attemptTimeout, time.Second))
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // passedOver marks s missed after this waiter took over a hand-off to it
