@@ -271,8 +271,9 @@ func (m *Mutex) unreachable() error {
 // (two requests, three with a renewal): it passes nobody over. Only when
 // the next two in line may both sleep past the lease (after the queue stood
 // still for minutes) does it wait, keeping the lease alive until one of
-// them takes it, at most as long as a waiter sleeps; ctx bounds that wait,
-// and the lease then expires as a crashed holder's would.
+// them takes it, at most as long as a waiter sleeps; ctx bounds that wait
+// (Unlock then returns ctx's error, not [ErrLeaseLost]: the term was
+// exclusive), and the lease expires as a crashed holder's would.
 //
 // It returns an error wrapping [ErrLeaseLost] if the lock was lost while
 // held or its validity passed before the call (a process paused past it):
