@@ -43,23 +43,20 @@ func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
 
 // HoldAfter is [Lease.Hold] for a caller that has just read the lock blob's
 // status with [InspectPrefix] (a balancer that lists many blobs, then
-// takes the free ones): the new term's epoch write starts from that
-// status instead of reading the blob again, one request fewer (two rather
-// than three on a blob that exists). The write is conditional on the blob
-// being unchanged since the status was read: if it changed, Hold reads it
-// and writes again, so a stale status costs a request, never a wrong
-// epoch. A status of another blob, or one not from a listing, is not used.
+// takes the free ones): the epoch write starts from that status instead of
+// reading the blob again, two requests rather than three. The write is
+// conditional on the blob being unchanged since the read: a stale status
+// costs a request, never a wrong epoch. A status of another blob, or one
+// not from a listing, is not used.
 //
-// A status that says the lock blob does not exist (Name the lock blob's,
-// Exists false: a listing did not show it) creates the blob with the new
-// term's epoch record in one request (Put Blob, If-None-Match: *), then
-// acquires: two requests rather than five. If the blob exists after all
-// (another taker created it since the listing, and is acquiring it), it
-// returns an error wrapping [ErrLeaseHeld] after that one request, without
-// acquiring: the next listing shows the blob. If anyone wrote the blob
-// between the creation and the acquisition, the acquisition reads and
-// writes the epoch under the lease: the epoch never goes backwards, the
-// only cost is a request.
+// A status that says the blob does not exist (Exists false) creates it with
+// the new term's epoch record in one request (Put Blob, If-None-Match: *),
+// then acquires: two requests rather than five. Two takers of one blob
+// never begin a term after one that never began: when the blob exists
+// after all, or the status shows it just created by another Lease (within
+// AttemptTimeout, never written since, free), its creator is acquiring it,
+// and HoldAfter returns an error wrapping [ErrLeaseHeld] (after the one
+// request, or none). See docs/design/terms-and-fencing.md.
 func (l *Lease) HoldAfter(ctx context.Context, seen Status) (*Lock, error) {
 	if l == nil || l.bc == nil {
 		return nil, fmt.Errorf("%w: a zero or nil azlease.Lease cannot be used; use NewLease", ErrNotInitialized)
@@ -70,6 +67,9 @@ func (l *Lease) HoldAfter(ctx context.Context, seen Status) (*Lock, error) {
 	var s *Status
 	switch {
 	case seen.Name == l.t.blob && seen.etag != "":
+		if by, ok := l.creatorAcquiring(seen); ok {
+			return nil, l.errorf("acquire", ErrLeaseHeld, fmt.Errorf("the blob was created %s ago with %s's record, and is not leased yet: its creator is acquiring it", seen.listed.Sub(seen.created), by))
+		}
 		s = &seen
 	case seen.Name == l.t.blob && !seen.Exists && l.cfg.create && !l.Held():
 		var err error
@@ -162,4 +162,27 @@ func (lk *Lock) Abandon() {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	lk.stopLocked()
+}
+
+// creatorAcquiring reports whether seen, from a listing, shows a blob that
+// another Lease created with its next term's record (createWithRecord)
+// and is about to acquire: free, never written since its creation, its
+// record unreleased and of another holder, and created at most
+// AttemptTimeout before the listing (storage's clock on both sides). An
+// acquisition that won that race would begin its term after one that
+// never began, and say that the creator stopped. It also names the
+// creator. A creator that died between its two requests only delays the
+// others by that window.
+func (l *Lease) creatorAcquiring(seen Status) (string, bool) {
+	if seen.State != "available" || seen.created.IsZero() || seen.listed.IsZero() || !seen.modified.Equal(seen.created) {
+		return "", false
+	}
+	if age := seen.listed.Sub(seen.created); age < 0 || age > l.cfg.attemptTimeout {
+		return "", false
+	}
+	r, err := parseRecord(seen.raw)
+	if err != nil || r.epoch == 0 || r.released || r.holder == "" || r.holder == l.cfg.identity {
+		return "", false
+	}
+	return r.holder, true
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -230,5 +231,94 @@ func TestHoldAfterLeavesABlobCreatedMeanwhile(t *testing.T) {
 		assert.Equal(t, azlease.ChangeFree, st.Began, "the blob's first term")
 		require.Len(t, st.History, 1)
 		require.NoError(t, la.Unlock(ctx))
+	})
+}
+
+// TestHoldAfterLeavesABlobItsCreatorIsAcquiring: b lists the blob between
+// a's creation and a's acquisition, and takes what the listing shows free:
+// it leaves it to its creator (ErrLeaseHeld without a request), so a's term
+// is the blob's first. A listing made AttemptTimeout later (the creator
+// died between its two requests) is taken. (Measured: without the check b
+// acquired first, and its term said it followed a's stop: "taken after a's
+// stop" for a new shard, 1 to 3 runs of 20 of
+// shards/TestShardsCreatedAtOnceAreNew.)
+func TestHoldAfterLeavesABlobItsCreatorIsAcquiring(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var mu sync.Mutex
+		var onAcquire func()
+		bOps := map[azleasetest.Op]int{}
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			mu.Lock()
+			if r.Client == "b" {
+				bOps[r.Op]++
+			}
+			f := onAcquire
+			if r.Client != "a" || r.Op != azleasetest.OpAcquireLease {
+				f = nil
+			} else {
+				onAcquire = nil
+			}
+			mu.Unlock()
+			if f != nil {
+				f() // b lists and takes between a's creation and a's acquisition
+			}
+			return azleasetest.Fault{}
+		})
+		obs := e.client("observer")
+		_, err := obs.Create(ctx, nil)
+		require.NoError(t, err)
+		opts := &azlease.LeaseOptions{Identity: "b", AttemptTimeout: 2 * time.Second}
+
+		b := newLease(t, e.client("b"), "s", opts)
+		var bErr error
+		mu.Lock()
+		onAcquire = func() {
+			sts, err := azlease.InspectPrefix(ctx, obs, "s")
+			if assert.NoError(t, err) && assert.Len(t, sts, 1) {
+				mu.Lock()
+				clear(bOps)
+				mu.Unlock()
+				_, bErr = b.HoldAfter(ctx, sts[0])
+			}
+		}
+		mu.Unlock()
+		a := newLease(t, e.client("a"), "s", &azlease.LeaseOptions{Identity: "a"})
+		la, err := a.HoldAfter(ctx, azlease.Status{Name: "s"})
+		require.NoError(t, err)
+		require.ErrorIs(t, bErr, azlease.ErrLeaseHeld, "b leaves it to its creator")
+		assert.ErrorContains(t, bErr, "a's record")
+		mu.Lock()
+		assert.Empty(t, bOps, "without a request")
+		mu.Unlock()
+		st, err := azlease.Inspect(ctx, obs, "s")
+		require.NoError(t, err)
+		assert.Equal(t, la.Epoch(), st.Epoch)
+		assert.Equal(t, azlease.ChangeFree, st.Began, "the blob's first term")
+		require.NoError(t, la.Unlock(ctx))
+
+		// The creator died between its two requests: its acquisition never
+		// comes. Within AttemptTimeout the others leave the blob; after it,
+		// they take it.
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client == "a" && r.Op == azleasetest.OpAcquireLease {
+				return azleasetest.Fault{Action: azleasetest.Fail, Status: 403, Code: "AuthorizationFailure"} // the creator is gone
+			}
+			return azleasetest.Fault{}
+		})
+		dead := newLease(t, e.client("a"), "t", &azlease.LeaseOptions{Identity: "a"})
+		_, err = dead.HoldAfter(ctx, azlease.Status{Name: "t"})
+		require.Error(t, err)
+		sts, err := azlease.InspectPrefix(ctx, obs, "t")
+		require.NoError(t, err)
+		_, err = newLease(t, e.client("b"), "t", opts).HoldAfter(ctx, sts[0])
+		require.ErrorIs(t, err, azlease.ErrLeaseHeld)
+		time.Sleep(3 * time.Second)
+		sts, err = azlease.InspectPrefix(ctx, obs, "t")
+		require.NoError(t, err)
+		lb, err := newLease(t, e.client("b"), "t", opts).HoldAfter(ctx, sts[0])
+		require.NoError(t, err)
+		require.NoError(t, lb.Unlock(ctx))
 	})
 }
