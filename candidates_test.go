@@ -30,6 +30,7 @@ import (
 // writes its own candidacy every 5 s. None fails. It asserts counts, not
 // times.
 func TestCandidateCosts(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()

@@ -43,6 +43,7 @@ func blobNames(t *testing.T, cc *container.Client, prefix string) []string {
 // leave at most Retention/period + 3 blobs at any time, and keep every
 // record younger than Retention.
 func TestDoOnceRetentionBoundsBlobs(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		const (

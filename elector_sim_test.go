@@ -766,13 +766,29 @@ func TestNaiveLoopComparison(t *testing.T) {
 	for _, mode := range []string{"chaos", "transient"} {
 		r := rows[mode]
 		r.az.causes, r.nv.causes = map[string]int{}, map[string]int{}
+		// Seeds run side by side, one per core (as simulation.run does).
+		var (
+			mu  sync.Mutex
+			wg  sync.WaitGroup
+			sem = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+		)
 		for seed := range uint64(n) {
 			sc := newScenario(seed, mode == "chaos")
-			t.Run(fmt.Sprintf("%s/%d", mode, seed), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) { r.az.add(runScenario(t, sc, false)) })
-				synctest.Test(t, func(t *testing.T) { r.nv.add(runScenario(t, sc, true)) })
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				t.Run(fmt.Sprintf("%s/%d", mode, seed), func(t *testing.T) {
+					var az, nv simStats
+					synctest.Test(t, func(t *testing.T) { az = runScenario(t, sc, false) })
+					synctest.Test(t, func(t *testing.T) { nv = runScenario(t, sc, true) })
+					mu.Lock()
+					r.az.add(az)
+					r.nv.add(nv)
+					mu.Unlock()
+				})
 			})
 		}
+		wg.Wait()
 		require.Zero(t, r.az.outside+r.az.overlaps+r.az.epochs+r.az.sampledOverlaps, "azlease must be safe in every scenario")
 		t.Logf("%s, %d seeds: azlease %d terms, %d unsafe intervals, %d overlaps, %d demotions; naive %d terms, %d unsafe intervals, %d overlaps, %d demotions",
 			mode, n, r.az.terms, r.az.outside, r.az.overlaps, r.az.demotions, r.nv.terms, r.nv.outside, r.nv.overlaps, r.nv.demotions)
@@ -835,6 +851,7 @@ func percentiles(ds []time.Duration) string {
 // acquire-renew loop.
 // With AZLEASE_SIM_REPORT set, it appends them to that file.
 func TestSimulatedTimings(t *testing.T) {
+	azlease.HeavyTest(t)
 	runs := 200
 	switch {
 	case testing.Short():

@@ -172,6 +172,7 @@ func TestSuccessionCooldown(t *testing.T) {
 // operation of one client) for an hour: leadership never moves, and no
 // hand-off is even tried.
 func TestSuccessionNoFlapping(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		c := newSuccessionCluster(t, azlease.ElectorOptions{})
 		mix := newFaultMix(11, 0.2, azlease.DefaultDuration, true)

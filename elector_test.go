@@ -169,6 +169,7 @@ func TestElectorCrashFailover(t *testing.T) {
 // (503, lost connections, lost responses, slow answers) and the leader never
 // loses its term while its validity remains.
 func TestElectorNoDemotionUnderTransientFaults(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, defaults)
 		rng := rand.New(rand.NewPCG(7, 7))

@@ -84,3 +84,7 @@ const (
 	DefaultHeadPollInterval = defaultHeadPoll
 	DefaultPollInterval     = time.Second
 )
+
+// HeavyTest runs a long single-bubble test in parallel with the others,
+// at most GOMAXPROCS at once (heavy_internal_test.go).
+var HeavyTest = heavyTest

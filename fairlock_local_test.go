@@ -205,6 +205,7 @@ func TestFairTakerChangeNeverEarly(t *testing.T) {
 // 4 s at the next short hold's hand-off: docs/design/fair-locks-cost.md).
 // The bound here catches a regression.
 func TestFairFiftyWaitersBehindALongHold(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()

@@ -414,6 +414,7 @@ func TestFairLockHolderCrash(t *testing.T) {
 // all (timing.QueueWait's caps), from the second minute after the last
 // asked on, and no request fails.
 func TestFairLockCost(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
@@ -752,6 +753,7 @@ func TestQueueEntriesInAListing(t *testing.T) {
 // tries). The tickets are 1 to 50, one each. The same for a Semaphore
 // whose two slots are held.
 func TestFairLockManyJoinAtOnce(t *testing.T) {
+	azlease.HeavyTest(t)
 	// slots 1 is a Mutex, more a Semaphore with every slot held.
 	for _, slots := range []int{1, 2} {
 		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {

@@ -197,6 +197,7 @@ func TestFairUnlockWaitsOnlyForASleepingQueue(t *testing.T) {
 // refused, once each, and they join the queue. The holder here keeps them
 // from that race.)
 func TestFairHotLockIsQuiet(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()

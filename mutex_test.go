@@ -76,6 +76,7 @@ func TestMutexTryLockLockUnlock(t *testing.T) {
 // context ended does not write. A lost update, or two holders inside at
 // once, would mean the exclusion failed.
 func TestMutexExclusion(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, defaults)
 		rng := rand.New(rand.NewPCG(3, 4))
@@ -261,6 +262,7 @@ func TestClaim(t *testing.T) {
 }
 
 func TestMutexManyHeld(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()

@@ -350,6 +350,7 @@ func TestLockHandOffAfterAWriteSinceTheLook(t *testing.T) {
 // one List Blobs request per poll whatever n, none failing; when a slot
 // frees, it takes that slot with list, acquire, write.
 func TestSemaphoreWaiterIsQuiet(t *testing.T) {
+	azlease.HeavyTest(t)
 	for _, n := range []int{2, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -464,6 +465,7 @@ func TestSemaphoreOfOneIsTheMutex(t *testing.T) {
 // request, none failing, even when the names share no prefix; a free name
 // is taken with list, acquire, write.
 func TestClaimLooksWithOneList(t *testing.T) {
+	azlease.HeavyTest(t)
 	for _, tc := range []struct {
 		name   string
 		prefix func(i int) string

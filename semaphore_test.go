@@ -85,6 +85,7 @@ func TestSemaphoreTryAcquireAcquire(t *testing.T) {
 // emulator actually granted on that slot, and no instant has more than three
 // believed holders.
 func TestSemaphoreNeverMoreThanN(t *testing.T) {
+	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
 		const slots = 3
 		c := newCluster(t, defaults)

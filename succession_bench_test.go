@@ -136,6 +136,7 @@ func preferredAppears(t *testing.T, seed uint64) (took, gap time.Duration) {
 // there, and the wire rows AZLEASE_ROLLING_REPORT holds (written by the
 // multi-process rolling deploy tests), if any.
 func TestSuccessionBench(t *testing.T) {
+	azlease.HeavyTest(t)
 	runs, deploys := 100, 30
 	switch {
 	case testing.Short():
