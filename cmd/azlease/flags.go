@@ -142,9 +142,15 @@ func usage(c *cobra.Command) error {
 	fmt.Fprintf(&b, "Usage:\n  %s\n", c.UseLine())
 	if c.HasAvailableSubCommands() {
 		b.WriteString("\nCommands:\n")
+		width := 0
 		for _, sub := range c.Commands() {
 			if sub.IsAvailableCommand() {
-				fmt.Fprintf(&b, "  %-11s %s\n", sub.Name(), sub.Short)
+				width = max(width, len(sub.Name()))
+			}
+		}
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				fmt.Fprintf(&b, "  %-*s %s\n", width, sub.Name(), sub.Short)
 			}
 		}
 	}
