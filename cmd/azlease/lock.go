@@ -73,7 +73,7 @@ costs, stop timing, exit statuses: docs/command.md#lock.`,
 	f.BoolVar(&noWait, "no-wait", false, "exit 75 at once if the lock is held")
 	f.IntVarP(&slots, "slots", "n", 1, "let up to N holders run at once")
 	f.BoolVar(&unordered, "unordered", false, "no queue: each waiter tries every --poll-interval")
-	f.DurationVar(&headPoll, "head-poll", defaultHeadPoll, "first waiter's poll while a hold is under 5s old (then 4% of its age, up to --poll-interval); 20ms to --poll-interval")
+	f.DurationVar(&headPoll, "head-poll", defaultHeadPoll, "first waiter's poll while a hold is < 5s old")
 	hf.register(c, "holds")
 	return c
 }
