@@ -586,10 +586,10 @@ type MutexOptions struct {
 	// PollInterval is the longest the first waiter in line goes between two
 	// looks at the lock (once a hold is 25 s old), and paces the waiters
 	// behind it: right behind the first at least every 2 × PollInterval,
-	// further back at least every 15 × position × PollInterval (150 × at
-	// most). With Unordered, how long Lock waits between tries. Zero means
-	// 1 s; otherwise from 100 ms to 1 h (MaxPollInterval); negative is an
-	// error.
+	// further back less often the longer the queue stands still, at least
+	// every 180 × PollInterval. With Unordered, how long Lock waits between
+	// tries. Zero means 1 s; otherwise from 100 ms to 1 h
+	// (MaxPollInterval); negative is an error.
 	PollInterval time.Duration
 
 	// HeadPollInterval is the first waiter's wait between two looks at the
