@@ -446,6 +446,7 @@ type modelResult struct {
 	jumpGreedy  int // the offline greedy's moves from the state at the jump
 	jumpHot     bool
 	jumpBound   int // the fewest moves any balancer needs to bring the group back in band (jumpLowerBound)
+	jumpFewest  int // the same, exact up to jumpExactDepth; jumpExactDepth + 1: more (jumpFewestMoves)
 }
 
 // jumpLowerBound is a lower bound on the moves any balancer needs, after
@@ -516,6 +517,86 @@ func jumpLowerBound(in balanceInput, p balancePlan, j string) int {
 	return bound
 }
 
+// jumpExactDepth is how deep jumpFewestMoves searches: the 3.
+const jumpExactDepth = 3
+
+// jumpFewestMoves is the fewest moves, up to jumpExactDepth, after which
+// every member is within bandHigh × the level (loads as in, the level as
+// p), by any balancer that knows every load (no cooldown, any receiver, a
+// shard moves once); jumpExactDepth + 1 when more are needed. Unlike
+// jumpLowerBound it counts that a shard must fit its receiver's room: a
+// complete search, since a member above the band must hand on one of its
+// own shards in any plan that brings it back, so branching on the most
+// loaded member's shards and every receiver misses no plan. Where a shard
+// is hot, its host must hand on all its others: bound, the lower bound
+// that counts them, decides.
+func jumpFewestMoves(in balanceInput, p balancePlan, bound int) int {
+	if len(p.hot) > 0 || bound > jumpExactDepth {
+		return min(bound, jumpExactDepth+1)
+	}
+	idx := map[string]int{}
+	for i, m := range in.members {
+		idx[m.name] = i
+	}
+	n := len(in.members)
+	load, limit := make([]float64, n), make([]float64, n)
+	held := make([][]int, n)
+	for i, s := range in.shards {
+		o := idx[s.owner]
+		load[o] += s.load
+		held[o] = append(held[o], i)
+	}
+	for i, m := range in.members {
+		limit[i] = bandHigh * p.level * m.capacity
+	}
+	moved := make([]bool, len(in.shards))
+	const eps = 1e-9
+	var dfs func(d int) bool
+	dfs = func(d int) bool {
+		a, over := -1, 0
+		for i := range n {
+			if load[i] > limit[i]+eps {
+				over++
+				if a < 0 || load[i]-limit[i] > load[a]-limit[a] {
+					a = i
+				}
+			}
+		}
+		if over == 0 {
+			return true
+		}
+		if over > d {
+			return false
+		}
+		for _, si := range held[a] {
+			x := in.shards[si].load
+			if moved[si] || d == 1 && load[a]-x > limit[a]+eps {
+				continue
+			}
+			for r := range n {
+				if r == a || d == 1 && load[r]+x > limit[r]+eps {
+					continue
+				}
+				moved[si] = true
+				load[a], load[r] = load[a]-x, load[r]+x
+				ok := dfs(d - 1)
+				load[a], load[r] = load[a]+x, load[r]-x
+				moved[si] = false
+				if ok {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for d := bound; d <= jumpExactDepth; d++ {
+		if dfs(d) {
+			return d
+		}
+	}
+	return jumpExactDepth + 1
+}
+
 // runModel plays one seed: converge from count-balanced, 10 minutes of
 // steady state under noise, then one shard ×10 and 5 minutes more.
 func runModel(cfg modelConfig, seed uint64) modelResult {
@@ -565,6 +646,7 @@ func runModel(cfg modelConfig, seed uint64) modelResult {
 		bp := balance(in)
 		r.jumpHot = len(bp.hot) > 0
 		r.jumpBound = jumpLowerBound(in, bp, s.name)
+		r.jumpFewest = jumpFewestMoves(in, bp, r.jumpBound)
 	}
 	before = len(m.moves)
 	// Back in band: the first sample from which the group stays in the
@@ -661,6 +743,8 @@ func TestLoadBalancerModel(t *testing.T) {
 			var (
 				over                     []int // moves beyond the offline greedy's after the jump
 				bounds                   []int // the fewest moves any balancer needs after the jump (jumpLowerBound)
+				fewests                  []int // the same, exact up to jumpExactDepth (jumpFewestMoves)
+				needMore, hots           int   // seeds where any balancer needs more than jumpExactDepth; of them, hot
 				small                    []int // moves after jumps the greedy fixes with 3 or fewer
 				p99s                     []float64
 				conv, jumps              []time.Duration
@@ -682,6 +766,13 @@ func TestLoadBalancerModel(t *testing.T) {
 				jumps = append(jumps, r.jumpBack)
 				jumpMoves = append(jumpMoves, r.jumpMoves)
 				bounds = append(bounds, r.jumpBound)
+				fewests = append(fewests, r.jumpFewest)
+				if r.jumpFewest > jumpExactDepth {
+					needMore++
+					if r.jumpHot {
+						hots++
+					}
+				}
 				over = append(over, r.jumpMoves-r.jumpGreedy)
 				if r.jumpGreedy <= 3 {
 					small = append(small, r.jumpMoves)
@@ -690,14 +781,14 @@ func TestLoadBalancerModel(t *testing.T) {
 					t.Errorf("seed %d: never back in the band after the jump", seed)
 				}
 				if os.Getenv("AZLEASE_MODEL_VERBOSE") != "" {
-					t.Logf("seed %d: converge %d moves (greedy %d) in %v; jump back %v, %d moves (bound %d, greedy %d, hot %v)", seed, r.moves, r.greedy, r.converged, r.jumpBack, r.jumpMoves, r.jumpBound, r.jumpGreedy, r.jumpHot)
+					t.Logf("seed %d: converge %d moves (greedy %d) in %v; jump back %v, %d moves (bound %d, fewest %d, greedy %d, hot %v)", seed, r.moves, r.greedy, r.converged, r.jumpBack, r.jumpMoves, r.jumpBound, r.jumpFewest, r.jumpGreedy, r.jumpHot)
 				}
 			}
-			line := fmt.Sprintf("- heaviest shards %s: count-balanced max/mean p50 %.2f; converged in p50 %v p90 %v; moves p50 %d (greedy %d), total %d vs %d (×%.2f); steady max/mean p99 (worst seed) %.3f, %d moves, %d back and forth; ×10 jump: back in p50 %v p99 %v, moves p90 %d (beyond the offline greedy's p90 %+d; where it needs 3 or fewer, p90 %d; any balancer needs p90 %d or more)",
+			line := fmt.Sprintf("- heaviest shards %s: count-balanced max/mean p50 %.2f; converged in p50 %v p90 %v; moves p50 %d (greedy %d), total %d vs %d (×%.2f); steady max/mean p99 (worst seed) %.3f, %d moves, %d back and forth; ×10 jump: back in p50 %v p99 %v, moves p90 %d (beyond the offline greedy's p90 %+d; where it needs 3 or fewer, p90 %d; any balancer needs p90 %d or more, exactly p90 %d: more than %d moves in %d seeds of %d, %d of them where the shard became hot)",
 				map[bool]string{true: "with neighbouring names", false: "scattered"}[neighbours],
 				quantileF(starts, 0.5), quantileD(conv, 0.5), quantileD(conv, 0.9), quantileI(moves, 0.5), quantileI(greedy, 0.5),
 				sumMoves, sumGreedy, float64(sumMoves)/float64(sumGreedy), slices.Max(p99s), steady, backForth,
-				quantileD(jumps, 0.5), quantileD(jumps, 0.99), quantileI(jumpMoves, 0.9), quantileI(over, 0.9), quantileI(small, 0.9), quantileI(bounds, 0.9))
+				quantileD(jumps, 0.5), quantileD(jumps, 0.99), quantileI(jumpMoves, 0.9), quantileI(over, 0.9), quantileI(small, 0.9), quantileI(bounds, 0.9), quantileI(fewests, 0.9), jumpExactDepth, needMore, len(fewests), hots)
 			t.Log(line)
 			report = append(report, line)
 			// A target missed fails the test, or, when the model writes the
