@@ -7,7 +7,9 @@ package shards
 // to the member with the least load per capacity, the heaviest first; a
 // member above the band (load per capacity over bandHigh × the group's
 // level) hands on the fewest shards that bring it to bandStop × the level
-// when three or fewer do (fewest.go, a swap included), else the shards
+// when three or fewer do (four in a small group; fewest.go, a swap
+// included: a member that takes a shard of such a plan hands on its own
+// once that shard is under way), else the shards
 // that best bring it back, one at a time, to members below the level,
 // until it is at bandStop × the level; a shard
 // whose load alone exceeds a member's share gets a member to itself; no
@@ -272,10 +274,13 @@ func balance(in balanceInput) balancePlan {
 			add(h, host, "hot")
 		}
 	}
-	// Hosts of hot shards hand on everything else.
+	// Hosts of hot shards hand on everything else, a shard within its
+	// cooldown too: it cannot come back to a member given to a hot shard,
+	// and waiting for its cooldown kept the host above its share for up to
+	// a minute.
 	for host := range sortedDedicated(dedicated) {
 		for _, s := range slices.Clone(held[host]) {
-			if s == dedicated[host] || s.pending || !movable(s) {
+			if s == dedicated[host] || s.pending || s.pinned {
 				continue
 			}
 			if to := leastLoaded(ms, s, dedicated, ok, u, host); to != "" {
@@ -356,9 +361,12 @@ func balance(in balanceInput) balancePlan {
 		}
 		return false
 	}
-	// fewestMoves plans the fewest hand-ons (at most fewestDepth) that
-	// bring src, just gone above the band, to bandStop × level, a swap
-	// included, and reports whether it did.
+	// fewestMoves plans the fewest hand-ons (at most fewestDepth, or
+	// fewestDeep in a group of at most fewestDeepMembers) that bring src,
+	// just gone above the band, to bandStop × level (else bandEdge), a
+	// swap included, and reports whether it did. It adds only the moves of
+	// members that take nothing in the plan; the others wait (stuck) until
+	// what they take is under way.
 	fewestMoves := func(src string) bool {
 		fi := fewestInput{level: level, stop: bandStop, high: recvHigh, ok: ok}
 		for i, m := range ms {
@@ -387,7 +395,24 @@ func balance(in balanceInput) balancePlan {
 			fi.stop = bandEdge // three moves that leave it a little under the band first; the rest as before
 			plan = fewest(fi)
 		}
+		if plan == nil && len(ms) <= fewestDeepMembers {
+			fi.stop, fi.depth, fi.from, fi.nodes = bandStop, fewestDeep, fewestDepth+1, fewestDeepNodes // one more move, within a bounded search
+			if plan = fewest(fi); plan == nil {
+				fi.stop = bandEdge
+				plan = fewest(fi)
+			}
+		}
+		takes := map[int]bool{} // members that take a shard in this plan
 		for _, mv := range plan {
+			if takes[mv.from] {
+				// It hands on because it takes a shard of this plan:
+				// it waits until that shard is under way, and plans
+				// again from there, so that a plan changed meanwhile
+				// (a load still rising) leaves no swap half made.
+				stuck[ms[mv.from].name] = true
+				continue
+			}
+			takes[mv.to] = true
 			reason := "load"
 			if empty[ms[mv.to].name] {
 				reason = "join"

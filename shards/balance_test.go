@@ -40,10 +40,12 @@ func movesOf(p balancePlan) []string {
 
 // TestBalanceFewestMovesBySwap: a's shard J jumps; shedding a's light
 // shards takes three hand-ons, a swap two: J to b, below the level, and
-// b's heavy X to a. The plan is the swap, J first; planned again with J
-// being handed on it is X's move alone, and with X being handed on J's
-// alone: the rest of the same plan, not a new one. (Shedding one shard at
-// a time made three moves.)
+// b's heavy X to a. The plan is J's move alone: b hands X on once J is
+// under way (a swap's second half made before its first, on a plan that
+// changed meanwhile, was a move for nothing); planned again with J being
+// handed on it is X's move alone, and with X being handed on J's alone:
+// the rest of the same swap, not a new one. (Shedding one shard at a time
+// made three moves.)
 func TestBalanceFewestMovesBySwap(t *testing.T) {
 	a := map[string]float64{"J": 0.7}
 	for i := range 10 {
@@ -57,7 +59,7 @@ func TestBalanceFewestMovesBySwap(t *testing.T) {
 	}
 	in := balanceOf(owners)
 	p := balance(in)
-	require.Equal(t, []string{"J a>b", "X b>a"}, movesOf(p))
+	require.Equal(t, []string{"J a>b"}, movesOf(p), "X waits until J is under way")
 	assert.InDelta(t, 1.0, p.level, 1e-9)
 
 	for i := range in.shards { // J under way to b
@@ -107,10 +109,25 @@ func BenchmarkBalanceLargeGroup(b *testing.B) {
 	}
 }
 
+// BenchmarkBalanceDeepSearch: 16 members, the most that search four
+// moves deep, one above the band with no plan of four moves: both
+// searches try all they may.
+var deepN = 16
+
+func BenchmarkBalanceDeepSearch(b *testing.B) {
+	in := groupOf(deepN)
+	for b.Loop() {
+		balance(in)
+	}
+}
+
 // largeGroup is 64 members of 8 shards each, the first one's heavier.
-func largeGroup() balanceInput {
+func largeGroup() balanceInput { return groupOf(64) }
+
+// groupOf is n members of 8 shards each, the first one's heavier.
+func groupOf(n int) balanceInput {
 	in := balanceInput{now: time.Unix(1_000_000, 0), cooldown: DefaultCooldown}
-	for i := range 64 {
+	for i := range n {
 		m := fmt.Sprintf("m%02d", i)
 		in.members = append(in.members, bmember{name: m, capacity: 1})
 		for j := range 8 {
@@ -122,4 +139,57 @@ func largeGroup() balanceInput {
 		}
 	}
 	return in
+}
+
+// TestBalanceFewestMovesDeeper: a's shard J jumps and a's others are
+// light; no three hand-ons bring it back (J to b leaves b above the band
+// by more than two of its shards), four do: J to b, and b's three
+// heaviest to a, c and d. The plan is J's move, rather than eight of a's
+// light shards one at a time (the search of three moves found none and a
+// shed them); planned again with J being handed on, it is the other
+// three.
+func TestBalanceFewestMovesDeeper(t *testing.T) {
+	a := map[string]float64{"J": 0.9}
+	for i := range 10 {
+		a[fmt.Sprintf("l%d", i)] = 0.06
+	}
+	owners := map[string]map[string]float64{
+		"a": a,
+		"b": {"X": 0.3, "Y": 0.25, "Z": 0.2, "b1": 0.05, "b2": 0.05, "b3": 0.05},
+		"c": {"c1": 0.8},
+		"d": {"d1": 0.8},
+	}
+	in := balanceOf(owners)
+	p := balance(in)
+	assert.InDelta(t, 1.0, p.level, 1e-9)
+	require.Equal(t, []string{"J a>b"}, movesOf(p), "b's three wait until J is under way")
+
+	for i := range in.shards { // J under way to b
+		if in.shards[i].name == "J" {
+			in.shards[i].owner, in.shards[i].pending = "b", true
+		}
+	}
+	assert.ElementsMatch(t, []string{"X b>a", "Y b>c", "Z b>d"}, movesOf(balance(in)), "the rest of the plan")
+}
+
+// TestHotHostHandsOnWithinTheCooldown: a shard handed to a member seconds
+// before one of that member's shards became hot goes on at once: the host
+// of a hot shard hands on all its others, the cooldown notwithstanding
+// (it waited a minute for it, above its share all that time).
+func TestHotHostHandsOnWithinTheCooldown(t *testing.T) {
+	in := balanceOf(map[string]map[string]float64{
+		"a": {"H": 3, "s1": 0.1},
+		"b": {"b1": 1},
+		"c": {"c1": 1},
+		"d": {"d1": 1},
+	})
+	for i := range in.shards {
+		if in.shards[i].name == "s1" {
+			in.shards[i].since = in.now.Add(-10 * time.Second) // handed to a 10 s ago
+		}
+	}
+	p := balance(in)
+	require.Equal(t, []string{"H"}, p.hot)
+	require.Len(t, p.moves, 1, movesOf(p))
+	assert.Equal(t, move{shard: "s1", from: "a", to: "b", reason: "hot"}, p.moves[0])
 }

@@ -20,6 +20,12 @@ const (
 	// (where it fits; where it starts a swap): the search stays small in a
 	// group of 64 replicas, and tries every receiver in one of 8.
 	fewestRecv = 8
+	// fewestDeep is the most hand-ons of a second search, made when none
+	// of fewestDepth brings the member back, in groups of at most
+	// fewestDeepMembers.
+	fewestDeep        = 4
+	fewestDeepMembers = 16
+	fewestDeepNodes   = 20000
 )
 
 // fewestInput is what the search knows: members by index (sorted by name),
@@ -36,6 +42,9 @@ type fewestInput struct {
 	src      int
 	stop     float64 // src ends at most stop × level
 	high     float64 // every other member ends within high × level, or no higher than it was
+	depth    int     // the most hand-ons; 0: fewestDepth
+	from     int     // the fewest hand-ons looked for (fewer were looked for already)
+	nodes    int     // the most steps of the search; 0: no bound
 }
 
 // fmove is a hand-on the search plans, by member index.
@@ -44,11 +53,13 @@ type fmove struct {
 	from, to int
 }
 
-// fewest is the fewest hand-ons, at most fewestDepth, after which src is
+// fewest is the fewest hand-ons, from in.from to in.depth (1 to
+// fewestDepth unless set), within in.nodes steps, after which src is
 // at most stop × level and no other member above the band (a member above
 // it already no higher than it was); the first move is src's, a receiver
 // is below the level when it takes a shard, a shard moves once, and a
-// receiver that goes above the band on the way hands on in turn (a swap).
+// receiver that goes above the band on the way hands on in turn, as many
+// as the moves left allow (a swap).
 // Among plans of that many moves, the one that leaves the most loaded of
 // the members it touches the least loaded. nil when there is none.
 func fewest(in fewestInput) []fmove {
@@ -80,16 +91,27 @@ func fewest(in fewestInput) []fmove {
 		}
 		return out
 	}
-	heaviestLeft := func(m int) float64 {
+	// heaviestLeft is the sum of the k heaviest shards m has not handed
+	// on: the most it can hand on in k moves.
+	heaviestLeft := func(m, k int) float64 {
+		sum := 0.0
 		for _, x := range in.cands[m] {
+			if k == 0 {
+				break
+			}
 			if !moved[x] {
-				return x.load
+				sum += x.load
+				k--
 			}
 		}
-		return 0
+		return sum
 	}
+	nodes := 0
 	var dfs func(d int)
 	dfs = func(d int) {
+		if nodes++; in.nodes > 0 && nodes > in.nodes {
+			return // the search's bound: what it found so far
+		}
 		over := overs()
 		if len(over) == 0 {
 			score := 0.0
@@ -105,6 +127,29 @@ func fewest(in fewestInput) []fmove {
 		}
 		if d == 0 || len(over) > d || len(path) == 0 && !slices.Contains(over, in.src) {
 			return
+		}
+		// Each member above its limit hands on at least the fewest of its
+		// shards left (the heaviest first, as it may) that cover its
+		// excess.
+		needed := 0
+		for _, a := range over {
+			k, sum := 0, 0.0
+			for ci, x := range in.cands[a] {
+				if ci <= lastFrom[a] || moved[x] {
+					continue
+				}
+				if sum >= load[a]-limit[a]-eps {
+					break
+				}
+				sum += x.load
+				k++
+			}
+			if sum < load[a]-limit[a]-eps {
+				return
+			}
+			if needed += k; needed > d {
+				return
+			}
 		}
 		for _, a := range over {
 			if len(path) == 0 && a != in.src {
@@ -127,7 +172,7 @@ func fewest(in fewestInput) []fmove {
 					}
 					if over := load[r] + x.load - limit[r]; over <= eps {
 						fits = append(fits, r)
-					} else if d > 1 && over <= heaviestLeft(r)+eps {
+					} else if d > 1 && over <= heaviestLeft(r, d-1)+eps {
 						swaps = append(swaps, r)
 					}
 				}
@@ -136,7 +181,7 @@ func fewest(in fewestInput) []fmove {
 					fits = fits[:fewestRecv]
 				}
 				if len(swaps) > fewestRecv {
-					slices.SortStableFunc(swaps, func(i, j int) int { return cmp.Compare(heaviestLeft(j), heaviestLeft(i)) })
+					slices.SortStableFunc(swaps, func(i, j int) int { return cmp.Compare(heaviestLeft(j, d-1), heaviestLeft(i, d-1)) })
 					swaps = swaps[:fewestRecv]
 				}
 				rs := append(fits, swaps...)
@@ -158,7 +203,11 @@ func fewest(in fewestInput) []fmove {
 			}
 		}
 	}
-	for d := 1; d <= fewestDepth && best == nil; d++ {
+	depth := in.depth
+	if depth == 0 {
+		depth = fewestDepth
+	}
+	for d := max(1, in.from); d <= depth && best == nil; d++ {
 		dfs(d)
 	}
 	return best
