@@ -293,7 +293,8 @@ func balance(in balanceInput) balancePlan {
 	// shard that best lowers the larger of its load and the receiver's,
 	// until it is at bandStop × level or no move helps.
 	stuck := map[string]bool{}
-	active := map[string]bool{} // members that went above the band: they go on down to bandStop
+	active := map[string]bool{}   // members that went above the band: they go on down to bandStop
+	finished := map[string]bool{} // members that finish a swap within the band (fewestMoves)
 	// makeRoom looks, for the stuck member src, for one of its shards s and
 	// a receiver b below the level that s would take above the band, such
 	// that b's own small shards can go to other members (src included: a
@@ -391,6 +392,20 @@ func balance(in balanceInput) balancePlan {
 			}
 		}
 		plan := fewest(fi)
+		// A member above the band because a shard is under way to it
+		// finishes a swap: like the receivers of the plan that began it,
+		// it may end within the band rather than at bandStop, when that
+		// takes fewer moves (and then stops there).
+		for _, s := range held[src] {
+			if s.pending {
+				fi.stop = recvHigh
+				if c := fewest(fi); c != nil && (plan == nil || len(c) < len(plan)) {
+					plan, finished[src] = c, true
+				}
+				fi.stop = bandStop
+				break
+			}
+		}
 		if plan == nil {
 			fi.stop = bandEdge // three moves that leave it a little under the band first; the rest as before
 			plan = fewest(fi)
@@ -439,7 +454,10 @@ func balance(in balanceInput) balancePlan {
 			break
 		}
 		if !active[src] && fewestMoves(src) {
-			active[src] = true
+			active[src] = !finished[src]
+			if finished[src] {
+				stuck[src] = true
+			}
 			continue
 		}
 		active[src] = true

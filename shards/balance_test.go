@@ -193,3 +193,30 @@ func TestHotHostHandsOnWithinTheCooldown(t *testing.T) {
 	require.Len(t, p.moves, 1, movesOf(p))
 	assert.Equal(t, move{shard: "s1", from: "a", to: "b", reason: "hot"}, p.moves[0])
 }
+
+// TestBalanceSwapFinishesWithinTheBand: b is above the band because J is
+// under way to it, the first half of a swap; like the receivers of the
+// plan that began it, b ends within the band: two hand-ons (X and Y, to
+// 1.09 × the level) rather than three to 1.05 ×.
+func TestBalanceSwapFinishesWithinTheBand(t *testing.T) {
+	b := map[string]float64{"J": 0.6, "X": 0.21, "Y": 0.17}
+	for i := range 10 {
+		b[fmt.Sprintf("l%d", i)] = 0.05
+	}
+	in := balanceOf(map[string]map[string]float64{
+		"a": {"a1": 0.8},
+		"b": b,
+		"c": {"c1": 0.86},
+		"d": {"d1": 0.86},
+	})
+	for i := range in.shards {
+		if in.shards[i].name == "J" {
+			in.shards[i].pending = true // under way to b
+		}
+	}
+	p := balance(in)
+	assert.InDelta(t, 1.0, p.level, 1e-9)
+	require.Len(t, p.moves, 2, movesOf(p))
+	assert.ElementsMatch(t, []string{"X", "Y"}, []string{p.moves[0].shard, p.moves[1].shard})
+	assert.InDelta(t, 1.10, p.load["b"], 1e-9)
+}
