@@ -25,7 +25,7 @@ const (
 	// fewestDeepMembers.
 	fewestDeep        = 4
 	fewestDeepMembers = 16
-	fewestDeepNodes   = 20000
+	fewestDeepNodes   = 5000
 )
 
 // fewestInput is what the search knows: members by index (sorted by name),
