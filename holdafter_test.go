@@ -188,42 +188,19 @@ func TestHoldAfterLeavesABlobCreatedMeanwhile(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		var mu sync.Mutex
-		var onAcquire func()
-		bOps := map[azleasetest.Op]int{}
-		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
-			mu.Lock()
-			if r.Client == "b" {
-				bOps[r.Op]++
-			}
-			f := onAcquire
-			if r.Client != "a" || r.Op != azleasetest.OpAcquireLease {
-				f = nil
-			} else {
-				onAcquire = nil
-			}
-			mu.Unlock()
-			if f != nil {
-				f() // b acts between a's creation and a's acquisition
-			}
-			return azleasetest.Fault{}
-		})
+		rc := betweenCreateAndAcquire(e)
 		obs := e.client("observer")
 		_, err := obs.Create(ctx, nil)
 		require.NoError(t, err)
 
 		b := newLease(t, e.client("b"), "s", &azlease.LeaseOptions{Identity: "b"})
 		var bErr error
-		mu.Lock()
-		onAcquire = func() { _, bErr = b.HoldAfter(ctx, azlease.Status{Name: "s"}) }
-		mu.Unlock()
+		rc.then(func() { _, bErr = b.HoldAfter(ctx, azlease.Status{Name: "s"}) })
 		a := newLease(t, e.client("a"), "s", &azlease.LeaseOptions{Identity: "a"})
 		la, err := a.HoldAfter(ctx, azlease.Status{Name: "s"})
 		require.NoError(t, err)
 		require.ErrorIs(t, bErr, azlease.ErrLeaseHeld, "b leaves it to its creator")
-		mu.Lock()
-		assert.Equal(t, map[azleasetest.Op]int{azleasetest.OpPutBlob: 1}, bOps, "b's one request")
-		mu.Unlock()
+		assert.Equal(t, map[azleasetest.Op]int{azleasetest.OpPutBlob: 1}, rc.bOps(), "b's one request")
 		st, err := azlease.Inspect(ctx, obs, "s")
 		require.NoError(t, err)
 		assert.Equal(t, "a", st.Holder)
@@ -246,26 +223,7 @@ func TestHoldAfterLeavesABlobItsCreatorIsAcquiring(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		var mu sync.Mutex
-		var onAcquire func()
-		bOps := map[azleasetest.Op]int{}
-		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
-			mu.Lock()
-			if r.Client == "b" {
-				bOps[r.Op]++
-			}
-			f := onAcquire
-			if r.Client != "a" || r.Op != azleasetest.OpAcquireLease {
-				f = nil
-			} else {
-				onAcquire = nil
-			}
-			mu.Unlock()
-			if f != nil {
-				f() // b lists and takes between a's creation and a's acquisition
-			}
-			return azleasetest.Fault{}
-		})
+		rc := betweenCreateAndAcquire(e)
 		obs := e.client("observer")
 		_, err := obs.Create(ctx, nil)
 		require.NoError(t, err)
@@ -273,25 +231,19 @@ func TestHoldAfterLeavesABlobItsCreatorIsAcquiring(t *testing.T) {
 
 		b := newLease(t, e.client("b"), "s", opts)
 		var bErr error
-		mu.Lock()
-		onAcquire = func() {
+		rc.then(func() {
 			sts, err := azlease.InspectPrefix(ctx, obs, "s")
 			if assert.NoError(t, err) && assert.Len(t, sts, 1) {
-				mu.Lock()
-				clear(bOps)
-				mu.Unlock()
+				rc.bOps() // from here on
 				_, bErr = b.HoldAfter(ctx, sts[0])
 			}
-		}
-		mu.Unlock()
+		})
 		a := newLease(t, e.client("a"), "s", &azlease.LeaseOptions{Identity: "a"})
 		la, err := a.HoldAfter(ctx, azlease.Status{Name: "s"})
 		require.NoError(t, err)
 		require.ErrorIs(t, bErr, azlease.ErrLeaseHeld, "b leaves it to its creator")
 		assert.ErrorContains(t, bErr, "a's record")
-		mu.Lock()
-		assert.Empty(t, bOps, "without a request")
-		mu.Unlock()
+		assert.Empty(t, rc.bOps(), "without a request")
 		st, err := azlease.Inspect(ctx, obs, "s")
 		require.NoError(t, err)
 		assert.Equal(t, la.Epoch(), st.Epoch)
@@ -321,4 +273,51 @@ func TestHoldAfterLeavesABlobItsCreatorIsAcquiring(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, lb.Unlock(ctx))
 	})
+}
+
+// createRace lets a test act between client a's creation of a blob and
+// its acquisition (then), and counts client b's requests (bOps).
+type createRace struct {
+	mu        sync.Mutex
+	onAcquire func()
+	ops       map[azleasetest.Op]int
+}
+
+// betweenCreateAndAcquire installs e's faults for a createRace.
+func betweenCreateAndAcquire(e *emu) *createRace {
+	rc := &createRace{ops: map[azleasetest.Op]int{}}
+	e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+		rc.mu.Lock()
+		if r.Client == "b" {
+			rc.ops[r.Op]++
+		}
+		f := rc.onAcquire
+		if r.Client != "a" || r.Op != azleasetest.OpAcquireLease {
+			f = nil
+		} else {
+			rc.onAcquire = nil
+		}
+		rc.mu.Unlock()
+		if f != nil {
+			f() // b acts between a's creation and a's acquisition
+		}
+		return azleasetest.Fault{}
+	})
+	return rc
+}
+
+// then runs f at a's next Acquire Lease, before storage applies it.
+func (rc *createRace) then(f func()) {
+	rc.mu.Lock()
+	rc.onAcquire = f
+	rc.mu.Unlock()
+}
+
+// bOps returns b's requests counted so far, and starts counting afresh.
+func (rc *createRace) bOps() map[azleasetest.Op]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := rc.ops
+	rc.ops = map[azleasetest.Op]int{}
+	return out
 }
