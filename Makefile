@@ -223,6 +223,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOnceMarker -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz FuzzListPage -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz FuzzTicketsName -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz FuzzWaiterEntry -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz FuzzListQuery -fuzztime $(FUZZTIME) ./azleasetest/
 	$(GO) test -run '^$$' -fuzz FuzzAppendHeaders -fuzztime $(FUZZTIME) ./azleasetest/
 

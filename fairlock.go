@@ -517,6 +517,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		for _, x := range ws {
 			if x.Ticket == w.Ticket {
 				w = x
+				// Its own paces, as it rewrites its entry, whatever an
+				// older version's rewrite left there.
+				w.headPoll, w.poll = f.cfg.headPoll, f.cfg.poll
 				p = 0
 				break
 			}
@@ -706,7 +709,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 			return nil, err
 		}
 		// The cost follows the hold: every HeadPollInterval while the
-		// hold is young, then 4 % of its age, up to PollInterval
+		// hold is young, then 4 % of its age, up to 2 × PollInterval
 		// (timing.HeadLook); jitter only shortens it.
 		if !sleepWake(ctx, time.Duration(float64(f.headLook(age))*(1-f.cfg.jitter/2*mrand.Float64())), pl.wake) {
 			return nil, context.Cause(ctx)

@@ -115,8 +115,8 @@ func TestFairLockServesInOrder(t *testing.T) {
 // TestFairLockAfterAQuietTime: waiters that waited long behind one holder
 // have slowed down (the one right behind the first looks every 2 ×
 // PollInterval, those further back by timing.BackWait's stand-still ramp,
-// up to 180 × PollInterval, and the first every PollInterval once the hold
-// is 25 s old): after the holder unlocks, the first takes the lock within its look
+// up to 180 × PollInterval, and the first every 2 × PollInterval once the
+// hold is 50 s old): after the holder unlocks, the first takes the lock within its look
 // interval, the next within 2 × PollInterval, and the others as soon as
 // they look (issue 35: nobody passes them over meanwhile, and the holder
 // keeps the lease alive for a successor that may be asleep). Nobody is
@@ -153,8 +153,8 @@ func TestFairLockAfterAQuietTime(t *testing.T) {
 		for g := range gaps {
 			all = append(all, g)
 		}
-		// The first looked every PollInterval behind a hold of 5 minutes
-		// (timing.HeadLook: 4 % of the hold, at most PollInterval).
+		// The first looked every 2 × PollInterval behind a hold of 5
+		// minutes (timing.HeadLook: 4 % of the hold, at most HeadCap).
 		assert.Less(t, all[0], timing.HeadLook(5*time.Minute, 200*time.Millisecond, time.Second)+250*time.Millisecond, "the first within its look interval")
 		assert.Less(t, all[1], 2*time.Second+250*time.Millisecond, "the next within 2 × PollInterval")
 		for i, g := range all[2:] {
@@ -409,7 +409,7 @@ func TestFairLockHolderCrash(t *testing.T) {
 }
 
 // TestFairLockCost: 50 waiters behind a holder that keeps the lock: the
-// queue costs the head's looks (one a second once the hold is 25 s old:
+// queue costs the head's looks (one every 2 s once the hold is 50 s old:
 // the cost follows the hold, issue 35) plus under one request a second in
 // all (timing.QueueWait's caps), from the second minute after the last
 // asked on, and no request fails.
@@ -431,9 +431,9 @@ func TestFairLockCost(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		// The cost follows the hold (timing.HeadLook): once the hold is
-		// 25 s old, the head looks every PollInterval × (1 − 0.2/2 ×
-		// U(0,1)): 0.95 s on average.
-		head := 1 / (0.95 * 1.0)
+		// 50 s old, the head looks every 2 × PollInterval × (1 − 0.2/2 ×
+		// U(0,1)): 1.9 s on average.
+		head := 1 / (0.95 * 2.0)
 		measure := func(what string, window time.Duration) {
 			t.Helper()
 			o0, f0 := c.mark()
@@ -443,7 +443,7 @@ func TestFairLockCost(t *testing.T) {
 			t.Logf("50 waiters behind a holder, %s: %.2f requests/s (%v)", what, perSecond, tally(ops))
 			assert.Empty(t, failed, what)
 			assert.LessOrEqual(t, perSecond, head+1, "%s: the head's poll rate + 1", what)
-			assert.GreaterOrEqual(t, perSecond, head, "%s: the head looks every PollInterval", what)
+			assert.GreaterOrEqual(t, perSecond, head, "%s: the head looks every 2 × PollInterval", what)
 		}
 		// A minute after the last asked, the waiters behind the first have
 		// slowed down (those far back the soonest): within the bound

@@ -583,19 +583,19 @@ type MutexOptions struct {
 	// bounds as [ElectorOptions.RenewInterval].
 	RenewInterval time.Duration
 
-	// PollInterval is the longest the first waiter in line goes between two
-	// looks at the lock (once a hold is 25 s old), and paces the waiters
-	// behind it: right behind the first at least every 2 × PollInterval,
-	// further back less often the longer the queue stands still, at least
-	// every 180 × PollInterval. With Unordered, how long Lock waits between
-	// tries. Zero means 1 s; otherwise from 100 ms to 1 h
+	// PollInterval paces the waiters. The first in line waits 4 % of the
+	// hold's age between two looks at the lock, at most 2 × PollInterval
+	// (from a hold of 50 s on); the one right behind it at most 2 ×
+	// PollInterval; those further back longer the longer the queue stands
+	// still, at most 180 × PollInterval. With Unordered, how long Lock
+	// waits between tries. Zero means 1 s; otherwise from 100 ms to 1 h
 	// (MaxPollInterval); negative is an error.
 	PollInterval time.Duration
 
 	// HeadPollInterval is the first waiter's wait between two looks at the
 	// lock (one request each) while the hold it waits behind is under 5 s
 	// old, after a ramp from 5 ms as the hold begins; then 4 % of the hold's
-	// age, up to PollInterval. A holder waits that long for a first in line
+	// age, up to 2 × PollInterval. A holder waits that long for a first in line
 	// before passing it over. Zero means 200 ms; otherwise from 20 ms to
 	// PollInterval; negative is an error. Unused with Unordered.
 	HeadPollInterval time.Duration

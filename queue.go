@@ -54,6 +54,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/azlease/azlease/internal/timing"
 )
 
 // Metadata keys of the queue's blobs.
@@ -63,7 +65,8 @@ const (
 	metaWaiterSince   = "azleasesince"    // a waiter: when it began to wait (ms since 1970, its clock)
 	metaWaiterHead    = "azleasehead"     // a waiter: when it began to poll as the first in line
 	metaWaiterMissed  = "azleasemissed"   // a waiter: its turn came and it did not take the lock
-	metaWaiterPoll    = "azleasepoll"     // a waiter: its HeadPollInterval and PollInterval, in ms ("200,1000")
+	metaWaiterLooks   = "azleaselooks"    // a waiter: its HeadPollInterval and PollInterval, in ms ("200,1000")
+	metaWaiterPoll    = "azleasepoll"     // the same for older versions, its PollInterval as their first in line's longest look
 	queueSuffix       = "/queue"
 	ticketDigits      = 20
 	maxTicketAttempts = 20 // appends and listings tried for one ticket before giving up
@@ -543,18 +546,25 @@ func parseWaiter(lock string, st Status) (waiter, bool) {
 	if v, ok := lookup(st.raw, metaWaiterMissed); ok && v != "" {
 		w.Missed = true
 	}
-	if v, ok := lookup(st.raw, metaWaiterPoll); ok {
+	// An entry of this version says its paces under metaWaiterLooks. One of
+	// an older version says them under metaWaiterPoll alone; its first in
+	// line looks at most every PollInterval, and taking its PollInterval as
+	// this version's (which looks up to timing.HeadCap of it) only makes
+	// its watcher wait longer.
+	if v, ok := lookup(st.raw, metaWaiterLooks); ok {
+		w.headPoll, w.poll = parsePaces(v)
+	} else if v, ok := lookup(st.raw, metaWaiterPoll); ok {
 		w.headPoll, w.poll = parsePaces(v)
 	}
 	return w, true
 }
 
-// formatPaces is the metaWaiterPoll value for the intervals head and poll.
+// formatPaces is the metaWaiterLooks value for the intervals head and poll.
 func formatPaces(head, poll time.Duration) string {
 	return strconv.FormatInt(head.Milliseconds(), 10) + "," + strconv.FormatInt(poll.Milliseconds(), 10)
 }
 
-// parsePaces reads a metaWaiterPoll value; an interval it cannot read, or
+// parsePaces reads a metaWaiterLooks or metaWaiterPoll value; an interval it cannot read, or
 // outside what MutexOptions allow, is zero (the reader's own is used).
 func parsePaces(v string) (head, poll time.Duration) {
 	h, p, ok := strings.Cut(v, ",")
@@ -597,8 +607,11 @@ func (q *queue) markMissed(ctx context.Context, w waiter) error {
 }
 
 // waiterMetadata is what every write of w's blob keeps: the ID it
-// announced, its holder's name and since when it waits, without a head or
-// missed mark.
+// announced, its holder's name, since when it waits and its paces, without
+// a head or missed mark. Older versions read its paces from
+// metaWaiterPoll, taking the poll there as the longest the first in line
+// waits between two looks: so it says timing.HeadCap of its PollInterval
+// there, and they never pass it over for sleeping that long.
 func waiterMetadata(w waiter) map[string]*string {
 	md := map[string]*string{
 		metaWaiterID:     to.Ptr(w.id),
@@ -606,7 +619,8 @@ func waiterMetadata(w waiter) map[string]*string {
 		metaWaiterSince:  to.Ptr(strconv.FormatInt(w.Since.UnixMilli(), 10)),
 	}
 	if w.headPoll > 0 && w.poll > 0 {
-		md[metaWaiterPoll] = to.Ptr(formatPaces(w.headPoll, w.poll))
+		md[metaWaiterLooks] = to.Ptr(formatPaces(w.headPoll, w.poll))
+		md[metaWaiterPoll] = to.Ptr(formatPaces(w.headPoll, min(timing.HeadCap(w.poll), MaxPollInterval)))
 	}
 	return md
 }

@@ -15,11 +15,13 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/internal/timing"
 )
 
 // TestMissSettledBeforeReported: every attempt of a missed mark reaches
@@ -215,6 +217,57 @@ func TestTicketGenerationMadeAgain(t *testing.T) {
 		require.NoError(t, err)
 		for _, st := range sts {
 			assert.NotEqual(t, q.tickets(1), st.Name, "generation 1, made again, is deleted again")
+		}
+	})
+}
+
+// TestWaiterPacesAcrossVersions: an entry says its paces twice. This
+// version reads its own key; an older version reads azleasepoll alone and
+// takes its poll as the longest its first in line waits between two looks
+// (PollInterval there), so this version, whose first waits up to
+// timing.HeadCap(PollInterval), says that there: an older watcher never
+// passes it over for sleeping as it should. An older entry (azleasepoll
+// alone) is read as it says, which only lengthens what its watcher waits.
+func TestWaiterPacesAcrossVersions(t *testing.T) {
+	w := waiter{Waiter: Waiter{Ticket: 7, Holder: "a"}, id: "id", headPoll: 200 * time.Millisecond, poll: time.Second}
+	md := waiterMetadata(w)
+	name := QueueName("m") + fmt.Sprintf("%020d", 7)
+	got, ok := parseWaiter("m", Status{Name: name, raw: md})
+	require.True(t, ok)
+	assert.Equal(t, [2]time.Duration{200 * time.Millisecond, time.Second}, [2]time.Duration{got.headPoll, got.poll}, "this version's")
+	h, p := parsePaces(*md[metaWaiterPoll])
+	assert.Equal(t, 200*time.Millisecond, h)
+	assert.Equal(t, timing.HeadCap(time.Second), p, "what an older version reads as the first's longest look")
+	assert.Equal(t, timing.HeadLook(time.Hour, h, p), timing.HeadLook(time.Hour, 200*time.Millisecond, p),
+		"an older reader's HeadLook (capped at the poll it read) is this version's")
+
+	old := map[string]*string{metaWaiterID: md[metaWaiterID], metaWaiterPoll: to.Ptr("100,3000")}
+	got, ok = parseWaiter("m", Status{Name: name, raw: old})
+	require.True(t, ok)
+	assert.Equal(t, [2]time.Duration{100 * time.Millisecond, 3 * time.Second}, [2]time.Duration{got.headPoll, got.poll}, "an older entry's")
+
+	w.poll = MaxPollInterval
+	_, p = parsePaces(*waiterMetadata(w)[metaWaiterPoll])
+	assert.Equal(t, MaxPollInterval, p, "within what older versions read")
+}
+
+// FuzzWaiterEntry: a queue entry's metadata, as a listing returns it, is
+// read without panicking, and its paces are zero (the reader's own) or
+// within MutexOptions' bounds.
+func FuzzWaiterEntry(f *testing.F) {
+	f.Add("00000000000000000007", "id", "200,1000", "200,2000", "a%20b", "1700000000000")
+	f.Add("00000000000000000007", "id", "", "5,x", "", "")
+	f.Add("0000000000000000000x", "", "1,2,3", "-1,99999999999999", "%zz", "-5")
+	f.Fuzz(func(t *testing.T, key, id, looks, poll, holder, since string) {
+		md := map[string]*string{metaWaiterID: &id, metaWaiterLooks: &looks, metaWaiterPoll: &poll,
+			metaWaiterHolder: &holder, metaWaiterSince: &since}
+		w, ok := parseWaiter("m", Status{Name: QueueName("m") + key, raw: md})
+		if !ok {
+			return
+		}
+		assert.NotEmpty(t, w.id)
+		for _, d := range []time.Duration{w.headPoll, w.poll} {
+			assert.True(t, d == 0 || (d >= 20*time.Millisecond && d <= MaxPollInterval), "pace %v", d)
 		}
 	})
 }

@@ -170,11 +170,11 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "(its start after the last has asked, and its length), every client's requests are counted, the holder's renewals\n")
 	fmt.Fprintf(&b, "included (azlease: one every 5 s or a little sooner, about 0.21 a second). The fair Mutex's waiters behind the first\n")
 	fmt.Fprintf(&b, "look less and less often the longer the queue stands still, down to the formula of docs/design/fair-locks.md within a minute of\n")
-	fmt.Fprintf(&b, "its last move: the first in line 1/(0.95 × 1 s) (behind a hold over 25 s old; its jitter only shortens the wait) and\n")
+	fmt.Fprintf(&b, "its last move: the first in line 1/(0.95 × 2 s) (behind a hold over 50 s old; its jitter only shortens the wait) and\n")
 	fmt.Fprintf(&b, "a listing every 30 s, ")
 	fmt.Fprintf(&b, "right behind it 1/(2 × 1 s), positions 2 to 10 1/(15 × position × 1 s) each, further back\n")
 	fmt.Fprintf(&b, "1/(150 × 1 s) each; plus the holder's renewals. Issue 25's target is the waiters' requests: at most the first's\n")
-	fmt.Fprintf(&b, "poll rate + 1, %.2f a\n", 1/0.95+1)
+	fmt.Fprintf(&b, "poll rate + 1, %.2f a\n", 1/(0.95*2)+1)
 	fmt.Fprintf(&b, "second; the formula less the renewals is %.2f.\n\n", fairCostFormula(p.costWaiters)-1/(0.95*5.0))
 	fmt.Fprintf(&b, "| contender | waiters | window | requests/s, all clients | per waiter-second | failed | formula | reps |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.contenders {
@@ -351,8 +351,9 @@ func dur(d time.Duration) string {
 // behind a holder, default options, the holder's renewals included (the
 // formula in docs/design/fair-locks.md, "What waiting costs").
 func fairCostFormula(w int) float64 {
-	// head: the first in line behind a hold over 25 s old (issue 35).
-	const head, poll, renew, relist = 1.0, 1.0, 5.0, 30.0
+	// head: the first in line behind a hold over 50 s old (issue 35,
+	// timing.HeadCap).
+	const head, poll, renew, relist = 2.0, 1.0, 5.0, 30.0
 	x := 1/(0.95*head) + 1/relist // the first in line (its jitter shortens its wait by 0.1 on average), and its listings
 	if w >= 2 {
 		x += 1 / (2 * poll)

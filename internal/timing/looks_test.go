@@ -30,8 +30,9 @@ func TestHeadLook(t *testing.T) {
 		{time.Second, ms(40)},
 		{5 * time.Second, ms(200)},
 		{25 * time.Second, time.Second},
-		{10 * time.Minute, time.Second},
-		{1000 * time.Hour, time.Second},
+		{50 * time.Second, 2 * time.Second},
+		{10 * time.Minute, 2 * time.Second},
+		{1000 * time.Hour, 2 * time.Second},
 	} {
 		assert.Equal(t, c.want, HeadLook(c.age, lookFloor, lookPoll), "age %v", c.age)
 	}
@@ -232,7 +233,7 @@ func TestHeadWait(t *testing.T) {
 		{ms(780), ms(200)},
 		{5 * time.Second, ms(200)},
 		{25 * time.Second, time.Second},
-		{10 * time.Minute, time.Second},
+		{10 * time.Minute, 2 * time.Second},
 	} {
 		assert.Equal(t, c.want, HeadWait(c.age, head, poll), "age %v", c.age)
 	}
