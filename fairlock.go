@@ -59,6 +59,30 @@ type fairLock struct {
 	// or not.
 	localMu sync.Mutex
 	local   map[string]chan struct{}
+	// handedOff is when an Unlock of this value last handed the lock to a
+	// waiter (under localMu; zero: never): a Lock soon after joins the
+	// queue without looking whether the lock is free (lock).
+	handedOff time.Time
+}
+
+// noteHandOff notes that an Unlock of this value handed the lock to a
+// waiter at now.
+func (f *fairLock) noteHandOff(now time.Time) {
+	f.localMu.Lock()
+	f.handedOff = now
+	f.localMu.Unlock()
+}
+
+// justHandedOff reports whether an Unlock of this value handed the lock to
+// a waiter less than a head poll before now: the lock is held, or being
+// taken, by that waiter (a look would find it leased), so Lock goes straight
+// to the queue. A hot lock's contender saves a request an acquisition; if
+// the successor has released it meanwhile with nobody waiting, the first
+// in line takes a free lock, as ever.
+func (f *fairLock) justHandedOff(now time.Time) bool {
+	f.localMu.Lock()
+	defer f.localMu.Unlock()
+	return !f.handedOff.IsZero() && now.Sub(f.handedOff) < f.cfg.headPoll
 }
 
 // waitLocal registers a waiter of this process under its ticket key; the
@@ -140,7 +164,7 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		return nil, fmt.Errorf("azlease: %s: %w; last attempt: %w", f.what, context.Cause(ctx), lastAttempt(last))
 	}
 	// The lock free and nobody waiting: take it, as an unordered waiter.
-	for {
+	for !f.justHandedOff(time.Now()) {
 		lk, queued, err := f.tryFree(ctx, false)
 		if lk != nil {
 			return lk, nil

@@ -5,8 +5,9 @@ package azlease_test
 // their next look (the queue's order across processes is kept); the first
 // waiter of a lock joins without a failed request, and a successor takes
 // the lock without one (the holder changes the lease before it writes the
-// marker); and the first in line looks as often as the hold's age says
-// (timing.HeadLook).
+// marker); the first in line looks as often as the hold's age says
+// (timing.HeadLook); and a Lock right after its value handed the lock on
+// joins the queue without looking whether the lock is free.
 
 import (
 	"context"
@@ -240,5 +241,76 @@ func TestFairFiftyWaitersBehindALongHold(t *testing.T) {
 		cancel()
 		wg.Wait()
 		require.NoError(t, holder.Unlock(ctx))
+	})
+}
+
+// TestFairLockAfterAHandOffJoinsAtOnce: a contender that hands the lock on
+// and locks again at once (a hot lock's loop) joins the queue without
+// first reading the lock, which its successor holds: a request fewer an
+// acquisition. When the successor has released it meanwhile with nobody
+// waiting, the contender, first in line, takes the free lock all the same;
+// and once a head poll has passed since its hand-off, Lock looks first
+// again.
+func TestFairLockAfterAHandOffJoinsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var ca counter
+		a, err := azlease.NewMutex(countedClient(t, e.Server, "a", &ca), "m", nil)
+		require.NoError(t, err)
+		b := newMutex(t, e, "b", "m", nil)
+		// lockA locks a and returns the Lock and the requests it took.
+		lockA := func() (*azlease.Lock, []string) {
+			o, _ := ca.mark()
+			lk, err := a.Lock(ctx)
+			assert.NoError(t, err)
+			ops, _ := ca.since(o, 0)
+			return lk, ops
+		}
+		starts := func(ops []string, what string, first ...string) {
+			t.Helper()
+			require.GreaterOrEqual(t, len(ops), len(first), what)
+			assert.Equal(t, first, ops[:len(first)], "%s: %v", what, ops)
+		}
+		handToB := func(la *azlease.Lock) *azlease.Lock {
+			t.Helper()
+			gotB, _ := waiter(ctx, b.Lock)
+			time.Sleep(time.Second) // b is first in line
+			require.NoError(t, la.Unlock(ctx))
+			r := <-gotB
+			require.NoError(t, r.err)
+			return r.lk
+		}
+		la, ops := lockA()
+		starts(ops, "the lock free, nobody waiting", opRead)
+		// a hands the lock to b and locks again at once: it joins (a
+		// listing of the tickets blobs, the append, the entry) without a
+		// look, and b's Unlock hands the lock to it.
+		gotB, _ := waiter(ctx, b.Lock)
+		time.Sleep(time.Second)
+		require.NoError(t, la.Unlock(ctx))
+		gotA := make(chan []string, 1)
+		go func() {
+			var ops []string
+			la, ops = lockA()
+			gotA <- ops
+		}()
+		rb := <-gotB
+		require.NoError(t, rb.err)
+		require.NoError(t, rb.lk.Unlock(ctx))
+		starts(<-gotA, "just handed on, b holding", opList, "put", "put")
+		// a hands the lock to b, which releases it with nobody waiting
+		// before a locks again: a joins, and takes the free lock as the
+		// first in line.
+		lb := handToB(la)
+		require.NoError(t, lb.Unlock(ctx))
+		la, ops = lockA()
+		starts(ops, "just handed on, the lock free", opList, "put", "put")
+		require.NoError(t, la.Unlock(ctx))
+		// Long after its last hand-off, a looks first again.
+		time.Sleep(time.Second)
+		la, ops = lockA()
+		starts(ops, "the lock free again, nobody waiting", opRead)
+		require.NoError(t, la.Unlock(ctx))
 	})
 }

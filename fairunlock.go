@@ -131,6 +131,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		return true, err
 	}
 	lk.logHandOff(out)
+	f.noteHandOff(time.Now())
 	return true, nil
 }
 
