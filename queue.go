@@ -564,8 +564,9 @@ func formatPaces(head, poll time.Duration) string {
 	return strconv.FormatInt(head.Milliseconds(), 10) + "," + strconv.FormatInt(poll.Milliseconds(), 10)
 }
 
-// parsePaces reads a metaWaiterLooks or metaWaiterPoll value; an interval it cannot read, or
-// outside what MutexOptions allow, is zero (the reader's own is used).
+// parsePaces reads a metaWaiterLooks or metaWaiterPoll value; an interval
+// it cannot read, or outside what MutexOptions allow, is zero (the
+// reader's own is used).
 func parsePaces(v string) (head, poll time.Duration) {
 	h, p, ok := strings.Cut(v, ",")
 	if !ok {

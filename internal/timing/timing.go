@@ -246,10 +246,10 @@ func HandOffWait(held, wasHead, head, poll time.Duration) time.Duration {
 // said it polls as the first (marked: its head mark) takes a free slot at
 // its next look, which comes within HeadLook of the hold it saw, at most
 // HeadCap(poll): that and one of its head polls (head), and margin for
-// requests in flight. One that has not may not know yet that it is first: it learns it
-// at its next look as the waiter right behind the first, within
-// QueueCap(1, poll) (2 × poll), and looks at the lock at once: two head
-// polls, margin, and that.
+// requests in flight. One that has not may not know yet that it is first:
+// it learns it at its next look as the waiter right behind the first,
+// within QueueCap(1, poll) (2 × poll), and looks at the lock at once: two
+// head polls, margin, and that.
 func PassOverFree(head, poll, margin time.Duration, marked bool) time.Duration {
 	if marked {
 		return head + max(head, HeadCap(poll)) + margin
