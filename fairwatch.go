@@ -241,7 +241,6 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 // the hold as it saw it, never older than the hold: holdFrom, when known
 // (not zero), bounds that.
 func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time) time.Time {
-	head, poll := s.paces(f.cfg)
 	stays := []timing.Stay{{Pos: 1, To: sight}}
 	if a, ok := pl.ahead[s.Ticket]; ok {
 		stays = slices.Clone(a.stays)
@@ -258,7 +257,7 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 	// first it read: lists only grow until full), its sleeps then counted up
 	// to that read.
 	joined := stays[0].From
-	due := timing.SuccessorDue(stays, timing.WaiterSchedule(head, poll, pl.paces.bound(joined)))
+	due := timing.SuccessorDue(stays, s.schedule(f.cfg, pl.paces.bound(joined)))
 	if first := pl.paces.first; first.IsZero() || joined.IsZero() || joined.Before(first) {
 		var pre []timing.Stay
 		for _, st := range stays {
@@ -276,7 +275,7 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 		if first.IsZero() {
 			paceBefore = unknownPace
 		}
-		if d := timing.SuccessorDue(pre, timing.WaiterSchedule(head, poll, paceBefore)); d.After(due) {
+		if d := timing.SuccessorDue(pre, s.schedule(f.cfg, paceBefore)); d.After(due) {
 			due = d
 		}
 	}

@@ -122,6 +122,21 @@ type waiter struct {
 	// headPoll and poll are the intervals it waits with (its
 	// MutexOptions), zero when its entry does not say (an older version).
 	headPoll, poll time.Duration
+	// older is true when its entry does not say its paces under
+	// metaWaiterLooks: a version before timing.NearCap, whose waiters
+	// behind the first may sleep longer (timing.OlderWaiterSchedule).
+	older bool
+}
+
+// schedule is the look schedule w follows, as its watcher counts it, with
+// the pace bound pace (timing.WaiterSchedule; an older version's, when its
+// entry says so).
+func (w waiter) schedule(cfg holdConfig, pace time.Duration) timing.Schedule {
+	head, poll := w.paces(cfg)
+	if w.older {
+		return timing.OlderWaiterSchedule(head, poll, pace)
+	}
+	return timing.WaiterSchedule(head, poll, pace)
 }
 
 // paces returns w's head poll and poll intervals, or, when its entry does
@@ -550,11 +565,15 @@ func parseWaiter(lock string, st Status) (waiter, bool) {
 	// an older version says them under metaWaiterPoll alone; its first in
 	// line looks at most every PollInterval, and taking its PollInterval as
 	// this version's (which looks up to timing.HeadCap of it) only makes
-	// its watcher wait longer.
+	// its watcher wait longer; its waiters behind the first may sleep
+	// longer than this version's (older: timing.OlderWaiterSchedule).
 	if v, ok := lookup(st.raw, metaWaiterLooks); ok {
 		w.headPoll, w.poll = parsePaces(v)
-	} else if v, ok := lookup(st.raw, metaWaiterPoll); ok {
-		w.headPoll, w.poll = parsePaces(v)
+	} else {
+		w.older = true
+		if v, ok := lookup(st.raw, metaWaiterPoll); ok {
+			w.headPoll, w.poll = parsePaces(v)
+		}
 	}
 	return w, true
 }

@@ -227,7 +227,8 @@ func TestTicketGenerationMadeAgain(t *testing.T) {
 // (PollInterval there), so this version, whose first waits up to
 // timing.HeadCap(PollInterval), says that there: an older watcher never
 // passes it over for sleeping as it should. An older entry (azleasepoll
-// alone) is read as it says, which only lengthens what its watcher waits.
+// alone) is read as it says, which only lengthens what its watcher waits,
+// and by the older schedule behind the first (no timing.NearCap).
 func TestWaiterPacesAcrossVersions(t *testing.T) {
 	w := waiter{Waiter: Waiter{Ticket: 7, Holder: "a"}, id: "id", headPoll: 200 * time.Millisecond, poll: time.Second}
 	md := waiterMetadata(w)
@@ -235,6 +236,8 @@ func TestWaiterPacesAcrossVersions(t *testing.T) {
 	got, ok := parseWaiter("m", Status{Name: name, raw: md})
 	require.True(t, ok)
 	assert.Equal(t, [2]time.Duration{200 * time.Millisecond, time.Second}, [2]time.Duration{got.headPoll, got.poll}, "this version's")
+	assert.False(t, got.older)
+	assert.Equal(t, timing.NearCap(time.Second), got.schedule(holdConfig{}, 0)(5, time.Hour), "this version's waiters near the front")
 	h, p := parsePaces(*md[metaWaiterPoll])
 	assert.Equal(t, 200*time.Millisecond, h)
 	assert.Equal(t, timing.HeadCap(time.Second), p, "what an older version reads as the first's longest look")
@@ -245,6 +248,9 @@ func TestWaiterPacesAcrossVersions(t *testing.T) {
 	got, ok = parseWaiter("m", Status{Name: name, raw: old})
 	require.True(t, ok)
 	assert.Equal(t, [2]time.Duration{100 * time.Millisecond, 3 * time.Second}, [2]time.Duration{got.headPoll, got.poll}, "an older entry's")
+	assert.True(t, got.older)
+	assert.Equal(t, timing.OlderBackWait(5, time.Hour, 0, 3*time.Second), got.schedule(holdConfig{}, 0)(5, time.Hour),
+		"an older version's waiter near the front may sleep as long as far back (no timing.NearCap)")
 
 	w.poll = MaxPollInterval
 	_, p = parsePaces(*waiterMetadata(w)[metaWaiterPoll])

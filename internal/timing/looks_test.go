@@ -244,3 +244,29 @@ func TestHeadWait(t *testing.T) {
 	// Looks over a whole hold of 1 s: 18 (42 with HeadLook's 25 ms plateau).
 	assert.Equal(t, 18, looksIn(0, time.Second, func(a time.Duration) time.Duration { return HeadWait(a, head, poll) }), 2)
 }
+
+// TestBackWaitNearCap: the waiters up to NearPositions behind the first
+// sleep at most NearCap however long the queue stands still; further back
+// (and in older versions, at every position) the stand-still's ramp runs
+// on to 180 × poll. BackWait never decreases as p or age grow.
+func TestBackWaitNearCap(t *testing.T) {
+	poll := time.Second
+	for _, age := range []time.Duration{0, time.Second, 30 * time.Second, 3 * time.Minute, time.Hour} {
+		for p := 2; p <= NearPositions; p++ {
+			assert.LessOrEqual(t, BackWait(p, age, 0, poll), NearCap(poll), "p %d age %v", p, age)
+			assert.LessOrEqual(t, BackWait(p, age, 0, poll), OlderBackWait(p, age, 0, poll), "p %d age %v: never longer than before", p, age)
+		}
+		assert.Equal(t, OlderBackWait(NearPositions+1, age, 0, poll), BackWait(NearPositions+1, age, 0, poll), "age %v: far back as before", age)
+		for p := 2; p < 60; p++ {
+			assert.LessOrEqual(t, BackWait(p, age, 0, poll), BackWait(p+1, age, 0, poll), "p %d age %v", p, age)
+		}
+	}
+	assert.Equal(t, NearCap(poll), BackWait(5, 3*time.Minute, 0, poll))
+	assert.Equal(t, BackRamp(3*time.Minute), OlderBackWait(5, 3*time.Minute, 0, poll), "88 s before the cap")
+	for a := time.Duration(0); a < 2*time.Hour; a += 7 * time.Second {
+		assert.LessOrEqual(t, BackWait(5, a, 0, poll), BackWait(5, a+7*time.Second, 0, poll), "age %v", a)
+	}
+	// An older waiter's schedule is the older BackWait behind the first.
+	assert.Equal(t, OlderBackWait(5, time.Hour, 0, poll), OlderWaiterSchedule(200*time.Millisecond, poll, 0)(5, time.Hour))
+	assert.Equal(t, BackWait(5, time.Hour, 0, poll), WaiterSchedule(200*time.Millisecond, poll, 0)(5, time.Hour))
+}

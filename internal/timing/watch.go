@@ -59,6 +59,16 @@ func SuccessorDue(stays []Stay, sched Schedule) time.Time {
 // further back with the published pace, which pace bounds (the watcher's:
 // the largest it can bound from its reads of the lock record, PaceBound).
 func WaiterSchedule(head, poll, pace time.Duration) Schedule {
+	return waiterSchedule(head, poll, pace, BackWait)
+}
+
+// OlderWaiterSchedule is WaiterSchedule for a waiter of an older version,
+// whose waiters far back follow OlderBackWait: never shorter.
+func OlderWaiterSchedule(head, poll, pace time.Duration) Schedule {
+	return waiterSchedule(head, poll, pace, OlderBackWait)
+}
+
+func waiterSchedule(head, poll, pace time.Duration, backWait func(p int, age, pace, poll time.Duration) time.Duration) Schedule {
 	return func(p int, age time.Duration) time.Duration {
 		switch {
 		case p <= 0:
@@ -73,7 +83,7 @@ func WaiterSchedule(head, poll, pace time.Duration) Schedule {
 			}
 			return d
 		default:
-			return BackWait(p, age, pace, poll)
+			return backWait(p, age, pace, poll)
 		}
 	}
 }
