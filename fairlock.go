@@ -660,8 +660,10 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		default:
 			// Toward its turn at the published pace (most of the way at
 			// once), and less often the longer the queue stands still
-			// (timing.BackWait, as its watcher counts it).
-			d := timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
+			// (timing.BackWait, as its watcher counts it). Jitter only
+			// shortens it: waiters that joined together do not list
+			// together for good.
+			d := time.Duration(float64(timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)) * (1 - f.cfg.jitter/2*mrand.Float64()))
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}

@@ -587,7 +587,7 @@ type MutexOptions struct {
 	// hold's age between two looks at the lock, at most 2 × PollInterval
 	// (from a hold of 50 s on); the one right behind it at most 2 ×
 	// PollInterval; those further back longer the longer the queue stands
-	// still, at most 60 × PollInterval up to the tenth in line and 180 ×
+	// still, at most 60 × PollInterval up to the tenth in line and 240 ×
 	// further back. With Unordered, how long Lock waits between tries.
 	// Zero means 1 s; otherwise from 100 ms to 1 h (MaxPollInterval);
 	// negative is an error.

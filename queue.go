@@ -630,8 +630,9 @@ func (q *queue) markMissed(ctx context.Context, w waiter) error {
 // announced, its holder's name, since when it waits and its paces, without
 // a head or missed mark. Older versions read its paces from
 // metaWaiterPoll, taking the poll there as the longest the first in line
-// waits between two looks: so it says timing.HeadCap of its PollInterval
-// there, and they never pass it over for sleeping that long.
+// waits between two looks: so it says timing.OlderPoll of its
+// PollInterval there, with which their schedule never expects it to look
+// sooner than it does.
 func waiterMetadata(w waiter) map[string]*string {
 	md := map[string]*string{
 		metaWaiterID:     to.Ptr(w.id),
@@ -640,7 +641,7 @@ func waiterMetadata(w waiter) map[string]*string {
 	}
 	if w.headPoll > 0 && w.poll > 0 {
 		md[metaWaiterLooks] = to.Ptr(formatPaces(w.headPoll, w.poll))
-		md[metaWaiterPoll] = to.Ptr(formatPaces(w.headPoll, min(timing.HeadCap(w.poll), MaxPollInterval)))
+		md[metaWaiterPoll] = to.Ptr(formatPaces(w.headPoll, timing.OlderPoll(w.poll)))
 	}
 	return md
 }

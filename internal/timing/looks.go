@@ -78,8 +78,8 @@ func HeadCap(poll time.Duration) time.Duration { return 2 * poll }
 // queue has stood still as it saw it (age): age/10 for the first 4 s (a
 // waiter that dies while a fresh queue stands for a second or two is passed
 // over within about a fifth of a second of its turn), then age/2 − 1.6 s,
-// so that the waiters far back reach their cap (3 minutes with the default
-// PollInterval) within about 6 minutes of stand-still and a queue of 50
+// so that the waiters far back reach their cap (4 minutes with the default
+// PollInterval) within about 8 minutes of stand-still and a queue of 50
 // behind a hold of 10 minutes costs less than 1.5 requests a second in all.
 func BackRamp(age time.Duration) time.Duration {
 	return max(age/10, age/2-1600*time.Millisecond)
@@ -87,12 +87,17 @@ func BackRamp(age time.Duration) time.Duration {
 
 // BackCap is the longest a waiter at position p (≥ 1) behind the first
 // sleeps: 10 × poll right behind it (it becomes the first at the next
-// hand-off), NearCap(poll) up to NearPositions, 180 × poll further back.
+// hand-off), NearCap(poll) up to NearPositions, 240 × poll further back
+// (180 × in older versions: OlderBackCap; the looks NearCap adds are paid
+// for there, ten or more hand-offs from their turn).
 func BackCap(p int, poll time.Duration) time.Duration {
-	if p > 1 && p <= NearPositions {
+	switch {
+	case p <= 1:
+		return 10 * poll
+	case p <= NearPositions:
 		return NearCap(poll)
 	}
-	return OlderBackCap(p, poll)
+	return 240 * poll
 }
 
 // NearPositions and NearCap: the waiters up to position NearPositions
@@ -100,10 +105,11 @@ func BackCap(p int, poll time.Duration) time.Duration {
 // After a long hold they are the next to be served, and a queue cannot
 // move past one that sleeps: with the stand-still's ramp alone (half its
 // age), ten waiters behind a hold of 3 minutes, each holding 10 ms, were
-// served in 2 min 9 s; with the cap, in 44 s. Their looks cost at most
-// 9/(60 × poll) requests a second: 50 waiters behind a hold of 10 minutes
-// send 1.22 a second in all, within issue 35's 1.5, and the waiters
-// behind the first stay within issue 25's 1 a second (30 × poll gave 1.09:
+// served in 2 min 9 s; with the cap, in 30 to 54 s. Their looks cost at
+// most 9/(60 × poll) requests a second, which the far cap of 240 × poll
+// pays for: 50 waiters behind a hold of 10 minutes send about 1.25 a second
+// in all, within issue 35's 1.5, and the waiters behind the first stay
+// within issue 25's 1 a second more than the first's (30 × poll did not:
 // docs/design/fair-locks-cost.md).
 const NearPositions = 10
 
@@ -249,6 +255,17 @@ func PaceCap(poll time.Duration) time.Duration { return 2 * poll }
 func BackWait(p int, age, pace, poll time.Duration) time.Duration {
 	return backWait(p, age, pace, poll, BackCap)
 }
+
+// OlderPoll is the PollInterval a waiter of this version says it has to
+// older versions (in the entry key they read): HeadCap(poll), at most an
+// hour. An older watcher counts this version's waiter by its own schedule
+// with that poll: the first in line's longest look is that poll, which is
+// HeadCap's; right behind the first, and far back, it allows at least what
+// this version sleeps. Between 30 × poll and 60 × poll of stand-still
+// (its QueueQuiet with that poll) it expects a waiter behind the second to
+// look sooner than this version's does: an older watcher may pass one over
+// there, once (TestOlderWatchersNeverEarly). No single poll avoids both.
+func OlderPoll(poll time.Duration) time.Duration { return min(HeadCap(poll), time.Hour) }
 
 // OlderBackWait is BackWait as older versions follow it (OlderBackCap).
 func OlderBackWait(p int, age, pace, poll time.Duration) time.Duration {

@@ -247,8 +247,8 @@ func TestHeadWait(t *testing.T) {
 
 // TestBackWaitNearCap: the waiters up to NearPositions behind the first
 // sleep at most NearCap however long the queue stands still; further back
-// (and in older versions, at every position) the stand-still's ramp runs
-// on to 180 × poll. BackWait never decreases as p or age grow.
+// the stand-still's ramp runs on (to 240 × poll; 180 × in older versions,
+// at every position). BackWait never decreases as p or age grow.
 func TestBackWaitNearCap(t *testing.T) {
 	poll := time.Second
 	for _, age := range []time.Duration{0, time.Second, 30 * time.Second, 3 * time.Minute, time.Hour} {
@@ -256,7 +256,7 @@ func TestBackWaitNearCap(t *testing.T) {
 			assert.LessOrEqual(t, BackWait(p, age, 0, poll), NearCap(poll), "p %d age %v", p, age)
 			assert.LessOrEqual(t, BackWait(p, age, 0, poll), OlderBackWait(p, age, 0, poll), "p %d age %v: never longer than before", p, age)
 		}
-		assert.Equal(t, OlderBackWait(NearPositions+1, age, 0, poll), BackWait(NearPositions+1, age, 0, poll), "age %v: far back as before", age)
+		assert.LessOrEqual(t, OlderBackWait(NearPositions+1, age, 0, poll), BackCap(NearPositions+1, poll), "age %v", age)
 		for p := 2; p < 60; p++ {
 			assert.LessOrEqual(t, BackWait(p, age, 0, poll), BackWait(p+1, age, 0, poll), "p %d age %v", p, age)
 		}
@@ -269,4 +269,30 @@ func TestBackWaitNearCap(t *testing.T) {
 	// An older waiter's schedule is the older BackWait behind the first.
 	assert.Equal(t, OlderBackWait(5, time.Hour, 0, poll), OlderWaiterSchedule(200*time.Millisecond, poll, 0)(5, time.Hour))
 	assert.Equal(t, BackWait(5, time.Hour, 0, poll), WaiterSchedule(200*time.Millisecond, poll, 0)(5, time.Hour))
+}
+
+// TestOlderWatchersNeverEarly: an older version's watcher counts a waiter
+// of this version by the older schedule with the poll the waiter's entry
+// says to older versions (OlderPoll); it allows at least what this
+// version's waiter sleeps as the first in line, right behind it, and
+// further back but between 30 × poll and 60 × poll of stand-still (the
+// older QueueQuiet with twice the poll), so it passes a live one over
+// there only. And this version counts an older waiter by the older
+// schedule itself.
+func TestOlderWatchersNeverEarly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 2))
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	for trial := range 200_000 {
+		head := ms(20 + rng.Int64N(400))
+		poll := max(head, ms(100+rng.Int64N(5_000)))
+		pace := []time.Duration{0, ms(rng.Int64N(20)), ms(rng.Int64N(2_000)), ms(rng.Int64N(600_000))}[rng.IntN(4)]
+		p := []int{0, 1, 2, 3, 5, 10, 11, 12, 30, 49, 1000}[rng.IntN(11)]
+		age := []time.Duration{ms(rng.Int64N(1_000)), ms(rng.Int64N(90_000)), ms(rng.Int64N(3_600_000))}[rng.IntN(3)]
+		if p >= 2 && age > QueueQuiet(poll) && age <= QueueQuiet(OlderPoll(poll)) {
+			continue
+		}
+		now := WaiterSchedule(head, poll, pace)(p, age)
+		older := OlderWaiterSchedule(head, OlderPoll(poll), pace)(p, age)
+		require.GreaterOrEqual(t, older, now, "trial %d: head %v poll %v pace %v p %d age %v", trial, head, poll, pace, p, age)
+	}
 }

@@ -59,26 +59,35 @@ func SuccessorDue(stays []Stay, sched Schedule) time.Time {
 // further back with the published pace, which pace bounds (the watcher's:
 // the largest it can bound from its reads of the lock record, PaceBound).
 func WaiterSchedule(head, poll, pace time.Duration) Schedule {
-	return waiterSchedule(head, poll, pace, BackWait)
+	return waiterSchedule(head, poll, pace, HeadWait, BackWait)
 }
 
-// OlderWaiterSchedule is WaiterSchedule for a waiter of an older version,
-// whose waiters far back follow OlderBackWait: never shorter.
+// OlderWaiterSchedule is the schedule of the version before HeadCap and
+// NearCap: its first in line looked at most every poll (olderHeadWait),
+// its waiters behind the first followed OlderBackWait.
 func OlderWaiterSchedule(head, poll, pace time.Duration) Schedule {
-	return waiterSchedule(head, poll, pace, OlderBackWait)
+	return waiterSchedule(head, poll, pace, olderHeadWait, OlderBackWait)
 }
 
-func waiterSchedule(head, poll, pace time.Duration, backWait func(p int, age, pace, poll time.Duration) time.Duration) Schedule {
+// olderHeadWait is HeadWait as the version before HeadCap had it: the
+// first in line's wait capped at poll rather than HeadCap(poll).
+func olderHeadWait(age, head, poll time.Duration) time.Duration {
+	look := min(max(min(head+age/4, max(HeadHoldPlateau, age/25)), head), max(poll, head))
+	return max(min(LookFloor+age/4, look), min(LookFloor, head))
+}
+
+func waiterSchedule(head, poll, pace time.Duration, headWait func(age, head, poll time.Duration) time.Duration,
+	backWait func(p int, age, pace, poll time.Duration) time.Duration) Schedule {
 	return func(p int, age time.Duration) time.Duration {
 		switch {
 		case p <= 0:
-			return HeadWait(age, head, poll)
+			return headWait(age, head, poll)
 		case p == 1:
 			d := head
 			if age >= SecondCover(head) {
 				d = max(head, QueueWait(1, age, head, poll))
 			}
-			if hw := HeadWait(age, head, poll); hw < head {
+			if hw := headWait(age, head, poll); hw < head {
 				d = min(d, hw) // a young hold: it looks as the first does
 			}
 			return d

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -165,4 +166,14 @@ func TestSleepBoundHolds(t *testing.T) {
 	require.Equal(t, PaceCap(time.Second), SleepBound(500*time.Millisecond, 200*time.Millisecond, time.Second, false))
 	require.Equal(t, BackRamp(20*time.Second), SleepBound(20*time.Second, 200*time.Millisecond, time.Second, false))
 	require.Equal(t, 2*time.Second, SleepBound(time.Hour, 200*time.Millisecond, time.Second, true))
+}
+
+// TestOlderHeadWait: the version before HeadCap's first in line, as
+// OlderWaiterSchedule counts it, is HeadWait capped at poll.
+func TestOlderHeadWait(t *testing.T) {
+	head, poll := 200*time.Millisecond, time.Second
+	for a := time.Duration(0); a <= time.Hour; a = max(a*3/2, time.Millisecond) {
+		assert.Equal(t, min(HeadWait(a, head, poll), poll), olderHeadWait(a, head, poll), "age %v", a)
+		assert.Equal(t, HeadWait(a, head, poll), olderHeadWait(a, head, HeadCap(poll)), "age %v: with twice the poll, as this version", a)
+	}
 }
