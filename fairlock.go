@@ -660,10 +660,16 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		default:
 			// Toward its turn at the published pace (most of the way at
 			// once), and less often the longer the queue stands still
-			// (timing.BackWait, as its watcher counts it). Jitter only
-			// shortens it: waiters that joined together do not list
-			// together for good.
-			d := time.Duration(float64(timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)) * (1 - f.cfg.jitter/2*mrand.Float64()))
+			// (timing.BackWait, as its watcher counts it). Past a poll,
+			// jitter shortens it: waiters that joined together do not
+			// list together for good through a stand-still. Not below:
+			// in a queue that moves, waiters woken early list more
+			// (jittered at every sleep, 50 contenders with zero holds
+			// made 2 requests more an acquisition, and 25 % fewer).
+			d := timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
+			if d > f.cfg.poll {
+				d = time.Duration(float64(d) * (1 - f.cfg.jitter/2*mrand.Float64()))
+			}
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}
