@@ -105,7 +105,7 @@ func BackCap(p int, poll time.Duration) time.Duration {
 // After a long hold they are the next to be served, and a queue cannot
 // move past one that sleeps: with the stand-still's ramp alone (half its
 // age), ten waiters behind a hold of 3 minutes, each holding 10 ms, were
-// served in 2 min 9 s; with the cap, in 30 to 54 s. Their looks cost at
+// served in 2 min 9 s; with the cap, in 48 to 60 s. Their looks cost at
 // most 9/(60 × poll) requests a second, which the far cap of 240 × poll
 // pays for: 50 waiters behind a hold of 10 minutes send about 1.25 a second
 // in all, within issue 35's 1.5, and the waiters behind the first stay
