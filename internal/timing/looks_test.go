@@ -296,3 +296,12 @@ func TestOlderWatchersNeverEarly(t *testing.T) {
 		require.GreaterOrEqual(t, older, now, "trial %d: head %v poll %v pace %v p %d age %v", trial, head, poll, pace, p, age)
 	}
 }
+
+// TestEvictionOutlastsSleeps: a missed waiter silent for 2 × MaxQueueLook
+// is evicted; no position's sleep is that long.
+func TestEvictionOutlastsSleeps(t *testing.T) {
+	for _, p := range []int{1, 2, NearPositions, NearPositions + 1, 1 << 20} {
+		assert.Less(t, BackCap(p, time.Second), 2*MaxQueueLook(time.Second), "p %d", p)
+		assert.Less(t, OlderBackCap(p, OlderPoll(time.Second)), 2*MaxQueueLook(OlderPoll(time.Second)), "p %d, as older versions read it", p)
+	}
+}

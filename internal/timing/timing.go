@@ -226,8 +226,10 @@ func QueueCap(p int, poll time.Duration) time.Duration {
 	return min(15*time.Duration(p)*poll, MaxQueueLook(poll))
 }
 
-// MaxQueueLook is the longest any waiter of a fair lock's queue goes
-// without looking: 150×poll.
+// MaxQueueLook is QueueWait's longest wait: 150×poll. Waiters behind the
+// first sleep up to BackCap (240×poll far back); twice MaxQueueLook is
+// longer, so a holder evicts a missed waiter silent that long
+// (fairunlock.go) only once no live one would be.
 func MaxQueueLook(poll time.Duration) time.Duration { return 150 * poll }
 
 // HandOffWait is how long a fair lock's holder waits for a successor that
