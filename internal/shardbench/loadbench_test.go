@@ -227,7 +227,18 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 		names := shards.Numbered(k)
 		lp := newLoadProc(names, seed)
 		cc := &classCounter{n: map[string]int{}}
-		srv.SetFaults(cc.fault)
+		var members []string
+		for i := range n {
+			members = append(members, fmt.Sprintf("r%d", i))
+		}
+		var tr *jumpTrace
+		if report {
+			tr = newJumpTrace(members)
+		}
+		srv.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			tr.request(r)
+			return cc.fault(r)
+		})
 		var mu sync.Mutex
 		own := map[string]string{}         // shard → the replica whose work runs it
 		started := map[string]time.Time{}  // shard → when its current run began
@@ -260,15 +271,13 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 			}
 		}
 		var groups []*shards.Group
-		var members []string
 		for i := range n {
-			id := fmt.Sprintf("r%d", i)
-			members = append(members, id)
+			id := members[i]
 			zone := ""
 			if zones > 0 {
 				zone = fmt.Sprintf("zone-%d", i%zones)
 			}
-			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Zone: zone})
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Zone: zone, Logger: tr.logger(id)})
 			require.NoError(t, err)
 			require.NoError(t, g.Start(context.Background(), work(id)))
 			groups = append(groups, g)
@@ -312,7 +321,31 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 		mu.Unlock()
 		c0 := cc.snapshot()
 		s0 := time.Now()
-		ticker(ph.steady, func() { res.steady = append(res.steady, maxOverMean(lp, snapshot(), n)) })
+		observe := func() (shards.Assignment, error) {
+			return shards.Inspect(context.Background(), srv.Client("observer"), "g", names)
+		}
+		traced := len(moves)
+		traceSecond := func(in bool) {
+			if tr == nil {
+				return
+			}
+			mu.Lock()
+			ms := slices.Clone(moves[traced:])
+			traced = len(moves)
+			mu.Unlock()
+			tr.second(context.Background(), lp, snapshot(), in, ms, observe)
+		}
+		tr.start(s0.Add(ph.steady))
+		ticker(ph.steady, func() {
+			res.steady = append(res.steady, maxOverMean(lp, snapshot(), n))
+			if time.Until(s0.Add(ph.steady)) < 10*time.Second {
+				traceSecond(inBand(lp, snapshot(), members))
+			} else {
+				mu.Lock()
+				traced = len(moves)
+				mu.Unlock()
+			}
+		})
 		res.stableWindow = time.Since(s0)
 		c1 := cc.snapshot()
 		res.perSecond = map[string]float64{}
@@ -326,6 +359,7 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 
 		// One shard ×10.
 		jumped := names[lp.rng.IntN(len(names))]
+		jumpedFrom := snapshot()[jumped]
 		lp.jump(jumped, 10)
 		mu.Lock()
 		before = len(moves)
@@ -338,6 +372,7 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 			mu.Lock()
 			movesAt = append(movesAt, len(moves)-before)
 			mu.Unlock()
+			traceSecond(in[len(in)-1])
 		})
 		res.jumpBack = -1
 		for i := range in {
@@ -351,6 +386,10 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 			}
 		}
 		_ = j0
+		if err := tr.write(fmt.Sprintf("load-%d", seed), fmt.Sprintf("seed %d: shard %s (base %.4f after the jump) on %s jumped ×10 at t=0; back in band after %v, %d moves",
+			seed, jumped, lp.baseOf(jumped), jumpedFrom, res.jumpBack, res.jumpMoves)); err != nil {
+			t.Error(err)
+		}
 
 		// An added shard.
 		added := time.Now()
@@ -569,7 +608,10 @@ func perMonth(rates map[string]float64) float64 {
 // it is a smoke test (K=32, N=4, one seed, short phases: that every row
 // produces figures); with it, AZLEASE_LOADBENCH_SEEDS seeds (default 3) of
 // K=256, N=8, and the cost table for K=32, 256 and 1,000 (N=8), written
-// to the report.
+// to the report. AZLEASE_LOADBENCH_ROWS=load runs only the by-load rows
+// (no count-only row, no cost table), and AZLEASE_LOADBENCH_FIRST=S
+// starts at seed S (to look at the ×10 jump over many seeds; see also
+// AZLEASE_LOADBENCH_TRACE in jumptrace_test.go).
 func TestLoadBench(t *testing.T) {
 	report := os.Getenv("AZLEASE_LOADBENCH_REPORT")
 	full := report != ""
@@ -582,14 +624,18 @@ func TestLoadBench(t *testing.T) {
 		}
 		ph = loadPhases{start: 30 * time.Second, converge: 5 * time.Minute, steady: 10 * time.Minute, jump: 3 * time.Minute}
 	}
+	loadOnly := os.Getenv("AZLEASE_LOADBENCH_ROWS") == "load"
+	first, _ := strconv.ParseUint(os.Getenv("AZLEASE_LOADBENCH_FIRST"), 10, 64)
 	began := time.Now()
 	rows := map[string][]loadResult{}
 	var greedy []int
 	var greedyFinal []float64
-	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprintf("count/%d", seed), func(t *testing.T) {
-			rows["count only"] = append(rows["count only"], runAzleaseLoad(t, k, n, seed, false, ph, 0))
-		})
+	for seed := first; seed < first+uint64(seeds); seed++ {
+		if !loadOnly {
+			t.Run(fmt.Sprintf("count/%d", seed), func(t *testing.T) {
+				rows["count only"] = append(rows["count only"], runAzleaseLoad(t, k, n, seed, false, ph, 0))
+			})
+		}
 		t.Run(fmt.Sprintf("load/%d", seed), func(t *testing.T) {
 			rows["by load"] = append(rows["by load"], runAzleaseLoad(t, k, n, seed, true, ph, 0))
 		})
@@ -625,6 +671,9 @@ func TestLoadBench(t *testing.T) {
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, name := range []string{"count only", "by load", "central (Cadence style)"} {
 		rs := rows[name]
+		if len(rs) == 0 {
+			continue
+		}
 		var starts, steady []float64
 		var conv, jumps, adds []time.Duration
 		var cm, jm []int
@@ -651,6 +700,17 @@ func TestLoadBench(t *testing.T) {
 	fmt.Fprintf(&b, "| offline greedy | | (%d) to %.3f | | | | |\n\n", quantile(greedy, 0.5), quantile(greedyFinal, 0.5))
 	t.Log("\n" + b.String())
 	if !full {
+		return
+	}
+	if loadOnly {
+		var jumps []string
+		for i, r := range rows["by load"] {
+			jumps = append(jumps, fmt.Sprintf("%d:%v", first+uint64(i), r.jumpBack))
+		}
+		fmt.Fprintf(&b, "×10 jump back in band by seed: %s\n", strings.Join(jumps, " "))
+		if err := os.WriteFile(report, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		return
 	}
 	// Cost: requests per second by billing class in the steady state, with
