@@ -404,12 +404,14 @@ func (g *Group) run(ctx context.Context, work Work) {
 		g.leave()
 	}()
 	for ctx.Err() == nil {
-		// A listing when one is due (see listDue); otherwise a look at the
-		// registry, the group's beacon, and a listing only if it changed.
+		// A listing when one is due (see listDue) or this replica's loads
+		// moved enough to publish at once (see loadsJumped); otherwise a
+		// look at the registry, the group's beacon, and a listing only if
+		// it changed.
 		// In a group of zones, a poll that does not list probes the
 		// zones this replica watches (see probe.go): a member found gone
 		// is told to the group, and this replica lists at once.
-		if g.listDue(start) || g.headBeacon(ctx, g.listedBeacon) {
+		if g.listDue(start) || g.loadsJumped() || g.headBeacon(ctx, g.listedBeacon) {
 			if !g.listAndAct(ctx, work, mlease, start) {
 				return
 			}

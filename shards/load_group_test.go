@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -304,6 +305,91 @@ func TestHotShardIsAlone(t *testing.T) {
 		}
 		assert.InDelta(t, 31, total, 1, "the replicas' loads add up to the group's")
 		assert.Positive(t, hotHandOns, "hand-ons to make room for the hot shard, by reason")
+		for _, g := range groups {
+			require.NoError(t, g.Stop(context.Background()))
+		}
+		o.check(t, srv, "g", names)
+	})
+}
+
+// listings signals each List Blobs of one replica, with the time since its
+// previous one.
+type listings struct {
+	mu   sync.Mutex
+	last time.Time
+	c    chan time.Duration
+}
+
+func (l *listings) fault(id string) azleasetest.FaultFunc {
+	return func(r azleasetest.Request) azleasetest.Fault {
+		if r.Client == id && r.Op == azleasetest.OpListBlobs {
+			l.mu.Lock()
+			gap := time.Duration(0)
+			if !l.last.IsZero() {
+				gap = time.Since(l.last)
+			}
+			l.last = time.Now()
+			l.mu.Unlock()
+			select {
+			case l.c <- gap:
+			default:
+			}
+		}
+		return azleasetest.Fault{}
+	}
+}
+
+// TestLoadRiseIsPublishedAtOnce: in a settled group (each replica lists
+// only every ListInterval), a shard whose load triples just after its
+// owner listed is published within a couple of polls, not at the owner's
+// next listing (a ListInterval later), as the rise of a ×10 jump was.
+func TestLoadRiseIsPublishedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(4)
+		l := &loads{v: map[string]float64{}}
+		for _, n := range names {
+			l.v[n] = 1
+		}
+		o := newOwners()
+		lst := &listings{c: make(chan time.Duration, 1)}
+		srv.SetFaults(lst.fault("r0"))
+		var groups []*shards.Group
+		for i := range 2 {
+			id := fmt.Sprintf("r%d", i)
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
+			groups = append(groups, g)
+		}
+		// Settled: r0 lists only every ListInterval.
+		time.Sleep(90 * time.Second)
+		for gap := range lst.c {
+			if gap >= shards.DefaultListInterval-shards.DefaultPollInterval {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		mine := groups[0].Owned()
+		require.NotEmpty(t, mine)
+		s := mine[0]
+		l.mu.Lock()
+		l.v[s] = 3
+		l.mu.Unlock()
+		rose := time.Now()
+		obs := srv.Client("observer")
+		for {
+			a, err := shards.Inspect(context.Background(), obs, "g", nil)
+			require.NoError(t, err)
+			if st := a.Shards[slices.IndexFunc(a.Shards, func(x shards.ShardStatus) bool { return x.Name == s })]; st.Load >= 2 {
+				break
+			}
+			require.Less(t, time.Since(rose), time.Minute, "never published")
+			time.Sleep(250 * time.Millisecond)
+		}
+		took := time.Since(rose)
+		t.Logf("published after %v", took)
+		assert.LessOrEqual(t, took, 2*shards.DefaultPollInterval+2*time.Second, "the rise waits for the owner's next listing")
 		for _, g := range groups {
 			require.NoError(t, g.Stop(context.Background()))
 		}

@@ -141,6 +141,27 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 	})
 }
 
+// loadsJumped reports whether the loads this replica publishes moved
+// enough since it last wrote them to be written at once (loadsChanged's
+// big): the poll then lists, for it is a listing's poll that writes the
+// membership (keepMembership, with the IDs that listing calls for), and
+// tells the group. Without it a rise waited for this replica's next
+// listing, up to ListInterval in a settled group (14 s of a ×10 jump's
+// 75 s back to the band in the load benchmark), where "at once" is the
+// next poll.
+func (g *Group) loadsJumped() bool {
+	g.mu.Lock()
+	busy, m, published := g.memberOp, g.member, g.published
+	g.mu.Unlock()
+	if busy || m == nil || !m.Valid() || published == nil {
+		return false // a write is under way or due anyway
+	}
+	next := &announcement{}
+	next.loads, next.rest = g.publishedLoads(time.Now())
+	big, _ := loadsChanged(published, next)
+	return big
+}
+
 // loadRepublish is how often at most a replica writes its membership for
 // loads that changed by less than loadTotalStep (loadsChanged).
 const loadRepublish = 10 * time.Second
