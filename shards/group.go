@@ -532,7 +532,8 @@ func (g *Group) fail(err error) {
 func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease *azlease.Lease, settled bool) {
 	self := g.cfg.identity
 	g.reap()
-	d := v.decide(set, self, g.cfg.weight, g.cfg.zone, time.Now(), g.cfg.cooldown)
+	now := time.Now()
+	d := v.decide(set, self, g.cfg.weight, g.cfg.zone, now, g.cfg.cooldown)
 	p := d.owner
 	g.observe(v, d)
 
@@ -549,7 +550,21 @@ func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease
 			g.watchIncoming(ctx, work, s)
 		}
 	}
-	g.keepMembership(ctx, mlease, incoming)
+	// Loads this replica is about to publish that unsettle a settled
+	// group touch the registry, so that every replica lists them at its
+	// next poll (see keepMembership).
+	calm := d.misplaced == 0 && len(d.round) == 0
+	g.keepMembership(ctx, mlease, incoming, func(next *announcement) bool {
+		if !calm {
+			return false // the group lists at every poll already
+		}
+		w, ok := v.withLoads(self, next)
+		if !ok {
+			return false
+		}
+		d := w.decide(set, self, g.cfg.weight, g.cfg.zone, now, g.cfg.cooldown)
+		return d.misplaced > 0 || len(d.round) > 0
+	})
 
 	// Take what is planned here: free shards once settled, and shards
 	// handed here at once (those first).

@@ -396,3 +396,64 @@ func TestLoadRiseIsPublishedAtOnce(t *testing.T) {
 		o.check(t, srv, "g", names)
 	})
 }
+
+// TestBandCrossingIsActedOnAtOnce: in a settled group (each replica lists
+// only every ListInterval), a replica whose load creeps over the band by
+// changes too small to be written at once (each under loadTotalStep) hands
+// a shard on within a few polls of publishing the crossing, rather than
+// at the next listings (its own decision was made on its loads before
+// it, and the receiver's announcement waited for its listing too).
+func TestBandCrossingIsActedOnAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(24)
+		l := &loads{v: map[string]float64{}}
+		for _, n := range names {
+			l.v[n] = 1
+		}
+		o := newOwners()
+		var groups []*shards.Group
+		for i := range 3 {
+			id := fmt.Sprintf("r%d", i)
+			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
+			require.NoError(t, err)
+			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
+			groups = append(groups, g)
+		}
+		time.Sleep(90 * time.Second)
+		mine := groups[0].Owned()
+		require.Len(t, mine, 8, "count-balanced, which is balanced by load")
+		obs := srv.Client("observer")
+		// r0's shards rise by 1.5 % of its load every 20 s, one at a time,
+		// until the plan moves one.
+		var planned time.Time
+		step, next := 0, time.Now()
+		for start := time.Now(); ; {
+			require.Less(t, time.Since(start), 10*time.Minute, "never crossed the band")
+			if planned.IsZero() && !time.Now().Before(next) {
+				l.mu.Lock()
+				l.v[mine[step%len(mine)]] += 0.12
+				l.mu.Unlock()
+				step++
+				next = next.Add(20 * time.Second)
+			}
+			a, err := shards.Inspect(context.Background(), obs, "g", nil)
+			require.NoError(t, err)
+			if planned.IsZero() && a.Misplaced > 0 {
+				planned = time.Now()
+				t.Logf("planned after %d steps: %+v", step, a.Members)
+			}
+			if !planned.IsZero() && !slices.Equal(groups[0].Owned(), mine) {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		took := time.Since(planned)
+		t.Logf("handed on %v after the plan showed the move", took)
+		assert.LessOrEqual(t, took, 3*shards.DefaultPollInterval+2*time.Second, "the crossing waits for the listings")
+		for _, g := range groups {
+			require.NoError(t, g.Stop(context.Background()))
+		}
+		o.check(t, srv, "g", names)
+	})
+}

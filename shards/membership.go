@@ -100,7 +100,12 @@ func listSum(shards []string) string {
 // New IDs are written at once; loads when their total, or one shard's
 // load, changed by loadTotalStep of the total or more (touch is then true:
 // the others should list soon), otherwise at most every loadRepublish.
-func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incoming []string) {
+// Loads written for a smaller change touch too when unsettles (nil: never)
+// says the group, settled, would not be once it lists them: a member that
+// crosses the band by a few per cent is acted on at the next polls rather
+// than at the others' next listing (each replica of a settled group lists
+// every ListInterval), which is also when its own decision sees them.
+func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incoming []string, unsettles func(*announcement) bool) {
 	g.mu.Lock()
 	busy, m, published, budget := g.memberOp, g.member, g.published, g.idBudget
 	g.mu.Unlock()
@@ -123,6 +128,8 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 		if !big && !small {
 			next.loads, next.rest = published.loads, published.rest
 			next.at = published.at
+		} else if !touch && unsettles != nil {
+			touch = unsettles(next)
 		}
 	}
 	if next.at.IsZero() {

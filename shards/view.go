@@ -6,6 +6,7 @@ package shards
 // everyone with one List Blobs request.
 
 import (
+	"maps"
 	"net/url"
 	"strconv"
 	"strings"
@@ -198,6 +199,22 @@ type view struct {
 	beacon   string
 	// lists are the static lists published, by digest.
 	lists map[string]bool
+}
+
+// withLoads is v with member's loads as next publishes them: what the
+// others will list once its membership is written. ok is false when
+// member is not listed.
+func (v view) withLoads(member string, next *announcement) (w view, ok bool) {
+	m, ok := v.members[member]
+	if !ok {
+		return v, false
+	}
+	m.loads = parseLoads(next.loads)
+	m.restN, m.restMu, _ = parseRest(next.rest)
+	w = v
+	w.members = maps.Clone(v.members)
+	w.members[member] = m
+	return w, true
 }
 
 // parseView reads a listing of the group's blobs.
