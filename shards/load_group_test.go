@@ -354,14 +354,7 @@ func TestLoadRiseIsPublishedAtOnce(t *testing.T) {
 		o := newOwners()
 		lst := &listings{c: make(chan time.Duration, 1)}
 		srv.SetFaults(lst.fault("r0"))
-		var groups []*shards.Group
-		for i := range 2 {
-			id := fmt.Sprintf("r%d", i)
-			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
-			require.NoError(t, err)
-			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
-			groups = append(groups, g)
-		}
+		groups := startReporting(t, srv, names, 2, o, l)
 		// Settled: r0 lists only every ListInterval.
 		time.Sleep(90 * time.Second)
 		for gap := range lst.c {
@@ -390,10 +383,7 @@ func TestLoadRiseIsPublishedAtOnce(t *testing.T) {
 		took := time.Since(rose)
 		t.Logf("published after %v", took)
 		assert.LessOrEqual(t, took, 2*shards.DefaultPollInterval+2*time.Second, "the rise waits for the owner's next listing")
-		for _, g := range groups {
-			require.NoError(t, g.Stop(context.Background()))
-		}
-		o.check(t, srv, "g", names)
+		stopAll(t, srv, groups, o, names)
 	})
 }
 
@@ -412,14 +402,7 @@ func TestBandCrossingIsActedOnAtOnce(t *testing.T) {
 			l.v[n] = 1
 		}
 		o := newOwners()
-		var groups []*shards.Group
-		for i := range 3 {
-			id := fmt.Sprintf("r%d", i)
-			g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
-			require.NoError(t, err)
-			require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
-			groups = append(groups, g)
-		}
+		groups := startReporting(t, srv, names, 3, o, l)
 		time.Sleep(90 * time.Second)
 		mine := groups[0].Owned()
 		require.Len(t, mine, 8, "count-balanced, which is balanced by load")
@@ -451,9 +434,30 @@ func TestBandCrossingIsActedOnAtOnce(t *testing.T) {
 		took := time.Since(planned)
 		t.Logf("handed on %v after the plan showed the move", took)
 		assert.LessOrEqual(t, took, 3*shards.DefaultPollInterval+2*time.Second, "the crossing waits for the listings")
-		for _, g := range groups {
-			require.NoError(t, g.Stop(context.Background()))
-		}
-		o.check(t, srv, "g", names)
+		stopAll(t, srv, groups, o, names)
 	})
+}
+
+// startReporting starts n replicas r0, r1, … of group "g" over names, each
+// reporting the loads l sets.
+func startReporting(t *testing.T, srv *azleasetest.Server, names []string, n int, o *owners, l *loads) []*shards.Group {
+	t.Helper()
+	var groups []*shards.Group
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id, Logger: testLogger(id)})
+		require.NoError(t, err)
+		require.NoError(t, g.Start(context.Background(), reporting(o, id, l, nil)))
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+// stopAll stops groups and checks that no shard was owned twice.
+func stopAll(t *testing.T, srv *azleasetest.Server, groups []*shards.Group, o *owners, names []string) {
+	t.Helper()
+	for _, g := range groups {
+		require.NoError(t, g.Stop(context.Background()))
+	}
+	o.check(t, srv, "g", names)
 }

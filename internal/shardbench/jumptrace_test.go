@@ -117,17 +117,7 @@ func (tr *jumpTrace) second(ctx context.Context, lp *loadProc, own map[string]st
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%+4.0fs in=%v\n", now.Sub(tr.jumpAt).Seconds(), in)
 	// The truth: base loads.
-	per, count := map[string]float64{}, map[string]int{}
-	total, heaviest := 0.0, ""
-	for s, r := range own {
-		v := lp.baseOf(s)
-		per[r] += v
-		count[r]++
-		total += v
-		if heaviest == "" || v > lp.baseOf(heaviest) {
-			heaviest = s
-		}
-	}
+	per, count, total, heaviest := baseTotals(lp, own)
 	n := float64(len(tr.members))
 	rest := total / n
 	hotHost := ""

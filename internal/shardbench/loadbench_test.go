@@ -109,18 +109,7 @@ func maxOverMean(p *loadProc, own map[string]string, n int) float64 {
 // heavier than a replica's share alone on its replica (and the others
 // within 1.10 of their mean).
 func inBand(p *loadProc, own map[string]string, members []string) bool {
-	per, count := map[string]float64{}, map[string]int{}
-	total := 0.0
-	heaviest := ""
-	for s, r := range own {
-		v := p.baseOf(s)
-		per[r] += v
-		count[r]++
-		total += v
-		if heaviest == "" || v > p.baseOf(heaviest) {
-			heaviest = s
-		}
-	}
+	per, count, total, heaviest := baseTotals(p, own)
 	n := float64(len(members))
 	if h := p.baseOf(heaviest); h > total/n {
 		host := own[heaviest]
@@ -736,4 +725,20 @@ func TestLoadBench(t *testing.T) {
 	if err := os.WriteFile(report, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// baseTotals is each replica's base load and shard count under own, the
+// group's total, and its heaviest shard.
+func baseTotals(p *loadProc, own map[string]string) (per map[string]float64, count map[string]int, total float64, heaviest string) {
+	per, count = map[string]float64{}, map[string]int{}
+	for s, r := range own {
+		v := p.baseOf(s)
+		per[r] += v
+		count[r]++
+		total += v
+		if heaviest == "" || v > p.baseOf(heaviest) {
+			heaviest = s
+		}
+	}
+	return per, count, total, heaviest
 }
