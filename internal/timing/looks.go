@@ -38,7 +38,12 @@ const LookFloor = 5 * time.Millisecond
 //	age      0     10 ms   100 ms  780 ms  5 s     25 s   10 min
 //	wait     5 ms  7.5 ms  30 ms   200 ms  200 ms  1 s    2 s      (HeadPollInterval 200 ms, PollInterval 1 s)
 func HeadWait(age, head, poll time.Duration) time.Duration {
-	return max(min(LookFloor+age/4, HeadLook(age, head, poll)), min(LookFloor, head))
+	return headWait(age, head, HeadCap(poll))
+}
+
+// headWait is HeadWait with hi as HeadLook's most (headLook).
+func headWait(age, head, hi time.Duration) time.Duration {
+	return max(min(LookFloor+age/4, headLook(age, head, hi)), min(LookFloor, head))
 }
 
 // HeadHoldPlateau is the first in line's look interval between the end of
@@ -62,8 +67,14 @@ const HeadHoldPlateau = 25 * time.Millisecond
 // hold (plus round trips), and never more than 2 × poll; a hold of 10
 // minutes costs the first in line a request every 2 s once it is 50 s old.
 func HeadLook(age, floor, poll time.Duration) time.Duration {
+	return headLook(age, floor, HeadCap(poll))
+}
+
+// headLook is HeadLook with hi as its most (HeadCap(poll); an older
+// version's was poll: watch.go, olderHeadWait).
+func headLook(age, floor, hi time.Duration) time.Duration {
 	d := min(floor+age/4, max(HeadHoldPlateau, age/25))
-	return min(max(d, floor), max(HeadCap(poll), floor))
+	return min(max(d, floor), max(hi, floor))
 }
 
 // HeadCap is the longest the first in line waits between two looks at the

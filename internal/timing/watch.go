@@ -72,8 +72,7 @@ func OlderWaiterSchedule(head, poll, pace time.Duration) Schedule {
 // olderHeadWait is HeadWait as the version before HeadCap had it: the
 // first in line's wait capped at poll rather than HeadCap(poll).
 func olderHeadWait(age, head, poll time.Duration) time.Duration {
-	look := min(max(min(head+age/4, max(HeadHoldPlateau, age/25)), head), max(poll, head))
-	return max(min(LookFloor+age/4, look), min(LookFloor, head))
+	return headWait(age, head, poll)
 }
 
 func waiterSchedule(head, poll, pace time.Duration, headWait func(age, head, poll time.Duration) time.Duration,
