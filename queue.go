@@ -44,6 +44,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -159,6 +160,66 @@ type queue struct {
 	prefix string   // what a listing asks for: the longest prefix of the queue and the lock's blobs
 	ops    *Lease   // requests on the tickets and entries (its loop, health and metrics)
 	lister *Lease   // listings of the waiters
+	// gens is the tickets generation this queue value last appended to or
+	// listed (take): a join within genTrust of it appends without listing.
+	gens genCache
+}
+
+// genCache is the newest tickets generation one queue value knows of, so
+// that a join costs an append and no listing of the tickets blobs (a hot
+// lock's contender saved a request an acquisition).
+type genCache struct {
+	mu    sync.Mutex
+	known bool
+	gen   uint64
+	next  uint64    // past the highest offset an append to gen returned
+	at    time.Time // when a listing or an append last showed gen there
+}
+
+// genTrust is how long a cached generation is appended to without a
+// listing. A stale one costs nothing in order: an append to a generation
+// that has a newer one lands past rotateAt and is not used (take lists
+// then), one to a deleted generation is answered 404 (counted as failed,
+// at most once a genTrust, and only after keptGenerations whole
+// generations), and one to a generation made anew since (a joiner held up
+// for keptGenerations generations creates it, then deletes it again) is
+// seen by its offset going back, and not used.
+const genTrust = time.Minute
+
+// get returns the cached generation and the least offset an append to it
+// can now land at, when it was shown within genTrust of now.
+func (c *genCache) get(now time.Time) (gen, next uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.known || now.Sub(c.at) >= genTrust {
+		return 0, 0, false
+	}
+	return c.gen, c.next, true
+}
+
+// saw notes that generation gen exists at now, and that an append to it
+// landed before offset next (0 for a listing or a create).
+func (c *genCache) saw(gen, next uint64, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.known || gen > c.gen:
+		c.known, c.gen, c.next = true, gen, next
+	case gen < c.gen:
+		return // an older generation, seen by a join held up: keep the newer
+	default:
+		c.next = max(c.next, next)
+	}
+	c.at = now
+}
+
+// forget drops the cached generation gen (it was not found).
+func (c *genCache) forget(gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known && c.gen == gen {
+		c.known = false
+	}
 }
 
 // newQueue returns the queue of the fair lock t names; locks are the lock's
@@ -192,7 +253,7 @@ func ticketKey(t uint64) string {
 // is ever refused for another's (issue 35: the counter's conditional write
 // lost races with 412s). The ticket is generation × ticketsPerGeneration +
 // offset + 1. Finding the generation costs one listing of the tickets
-// blobs. An append whose outcome is unknown is not trusted: the next one
+// blobs, unless this queue value appended to it within genTrust. An append whose outcome is unknown is not trusted: the next one
 // gives a later ticket (a ticket may go unused; order only needs tickets to
 // grow).
 //
@@ -204,10 +265,11 @@ func ticketKey(t uint64) string {
 // storage's order across generations too.
 func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 	l := q.ops
-	var (
-		gen   uint64
-		known bool // gen is the newest generation as last listed
-	)
+	// gen is the newest generation as last listed, or as this queue value
+	// last appended to (cached: an append sent now lands at seen or past
+	// it, unless the generation was made anew since).
+	gen, seen, known := q.gens.get(time.Now())
+	cached := known
 	for tries := 0; ; tries++ {
 		if tries >= maxTicketAttempts {
 			return 0, l.errorf("write", ErrTransient, fmt.Errorf("no ticket after %d appends and listings of the queue's tickets", maxTicketAttempts))
@@ -231,16 +293,25 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 				}
 				newest = 0
 			}
-			gen, known = newest, true
+			gen, known, cached = newest, true, false
+			q.gens.saw(gen, 0, time.Now())
 		}
 		off, full, missing, err := q.appendTicket(ctx, limit, gen)
 		switch {
 		case err != nil:
 			return 0, err
 		case missing:
+			q.gens.forget(gen)
 			known = false // deleted (a generation long past), or the container is gone
 			continue
+		case cached && !full && off < seen:
+			// The cached generation was made anew since (its offsets went
+			// back): its tickets are not in storage's order. List.
+			q.gens.forget(gen)
+			known, cached = false, false
+			continue
 		case !full && off < rotateAt:
+			q.gens.saw(gen, off+1, time.Now())
 			return gen*ticketsPerGeneration + off + 1, nil
 		case !full && off == rotateAt:
 			// This waiter's append is the one that turns the generation:
@@ -249,8 +320,11 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 			if gen, err = q.turn(ctx, limit, gen); err != nil {
 				return 0, err
 			}
+			cached = false
+			q.gens.saw(gen, 0, time.Now())
 			continue
 		}
+		cached = false
 		// Past rotateAt (or full): the next generation exists, or its
 		// creator is late or died. List, and create it if it is not there.
 		newest, found, err := q.newestGeneration(ctx, limit)
@@ -259,11 +333,13 @@ func (q *queue) take(ctx context.Context, limit time.Time) (uint64, error) {
 			return 0, err
 		case found && newest > gen:
 			gen = newest
+			q.gens.saw(gen, 0, time.Now())
 			continue
 		}
 		if gen, err = q.turn(ctx, limit, gen); err != nil {
 			return 0, err
 		}
+		q.gens.saw(gen, 0, time.Now())
 	}
 }
 

@@ -221,6 +221,76 @@ func TestTicketGenerationMadeAgain(t *testing.T) {
 	})
 }
 
+// TestTicketGenerationCached: a queue value appends to the generation it
+// last used without listing the tickets blobs, for genTrust; after that it
+// lists again. A cached generation deleted since (404) or made anew since
+// (its offsets went back: a joiner held up past keptGenerations made it
+// again, and has not deleted it yet) is not used: the ticket comes from the
+// newest generation, above every ticket given before.
+func TestTicketGenerationCached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, cc := schedEmu(t)
+		ctx := context.Background()
+		m, err := NewMutex(cc, "m", nil)
+		require.NoError(t, err)
+		q := m.fair.q
+		var mu sync.Mutex
+		listings := 0
+		s.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op == azleasetest.OpListBlobs {
+				mu.Lock()
+				listings++
+				mu.Unlock()
+			}
+			return azleasetest.Fault{}
+		})
+		listed := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := listings
+			listings = 0
+			return n
+		}
+		limit := func() time.Time { return time.Now().Add(time.Minute) }
+		var prev uint64
+		take := func(what string) {
+			t.Helper()
+			tk, err := q.take(ctx, limit())
+			require.NoError(t, err, what)
+			assert.Greater(t, tk, prev, what)
+			prev = tk
+		}
+		take("first")
+		assert.Positive(t, listed(), "the first join lists the tickets blobs")
+		take("second")
+		take("third")
+		assert.Zero(t, listed(), "later joins append to the generation they know")
+		time.Sleep(genTrust)
+		take("after genTrust")
+		assert.Equal(t, 1, listed(), "a generation known for genTrust is listed again")
+
+		// Made anew: generations 1 to 6 made, 0 deleted and made again.
+		for g := range uint64(7) {
+			_, err := q.createGeneration(ctx, limit(), g)
+			require.NoError(t, err)
+		}
+		q.deleteGeneration(ctx, 0)
+		_, err = q.createGeneration(ctx, limit(), 0)
+		require.NoError(t, err)
+		listed()
+		take("generation 0 made anew")
+		assert.Equal(t, uint64(6*ticketsPerGeneration+1), prev, "from the newest generation")
+		assert.Equal(t, 1, listed())
+
+		// Deleted: the cached generation 6 is gone, 7 is the newest.
+		_, err = q.createGeneration(ctx, limit(), 7)
+		require.NoError(t, err)
+		q.deleteGeneration(ctx, 6)
+		take("generation 6 deleted")
+		assert.Equal(t, uint64(7*ticketsPerGeneration+1), prev, "from the newest generation")
+	})
+}
+
 // TestWaiterPacesAcrossVersions: an entry says its paces twice. This
 // version reads its own key; an older version reads azleasepoll alone and
 // takes its poll as the longest its first in line waits between two looks
