@@ -141,9 +141,14 @@ func sleepWoken(ctx context.Context, d time.Duration, wake <-chan struct{}) (ok,
 
 // fairState is what a Lock taken through a queue knows for its Unlock.
 type fairState struct {
-	f    *fairLock
-	key  string    // its own ticket's key, or "" (it took a free lock without queuing)
-	took time.Time // when it took the lock
+	f      *fairLock
+	key    string    // its own ticket's key, or "" (it took a free lock without queuing)
+	ticket uint64    // its own ticket (with key)
+	took   time.Time // when it took the lock
+	// seen is the last listing of the queue its wait made (zero: none):
+	// a Mutex's Unlock soon after hands on to a waiter it shows behind
+	// this one rather than list the queue again (unlockFair).
+	seen queueView
 }
 
 // errRequeue means a waiter found itself no longer in the queue (a holder
@@ -311,7 +316,9 @@ func (f *fairLock) tryFree(ctx context.Context, unstick bool) (lk *Lock, queued 
 					// generation, made by the one holder rather than
 					// raced by the waiters that come (one request, once
 					// per lock; a failure leaves it to them).
-					_, _ = f.q.createGeneration(ctx, time.Now().Add(f.cfg.lease.attemptTimeout), 0)
+					if created, _ := f.q.createGeneration(ctx, time.Now().Add(f.cfg.lease.attemptTimeout), 0); created {
+						f.q.gens.saw(0, 0, time.Now())
+					}
 				}
 				return lk, false, nil
 			case err != nil:
@@ -486,8 +493,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		marked bool
 	)
 	budget := f.slots[0].cfg.lease.duration
+	var seen queueView // the last listing
 	served := func(lk *Lock) *Lock {
-		lk.fair = &fairState{f: f, key: w.key, took: time.Now()}
+		lk.fair = &fairState{f: f, key: w.key, ticket: w.Ticket, took: time.Now(), seen: seen}
 		f.leave(ctx, w) // served: out of the queue
 		return lk
 	}
@@ -529,6 +537,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 			continue
 		}
+		seen = v
 		ws := v.ws
 		if v.locks != nil {
 			eps := make([]uint64, len(v.locks))
@@ -632,13 +641,18 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		}
 		switch p {
 		case 0:
-			if !marked {
-				marked = true
-				if err := f.q.markHead(ctx, w); err != nil {
-					f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
+			// Its head mark is written after its first look, when that
+			// did not give it the lock: a hot lock's first in line mostly
+			// finds it handed at once (one request less an acquisition).
+			mark := func() {
+				if !marked {
+					marked = true
+					if err := f.q.markHead(ctx, w); err != nil {
+						f.cfg.lease.log.Debug("azlease: could not mark this waiter first in line", slog.Any("error", err))
+					}
 				}
 			}
-			lk, err := f.head(ctx, w, &pl, last)
+			lk, err := f.head(ctx, w, &pl, last, mark)
 			if lk != nil {
 				return served(lk), nil
 			}
@@ -693,8 +707,9 @@ const relistEvery = 30 * time.Second
 const nextPollsPerListing = 3
 
 // head is the first waiter's polling: it returns the lock, an error, or
-// neither when the queue should be listed again.
-func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error) (*Lock, error) {
+// neither when the queue should be listed again. It calls mark (the head
+// mark) once a look has not given it the lock, before it sleeps.
+func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error, mark func()) (*Lock, error) {
 	budget := f.slots[0].cfg.lease.duration
 	until := time.Now().Add(relistEvery)
 	var epochs []uint64
@@ -740,6 +755,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error)
 		if err := f.unreachable(); err != nil {
 			return nil, err
 		}
+		mark()
 		// The cost follows the hold: every HeadPollInterval while the
 		// hold is young, then 4 % of its age, up to 2 × PollInterval
 		// (timing.HeadLook); jitter only shortens it.

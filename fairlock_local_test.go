@@ -283,9 +283,9 @@ func TestFairLockAfterAHandOffJoinsAtOnce(t *testing.T) {
 		}
 		la, ops := lockA()
 		starts(ops, "the lock free, nobody waiting", opRead)
-		// a hands the lock to b and locks again at once: it joins (a
-		// listing of the tickets blobs, the append, the entry) without a
-		// look, and b's Unlock hands the lock to it.
+		// a hands the lock to b and locks again at once: it joins (the
+		// append to the tickets blob it made as it took the lock free, and
+		// the entry) without a look, and b's Unlock hands the lock to it.
 		gotB, _ := waiter(ctx, b.Lock)
 		time.Sleep(time.Second)
 		require.NoError(t, la.Unlock(ctx))
@@ -298,14 +298,14 @@ func TestFairLockAfterAHandOffJoinsAtOnce(t *testing.T) {
 		rb := <-gotB
 		require.NoError(t, rb.err)
 		require.NoError(t, rb.lk.Unlock(ctx))
-		starts(<-gotA, "just handed on, b holding", opList, "put", "put")
+		starts(<-gotA, "just handed on, b holding", "put", "put")
 		// a hands the lock to b, which releases it with nobody waiting
 		// before a locks again: a joins, and takes the free lock as the
 		// first in line.
 		lb := handToB(la)
 		require.NoError(t, lb.Unlock(ctx))
 		la, ops = lockA()
-		starts(ops, "just handed on, the lock free", opList, "put", "put")
+		starts(ops, "just handed on, the lock free", "put", "put")
 		require.NoError(t, la.Unlock(ctx))
 		// Long after its last hand-off, a looks first again.
 		time.Sleep(time.Second)
