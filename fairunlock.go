@@ -30,23 +30,10 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	fs := lk.fair
 	f := fs.f
 	held := time.Since(fs.took) // the pace this hand-off publishes (metaHolds)
-	// The listing that made this holder first in line, when it is recent
-	// (under a head poll), shows a waiter behind it and nobody ahead (a
-	// Mutex: one slot), saves a listing (a hot lock's, an acquisition):
-	// whoever joined since is behind everyone it shows. One it shows that
-	// has left since is handed the lock all the same, and passed over (the
-	// waiter behind it takes the lease over: takeLeft). One ahead, even
-	// marked missed, may have come back since, and comes first: listed.
-	v := fs.seen
-	reuse := len(f.slots) == 1 && fs.key != "" && !v.sent.IsZero() && time.Since(v.sent) < f.cfg.headPoll &&
-		!slices.ContainsFunc(v.ws, func(w waiter) bool { return w.Ticket < fs.ticket }) &&
-		slices.ContainsFunc(v.ws, func(w waiter) bool { return w.Ticket > fs.ticket && !w.Missed })
-	if !reuse {
-		var err error
-		if v, err = f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout)); err != nil {
-			lk.lease.cfg.log.Debug("azlease: could not list the lock's queue; releasing", slog.Any("error", err))
-			return false, nil
-		}
+	v, err := f.q.list(ctx, time.Now().Add(f.cfg.lease.attemptTimeout))
+	if err != nil {
+		lk.lease.cfg.log.Debug("azlease: could not list the lock's queue; releasing", slog.Any("error", err))
+		return false, nil
 	}
 	// candidates are the waiters a hand-off may go to, first in line first:
 	// all but this holder's own entry and those marked missed (evicting,
