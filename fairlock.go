@@ -141,9 +141,14 @@ func sleepWoken(ctx context.Context, d time.Duration, wake <-chan struct{}) (ok,
 
 // fairState is what a Lock taken through a queue knows for its Unlock.
 type fairState struct {
-	f    *fairLock
-	key  string    // its own ticket's key, or "" (it took a free lock without queuing)
-	took time.Time // when it took the lock
+	f      *fairLock
+	key    string    // its own ticket's key, or "" (it took a free lock without queuing)
+	ticket uint64    // its own ticket (with key)
+	took   time.Time // when it took the lock
+	// seen is the last listing of the queue its wait made (zero: none):
+	// a Mutex's Unlock soon after hands on to a waiter it shows behind
+	// this one rather than list the queue again (unlockFair).
+	seen queueView
 }
 
 // errRequeue means a waiter found itself no longer in the queue (a holder
@@ -488,8 +493,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		marked bool
 	)
 	budget := f.slots[0].cfg.lease.duration
+	var seen queueView // the last listing
 	served := func(lk *Lock) *Lock {
-		lk.fair = &fairState{f: f, key: w.key, took: time.Now()}
+		lk.fair = &fairState{f: f, key: w.key, ticket: w.Ticket, took: time.Now(), seen: seen}
 		f.leave(ctx, w) // served: out of the queue
 		return lk
 	}
@@ -531,6 +537,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 			continue
 		}
+		seen = v
 		ws := v.ws
 		if v.locks != nil {
 			eps := make([]uint64, len(v.locks))
