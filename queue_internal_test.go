@@ -148,6 +148,16 @@ func TestTicketGenerationsTurn(t *testing.T) {
 	})
 }
 
+// queueEmu returns an emulator, a client of it, and the queue of a Mutex
+// named m on it.
+func queueEmu(t *testing.T) (*azleasetest.Server, *container.Client, *queue) {
+	t.Helper()
+	s, cc := schedEmu(t)
+	m, err := NewMutex(cc, "m", nil)
+	require.NoError(t, err)
+	return s, cc, m.fair.q
+}
+
 // failedRequests is a transport that keeps the failed answers.
 type failedRequests struct {
 	next policy.Transporter
@@ -197,11 +207,8 @@ func FuzzTicketsName(f *testing.F) {
 // newest, so no ticket is given twice.
 func TestTicketGenerationMadeAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, cc := schedEmu(t)
+		_, cc, q := queueEmu(t)
 		ctx := context.Background()
-		m, err := NewMutex(cc, "m", nil)
-		require.NoError(t, err)
-		q := m.fair.q
 		limit := time.Now().Add(time.Minute)
 		for g := range uint64(7) {
 			_, err := q.createGeneration(ctx, limit, g)
@@ -229,11 +236,8 @@ func TestTicketGenerationMadeAgain(t *testing.T) {
 // newest generation, above every ticket given before.
 func TestTicketGenerationCached(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, cc := schedEmu(t)
+		s, _, q := queueEmu(t)
 		ctx := context.Background()
-		m, err := NewMutex(cc, "m", nil)
-		require.NoError(t, err)
-		q := m.fair.q
 		var mu sync.Mutex
 		listings := 0
 		s.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
@@ -275,7 +279,7 @@ func TestTicketGenerationCached(t *testing.T) {
 			require.NoError(t, err)
 		}
 		q.deleteGeneration(ctx, 0)
-		_, err = q.createGeneration(ctx, limit(), 0)
+		_, err := q.createGeneration(ctx, limit(), 0)
 		require.NoError(t, err)
 		listed()
 		take("generation 0 made anew")
