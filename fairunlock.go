@@ -147,7 +147,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 
 // reuseListing is how old the listing that made a holder first in line may
 // be for its Unlock to hand on from it: a hot lock's is a few round trips
-// old (a look, the take), one before holds of 10 ms about 20 ms.
+// old (a look, the take); with holds of 10 ms, about 20 ms.
 const reuseListing = 50 * time.Millisecond
 
 // logHandOff tells how a fair lock's hand-off ended.

@@ -253,9 +253,9 @@ func ticketKey(t uint64) string {
 // is ever refused for another's (issue 35: the counter's conditional write
 // lost races with 412s). The ticket is generation × ticketsPerGeneration +
 // offset + 1. Finding the generation costs one listing of the tickets
-// blobs, unless this queue value appended to it within genTrust. An append whose outcome is unknown is not trusted: the next one
-// gives a later ticket (a ticket may go unused; order only needs tickets to
-// grow).
+// blobs, unless this queue value appended to it within genTrust. An append
+// whose outcome is unknown is not trusted: the next one gives a later
+// ticket (a ticket may go unused; order only needs tickets to grow).
 //
 // An append blob holds at most 50,000 blocks: the waiter whose append
 // landed at offset rotateAt creates the next generation (turn: and deletes
