@@ -386,7 +386,47 @@ type polling struct {
 	// pace (issue 35, design section 4): for the schedule it sleeps by
 	// (pace) and the promises it computes as a watcher (paceSince).
 	paces paceWatch
+	// own is the pace it saw the queue move at itself (ownPace).
+	own ownPace
 }
+
+// ownPace is how fast a waiter behind the second saw the queue move: the
+// slots' epochs that passed between two of its listings, over the time
+// between their sends, on its own clock. It sleeps no longer than
+// PaceShare of what the queue needs at that pace to bring it right behind
+// the first: shorter than its schedule (timing.BackWait) is always
+// allowed, and where holds are short the published pace (the holds
+// alone) leaves out the hand-offs' time, so its schedule's floor
+// (timing.BackFloor per position) set the queue's speed.
+type ownPace struct {
+	at     time.Time // the send of the listing it last counted
+	epochs uint64    // the slots' epochs that listing showed, summed
+	pace   time.Duration
+}
+
+// saw notes a listing (v) and returns the pace: zero while unknown, and
+// when no term passed since the last listing (a pace remembered from a
+// queue that moved would keep it looking often behind a long hold).
+func (o *ownPace) saw(v queueView) time.Duration {
+	var sum uint64
+	for _, st := range v.locks {
+		sum += st.Epoch
+	}
+	if !o.at.IsZero() && sum > o.epochs && sum-o.epochs <= maxOwnPaceTerms && v.sent.After(o.at) {
+		o.pace = v.sent.Sub(o.at) / time.Duration(sum-o.epochs)
+	}
+	if !o.at.IsZero() && (sum <= o.epochs || sum-o.epochs > maxOwnPaceTerms) {
+		// No term since (the queue stands still: its schedule slows it
+		// down, BackRamp), the blob made anew, or epochs that jumped.
+		o.pace = 0
+	}
+	o.at, o.epochs = v.sent, sum
+	return o.pace
+}
+
+// maxOwnPaceTerms is the most terms between two listings a waiter's own
+// pace counts over; more is a blob made anew, or epochs that jumped.
+const maxOwnPaceTerms = 10000
 
 // aheadSeen is what a waiter's listings saw of one waiter ahead of it.
 type aheadSeen struct {
@@ -681,6 +721,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			// (jittered at every sleep, 50 contenders with zero holds
 			// made 2 requests more an acquisition, and 25 % fewer).
 			d := timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
+			if own := pl.own.saw(v); own > 0 {
+				d = min(d, max(time.Duration(float64(p-1)*float64(own)*timing.PaceShare), timing.LookFloor))
+			}
 			if d > f.cfg.poll {
 				d = time.Duration(float64(d) * (1 - f.cfg.jitter/2*mrand.Float64()))
 			}
