@@ -15,7 +15,8 @@ package azlease
 // free; the one behind it looks as often while the hold is young, and
 // watches a hand-off to the first; the others list the queue (with the
 // lock's own blobs) toward their turn at the pace the lock record
-// publishes, less often the longer the queue stands still. No holder
+// publishes, or the faster one they saw (ownPace), less often the longer
+// the queue stands still. No holder
 // passes a waiter over: the waiter behind a named successor takes the
 // hand-off over once the successor surely missed it, and any waiter, or a
 // TryLock, that sees a slot stay free for longer than the first in line
