@@ -413,10 +413,11 @@ func (o *ownPace) saw(v queueView) time.Duration {
 	for _, st := range v.locks {
 		sum += st.Epoch
 	}
-	if !o.at.IsZero() && sum > o.epochs && sum-o.epochs <= maxOwnPaceTerms && v.sent.After(o.at) {
+	switch {
+	case o.at.IsZero():
+	case sum > o.epochs && sum-o.epochs <= maxOwnPaceTerms && v.sent.After(o.at):
 		o.pace = v.sent.Sub(o.at) / time.Duration(sum-o.epochs)
-	}
-	if !o.at.IsZero() && (sum <= o.epochs || sum-o.epochs > maxOwnPaceTerms) {
+	default:
 		// No term since (the queue stands still: its schedule slows it
 		// down, BackRamp), the blob made anew, or epochs that jumped.
 		o.pace = 0
