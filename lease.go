@@ -75,6 +75,9 @@ type Lease struct {
 	md             map[string]*string // the metadata as this holder last wrote it
 	etag           azcore.ETag        // the ETag after this holder's last write
 	prevUnreleased bool               // a previous term exists and did not end with a clean release
+	// created is when this Lease's own create of the blob (HoldAfter) was
+	// answered: a release soon after marks itself (see release).
+	created time.Time
 	// heldEpoch and heldAt are this Lease's last look that saw the lease
 	// held, and the epoch of the record it read (termchange.go).
 	heldEpoch uint64
@@ -522,13 +525,19 @@ func (l *Lease) releaseStopping() error {
 
 func (l *Lease) release(ctx context.Context, mark bool) error {
 	l.mu.Lock()
-	id, state, validUntil, md, etag := l.id, l.state, l.validUntil, l.md, l.etag
+	id, state, validUntil, md, etag, created := l.id, l.state, l.validUntil, l.md, l.etag, l.created
 	l.state, l.id, l.md = notHeld, "", nil
 	l.mu.Unlock()
 	if state == notHeld || id == "" {
 		return nil
 	}
 	now := time.Now()
+	// A blob this Lease created and never wrote since looks, released,
+	// like one whose creator is still acquiring it, and HoldAfter refuses
+	// it for AttemptTimeout after its creation (creatorAcquiring): the
+	// marker tells the others it was held and let go. Any write would;
+	// counting from the answer keeps a margin over storage's clock.
+	mark = mark || (!created.IsZero() && now.Sub(created) <= 2*l.cfg.attemptTimeout)
 	if mark && state == held && now.Before(validUntil) && md != nil {
 		l.markReleased(ctx, id, validUntil, md, etag)
 	}

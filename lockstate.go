@@ -379,6 +379,9 @@ func (l *Lease) createWithRecord(ctx context.Context) (*Status, error) {
 		return nil, nil
 	}
 	st := &Status{Name: l.t.blob, Exists: true, State: "available", raw: md, etag: *resp.ETag, readAt: time.Now()}
+	l.mu.Lock()
+	l.created = st.readAt
+	l.mu.Unlock()
 	if resp.LastModified != nil {
 		st.created = *resp.LastModified
 	}

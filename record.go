@@ -483,8 +483,9 @@ type Status struct {
 	// after stopping its work (an Elector, a Mutex's or Semaphore's Unlock, a
 	// DoOnce runner), recorded with one write just before the release, in one
 	// attempt (if it fails, Released reads false). A bare [Lease]'s Release
-	// and [Lease.HandOff] record nothing: their holders read as not released,
-	// like a holder that crashed.
+	// and [Lease.HandOff] record nothing (their holders read as not released,
+	// like a holder that crashed), but for a release within 2 × AttemptTimeout
+	// of the blob's creation by [Lease.HoldAfter].
 	Released bool
 	// Next names the successor the holder of Epoch is handing the lease to
 	// (a queue ticket of a fair Mutex or Semaphore, or an Elector
