@@ -213,6 +213,21 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		}
 		fairHook("joined", f.name, w.Ticket)
 		lk, err := f.wait(ctx, w, &last)
+		if lk != nil && lk.Term.Err() != nil {
+			// Its term ended before it could be returned: an epoch write
+			// answered near its limit, then the queue entry's removal
+			// (up to AttemptTimeout) and no renewal granted meanwhile. A
+			// Lock is never returned already lost: give it back, and wait
+			// again from the back (it left the queue when served).
+			last = lk.Term.Err()
+			_ = lk.Unlock(ctx)
+			fairHook("left", f.name, w.Ticket)
+			f.cfg.lease.log.Info("azlease: the lock's term ended before Lock could return it; waiting again", slog.Any("cause", last))
+			if ctx.Err() != nil {
+				return gaveUp()
+			}
+			continue
+		}
 		if lk != nil {
 			fairHook("served", f.name, w.Ticket)
 			return lk, nil

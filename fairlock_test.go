@@ -7,6 +7,7 @@ package azlease_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -900,4 +901,63 @@ func queueABC(t *testing.T, e *emu, hold func(name string)) (holder *azlease.Loc
 	}
 	time.Sleep(5 * time.Second)
 	return holder, ch, wg.Wait
+}
+
+// TestFairLockNeverReturnsAnEndedTerm: the first in line takes the lock
+// handed to it, but its epoch write is answered late and its term is lost
+// while the removal of its queue entry hangs (AttemptTimeout): the term
+// ends before Lock returns. Lock never returns a lock already lost: it
+// gives it back and waits again, and returns a valid lock once storage
+// answers. (Measured: without the check Lock returned the ended term, as
+// TestMutexSafetySimulation seed 3 did about 1 run in 400: "ends before it
+// starts".)
+func TestFairLockNeverReturnsAnEndedTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		got := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := newMutex(t, e, "w", "m", nil).Lock(ctx)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		time.Sleep(5 * time.Second) // w is first in line
+		var (
+			mu                      sync.Mutex
+			renewals, writes, drops int
+		)
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			mu.Lock()
+			defer mu.Unlock()
+			if r.Client != "w" {
+				return azleasetest.Fault{}
+			}
+			switch {
+			case r.Op == azleasetest.OpSetMetadata && r.Blob == "m":
+				if writes++; writes == 1 { // the epoch write: answered late, refused
+					return azleasetest.Fault{Delay: 2500 * time.Millisecond, Action: azleasetest.Fail}
+				}
+			case r.Op == azleasetest.OpRenewLease && r.Blob == "m":
+				if renewals++; renewals == 2 { // the term's first renewal
+					return azleasetest.Fault{Action: azleasetest.Fail, Status: http.StatusConflict, Code: "LeaseIdMismatchWithLeaseOperation"}
+				}
+			case r.Op == azleasetest.OpDeleteBlob:
+				if drops++; drops == 1 { // the served waiter's queue entry
+					return azleasetest.Fault{Action: azleasetest.Hang}
+				}
+			}
+			return azleasetest.Fault{}
+		})
+		require.NoError(t, holder.Unlock(ctx))
+		lk := <-got
+		require.NotNil(t, lk)
+		require.NoError(t, lk.Term.Err(), "Lock returns a term that has not ended")
+		mu.Lock()
+		assert.GreaterOrEqual(t, renewals, 2, "the first term's renewal was refused")
+		assert.GreaterOrEqual(t, drops, 1)
+		mu.Unlock()
+		require.NoError(t, lk.Unlock(ctx))
+	})
 }
