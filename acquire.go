@@ -86,7 +86,7 @@ func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (g
 		if !held || len(maybe) == 0 || ctx.Err() != nil || round == 2 {
 			return "", time.Time{}, idsExcept(maybe, ""), err
 		}
-		id, send, ok, present, more := l.find(ctx, maybe, limit)
+		id, send, ok, present, more := l.find(ctx, maybe, limit, true)
 		maybe = append(maybe, more...)
 		switch {
 		case ok:
@@ -109,12 +109,14 @@ func (l *Lease) acquire(ctx context.Context, id string, budget time.Duration) (g
 // Its validity is not known yet: the lease under the old ID may have been
 // granted by another holder's hand-off rather than by this Lease's
 // acquisition, and Change Lease does not renew; so find renews it, and the
-// renewal's send is the validity's start (send). present reports that the
+// renewal's send is the validity's start (send); or, when renew is false,
+// leaves that to its caller and returns a zero send (a hand-off's take:
+// begin renews it beside the epoch write). present reports that the
 // lease is held by someone else (or, after a failure, may be); more lists
 // the IDs that may now hold the lease although no answer said so (a change
 // whose outcome is unknown, or a changed lease that could not be renewed),
 // for the caller to give back.
-func (l *Lease) find(ctx context.Context, maybe []string, limit time.Time) (id string, send time.Time, ok, present bool, more []string) {
+func (l *Lease) find(ctx context.Context, maybe []string, limit time.Time, renew bool) (id string, send time.Time, ok, present bool, more []string) {
 	present = true
 	for i := len(maybe) - 1; i >= 0 && ctx.Err() == nil; i-- {
 		fresh := newLeaseID()
@@ -131,6 +133,8 @@ func (l *Lease) find(ctx context.Context, maybe []string, limit time.Time) (id s
 			return true, res
 		})
 		switch c := classify(ctx, res); {
+		case err == nil && !renew:
+			return fresh, time.Time{}, true, true, more
 		case err == nil:
 			send, rerr := l.renewFound(ctx, fresh, limit)
 			if rerr != nil {

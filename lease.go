@@ -225,7 +225,9 @@ func (l *Lease) acquireWithin(ctx context.Context, budget time.Duration, seen *S
 // grantFunc obtains the lease for a new term, proposing id first, within
 // budget: it returns the granted lease ID and the send instant its validity
 // starts from, or an error and the IDs that may hold the lease although no
-// answer said so (see acquire, and takeHandOff in succession.go).
+// answer said so (see acquire, and takeHandOff in succession.go). A zero
+// send means the lease was taken by Change Lease and not renewed yet:
+// begin renews it, beside the epoch write.
 type grantFunc func(ctx context.Context, id string, budget time.Duration) (granted string, send time.Time, unsure []string, err error)
 
 // begin starts a term: it obtains the lease with grant (an acquisition, or
@@ -255,7 +257,22 @@ func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, h
 	l.id, l.state, l.token = id, notHeld, Token{}
 	l.mu.Unlock()
 
+	start := time.Now()
 	granted, send, unsure, err := grant(ctx, id, budget)
+	var (
+		prev, next record
+		md         map[string]*string
+		etag       azcore.ETag
+		werr       error
+		written    bool
+	)
+	if err == nil && send.IsZero() {
+		send, prev, next, md, etag, werr, err = l.renewBeside(ctx, granted, start.Add(budget), seen, handed)
+		written = true
+		if err != nil {
+			unsure = append(unsure, granted)
+		}
+	}
 	if err != nil {
 		l.mu.Lock()
 		l.id = ""
@@ -281,8 +298,10 @@ func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, h
 
 	// The epoch write leaves time for a renewal attempt before the
 	// deadline, so a term never starts with its validity used up.
-	prev, next, md, etag, err := l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout), seen, handed)
-	if err != nil {
+	if !written {
+		prev, next, md, etag, werr = l.bumpEpoch(ctx, id, validUntil.Add(-l.cfg.attemptTimeout), seen, handed)
+	}
+	if err = werr; err != nil {
 		// The lease is ours but no term could start: give it back now
 		// rather than leave it to expire, even if ctx has ended.
 		l.cfg.log.Debug("azlease: epoch write failed after acquiring; releasing", slog.Any("error", err))
@@ -305,6 +324,30 @@ func (l *Lease) begin(ctx context.Context, budget time.Duration, seen *Status, h
 	l.mu.Unlock()
 	l.cfg.log.Log(ctx, l.cfg.transitions(), "azlease: acquired", slog.Uint64("epoch", tok.Epoch), slog.String("previous", prev.holder))
 	return tok, nil
+}
+
+// renewBeside renews a lease taken by Change Lease under id (a hand-off:
+// its validity is not known until a renewal) and writes the next epoch
+// under it at the same time, a round trip sooner than one after the other.
+// The write is conditional on id, so it lands only while this Lease holds
+// the lease; its deadline is the validity a renewal sent now gives; and the
+// term starts only once the renewal is granted (err nil; send, its send
+// instant, is the validity's start). When the renewal fails the write may
+// have landed: the record then names a term that never began, which a
+// later holder reads as one not released. werr is the write's failure.
+func (l *Lease) renewBeside(ctx context.Context, id string, limit time.Time, seen *Status, handed bool) (send time.Time, prev, next record, md map[string]*string, etag azcore.ETag, werr, err error) {
+	l.mu.Lock()
+	l.id = id
+	l.mu.Unlock()
+	sent := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		send, err = l.renewFound(ctx, id, limit)
+	}()
+	prev, next, md, etag, werr = l.bumpEpoch(ctx, id, timing.ValidUntil(sent, l.cfg.duration, l.cfg.margin).Add(-l.cfg.attemptTimeout), seen, handed)
+	<-done
+	return send, prev, next, md, etag, werr, err
 }
 
 // cleanupContext is the context of a clean-up request (giving back a lease

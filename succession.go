@@ -717,14 +717,15 @@ var errHandOffGone = errors.New("azlease: the lease handed to this holder is no 
 
 // takeHandOff takes the lease handed to announced, the ID derived from the
 // one this Lease announced (its NextLeaseID; see takeOver), by changing
-// it to a fresh ID and renewing it (find). It fails with errPassedOver when
+// it to a fresh ID (find); begin renews it beside the epoch write, so the
+// send it returns is zero. It fails with errPassedOver when
 // the lease is held under another ID, and with errHandOffGone when there is
 // no lease.
 func (l *Lease) takeHandOff(ctx context.Context, announced string, budget time.Duration) (string, time.Time, []string, error) {
 	limit := time.Now().Add(budget)
 	maybe := []string{announced}
 	for round := 0; ; round++ {
-		id, send, ok, present, more := l.find(ctx, maybe, limit)
+		id, send, ok, present, more := l.find(ctx, maybe, limit, false)
 		maybe = append(maybe, more...)
 		switch {
 		case ok:

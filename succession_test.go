@@ -241,3 +241,61 @@ func takeWhenHanded(ctx context.Context, e *emu, w *azlease.Lease, key string) <
 	}()
 	return took
 }
+
+// TestTakeOverRenewsBesideTheEpochWrite: a successor renews the lease it
+// took by Change Lease and writes its epoch at the same time. When every
+// renewal is refused, no term begins (the epoch written beside it names a
+// term that never began): the take-over fails, the successor holds
+// nothing, the lease it took is given back, and the next holder's epoch
+// is above the one written. When a renewal's answer is lost, the term
+// begins with the retry, its validity measured from the retry's send.
+func TestTakeOverRenewsBesideTheEpochWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault azleasetest.Fault
+		once  bool
+	}{
+		{"renewals refused", azleasetest.Fault{Action: azleasetest.Fail}, false},
+		{"a renewal's answer lost", azleasetest.Fault{Action: azleasetest.ApplyThenDrop}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEmu(t)
+				ctx := context.Background()
+				var renewals atomic.Int32
+				e.SetFaults(faultsFor("a", func(r azleasetest.Request) azleasetest.Fault {
+					if r.Op == azleasetest.OpRenewLease && (renewals.Add(1) == 1 || !tc.once) {
+						return tc.fault
+					}
+					return azleasetest.Fault{}
+				}))
+				l1 := newLease(t, e.client("one"), "m", nil)
+				waiterA := newLease(t, e.client("a"), "m", nil)
+				idA := waiterA.NextLeaseID()
+				tok1, err := l1.Acquire(ctx)
+				require.NoError(t, err)
+				took := takeWhenHanded(ctx, e, waiterA, "a")
+				_, _ = handOnTo(ctx, l1, tok1, "a", idA, 200*time.Millisecond)
+				tokA := <-took
+				if tc.once {
+					require.Equal(t, tok1.Epoch+1, tokA.Epoch)
+					assert.True(t, waiterA.Held())
+					assert.GreaterOrEqual(t, renewals.Load(), int32(2), "renewed again after the lost answer")
+					require.NoError(t, waiterA.Release(ctx))
+					return
+				}
+				assert.Zero(t, tokA, "no term without a renewal")
+				assert.False(t, waiterA.Held())
+				st, err := azlease.Inspect(ctx, e.client("look"), "m")
+				require.NoError(t, err)
+				assert.False(t, st.Leased, "the lease taken is given back")
+				l2 := newLease(t, e.client("two"), "m", nil)
+				tok2, err := l2.Acquire(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, tok1.Epoch+1, st.Epoch, "the epoch written beside the refused renewal")
+				assert.Greater(t, tok2.Epoch, st.Epoch)
+				require.NoError(t, l2.Release(ctx))
+			})
+		})
+	}
+}
