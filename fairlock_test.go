@@ -172,14 +172,7 @@ func TestFairLockNoBarging(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		got := make(chan *azlease.Lock, 1)
-		go func() {
-			lk, err := newMutex(t, e, "fair", "m", nil).Lock(ctx)
-			assert.NoError(t, err)
-			got <- lk
-		}()
+		holder, got := heldAndAsked(t, e, "fair")
 		time.Sleep(2 * time.Second)
 		barger := newMutex(t, e, "barger", "m", &azlease.MutexOptions{Unordered: true, PollInterval: 100 * time.Millisecond})
 		bctx, cancel := context.WithCancel(ctx)
@@ -206,6 +199,22 @@ func TestFairLockNoBarging(t *testing.T) {
 		require.NoError(t, lk.Unlock(ctx))
 		cancel()
 	})
+}
+
+// heldAndAsked: client holder holds m, and client waiter asks for it in a
+// goroutine; got receives the lock waiter's Lock returns.
+func heldAndAsked(t *testing.T, e *emu, waiter string) (holder *azlease.Lock, got <-chan *azlease.Lock) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+	require.NoError(t, err)
+	c := make(chan *azlease.Lock, 1)
+	go func() {
+		lk, err := newMutex(t, e, waiter, "m", nil).Lock(ctx)
+		assert.NoError(t, err)
+		c <- lk
+	}()
+	return holder, c
 }
 
 // holderAndFirst takes lock "m" for "holder" and starts "dead" waiting for
@@ -915,14 +924,7 @@ func TestFairLockNeverReturnsAnEndedTerm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
 		ctx := context.Background()
-		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
-		require.NoError(t, err)
-		got := make(chan *azlease.Lock, 1)
-		go func() {
-			lk, err := newMutex(t, e, "w", "m", nil).Lock(ctx)
-			assert.NoError(t, err)
-			got <- lk
-		}()
+		holder, got := heldAndAsked(t, e, "w")
 		time.Sleep(5 * time.Second) // w is first in line
 		var (
 			mu                      sync.Mutex

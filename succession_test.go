@@ -114,12 +114,7 @@ func TestHandOnMarkerAnswerLost(t *testing.T) {
 			}
 			return azleasetest.Fault{}
 		}))
-		l1 := newLease(t, e.client("one"), "m", nil)
-		waiterA := newLease(t, e.client("a"), "m", nil)
-		idA := waiterA.NextLeaseID()
-		tok1, err := l1.Acquire(ctx)
-		require.NoError(t, err)
-		took := takeWhenHanded(ctx, e, waiterA, "a")
+		l1, tok1, waiterA, idA, took := holderAndTaker(ctx, t, e)
 		taker, err := handOnTo(ctx, l1, tok1, "a", idA, 200*time.Millisecond)
 		tokA := <-took
 		require.GreaterOrEqual(t, writes.Load(), int32(3), "the marker's answer was lost, and it was written again")
@@ -219,6 +214,19 @@ func handOnTo(ctx context.Context, l *azlease.Lease, tok azlease.Token, key, ann
 	})
 }
 
+// holderAndTaker: client one holds m (l1, tok1), and client a's Lease
+// waiterA, whose next lease ID is idA, takes m once it is handed to key
+// "a" (took).
+func holderAndTaker(ctx context.Context, t *testing.T, e *emu) (l1 *azlease.Lease, tok1 azlease.Token, waiterA *azlease.Lease, idA string, took <-chan azlease.Token) {
+	t.Helper()
+	l1 = newLease(t, e.client("one"), "m", nil)
+	waiterA = newLease(t, e.client("a"), "m", nil)
+	idA = waiterA.NextLeaseID()
+	tok1, err := l1.Acquire(ctx)
+	require.NoError(t, err)
+	return l1, tok1, waiterA, idA, takeWhenHanded(ctx, e, waiterA, "a")
+}
+
 // takeWhenHanded plays the successor key on w: it looks at the lock blob
 // every 20 ms (for 2 s at most) and takes the lease over once the marker
 // names it. The token it took (zero if none) comes on the channel. A look
@@ -269,12 +277,7 @@ func TestTakeOverRenewsBesideTheEpochWrite(t *testing.T) {
 					}
 					return azleasetest.Fault{}
 				}))
-				l1 := newLease(t, e.client("one"), "m", nil)
-				waiterA := newLease(t, e.client("a"), "m", nil)
-				idA := waiterA.NextLeaseID()
-				tok1, err := l1.Acquire(ctx)
-				require.NoError(t, err)
-				took := takeWhenHanded(ctx, e, waiterA, "a")
+				l1, tok1, waiterA, idA, took := holderAndTaker(ctx, t, e)
 				_, _ = handOnTo(ctx, l1, tok1, "a", idA, 200*time.Millisecond)
 				tokA := <-took
 				if tc.once {
