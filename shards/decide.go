@@ -71,7 +71,11 @@ func (v view) shardLoad(s string) (float64, bool) {
 	if !info.leased || !ok {
 		return info.lastLoad, info.hasLast // free: what its blob last carried
 	}
-	if l, ok := m.loads[loadKey(s)]; ok {
+	key := info.key
+	if key == "" {
+		key = loadKey(s)
+	}
+	if l, ok := m.loads[key]; ok {
 		return l, true
 	}
 	if info.hasCarried {
