@@ -147,6 +147,16 @@ type Group struct {
 	listedBeacon string    // the registry's version and touch as the last listing said
 	lastList     time.Time // when the last listing succeeded
 	probe        prober    // the zones this replica probes (probe.go)
+	// The last successful listing's view and set, and whether its
+	// decision was calm (no shard misplaced, no hand-on this round): what
+	// loadsCross decides on at the polls that do not list. crossing is
+	// true from a poll that lists because loadsCross said so until that
+	// listing's act, whose keepMembership then writes the loads at once.
+	// Only the run loop touches these four: no lock.
+	lastView view
+	lastSet  shardSet
+	lastCalm bool
+	crossing bool
 
 	wg     sync.WaitGroup // the shards' work
 	movers sync.WaitGroup // hand-offs under way
@@ -411,7 +421,10 @@ func (g *Group) run(ctx context.Context, work Work) {
 		// In a group of zones, a poll that does not list probes the
 		// zones this replica watches (see probe.go): a member found gone
 		// is told to the group, and this replica lists at once.
-		if g.listDue(start) || g.loadsJumped() || g.headBeacon(ctx, g.listedBeacon) {
+		// A poll that would not list also lists when this replica's
+		// loads, changed too little to be written at once, take its
+		// last listing's calm decision out of the band (see loadsCross).
+		if g.listDue(start) || g.loadsJumped() || g.loadsCross() || g.headBeacon(ctx, g.listedBeacon) {
 			if !g.listAndAct(ctx, work, mlease, start) {
 				return
 			}
@@ -454,6 +467,7 @@ func (g *Group) listAndAct(ctx context.Context, work Work, mlease *azlease.Lease
 		g.set = set
 		g.mu.Unlock()
 		g.act(ctx, work, v, set, mlease, time.Since(start) >= g.cfg.settle)
+		g.crossing = false
 	}
 	return true
 }
@@ -642,6 +656,7 @@ func (g *Group) act(ctx context.Context, work Work, v view, set shardSet, mlease
 		handedHere = handedHere || info.pendingTo == self
 	}
 	g.unsettled = d.misplaced > 0 || len(d.round) > 0 || len(incoming) > 0 || handedHere || g.inFlight()
+	g.lastView, g.lastSet, g.lastCalm = v, set, calm
 }
 
 // firstMember is the first live member by name, self included.

@@ -438,6 +438,83 @@ func TestBandCrossingIsActedOnAtOnce(t *testing.T) {
 	})
 }
 
+// TestOwnCrossingIsSeenAtAPoll: in a settled group (each replica lists
+// only every ListInterval), a replica whose own load rises by a step too
+// small to be written at once (under loadTotalStep) but that takes it just
+// over the band's edge, right after it listed, publishes it and has the
+// group plan the move within a couple of polls of the crossing, rather
+// than at its next listing (ListInterval later) and the loads' republish
+// pace: it sees the crossing on its last listing, with no request.
+func TestOwnCrossingIsSeenAtAPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(24)
+		l := &loads{v: map[string]float64{}}
+		for _, n := range names {
+			l.v[n] = 1
+		}
+		o := newOwners()
+		lst := &listings{c: make(chan time.Duration, 1)}
+		srv.SetFaults(lst.fault("r0"))
+		groups := startReporting(t, srv, names, 3, o, l)
+		time.Sleep(90 * time.Second)
+		mine := groups[0].Owned()
+		require.Len(t, mine, 8, "count-balanced, which is balanced by load")
+		// r0 at 1.09 × the level (the others at 8 each: level (16+T)/3,
+		// T = 9.131): seven shards at 1.2616, one at 0.3. A rise of that
+		// one to 0.55 (2.7 % of r0's load, under loadTotalStep; of the
+		// shard's own, over LoadRiseStep, so that the smoothed value
+		// follows within seconds) takes r0 to 1.109 × the level.
+		l.mu.Lock()
+		for _, s := range mine[1:] {
+			l.v[s] = 1.2616
+		}
+		l.v[mine[0]] = 0.3
+		l.mu.Unlock()
+		time.Sleep(2 * time.Minute)
+		obs := srv.Client("observer")
+		a, err := shards.Inspect(context.Background(), obs, "g", nil)
+		require.NoError(t, err)
+		require.Zero(t, a.Misplaced, "within the band before the step: %+v", a.Members)
+		require.True(t, slices.Equal(groups[0].Owned(), mine), "r0 keeps its shards below the edge")
+		// Right after one of r0's listings.
+		for len(lst.c) > 0 {
+			<-lst.c
+		}
+		for gap := range lst.c {
+			if gap >= shards.DefaultListInterval-shards.DefaultPollInterval {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		l.mu.Lock()
+		l.v[mine[0]] = 0.55
+		l.mu.Unlock()
+		rose := time.Now()
+		for {
+			a, err := shards.Inspect(context.Background(), obs, "g", nil)
+			require.NoError(t, err)
+			if a.Misplaced > 0 {
+				break
+			}
+			require.Less(t, time.Since(rose), 2*time.Minute, "never published the crossing")
+			time.Sleep(250 * time.Millisecond)
+		}
+		planned := time.Since(rose)
+		for slices.Equal(groups[0].Owned(), mine) {
+			require.Less(t, time.Since(rose), 2*time.Minute, "never handed a shard on")
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Logf("the crossing published and planned after %v, a shard handed on after %v", planned, time.Since(rose))
+		// The smoothed load crosses within about 4 s (the fast average
+		// passes 1.3 × the smoothed value 2.6 s after the rise); then r0's
+		// next poll lists and writes.
+		assert.LessOrEqual(t, planned, 4*time.Second+2*shards.DefaultPollInterval+time.Second,
+			"the crossing waits for r0's next listing")
+		stopAll(t, srv, groups, o, names)
+	})
+}
+
 // startReporting starts n replicas r0, r1, … of group "g" over names, each
 // reporting the loads l sets.
 func startReporting(t *testing.T, srv *azleasetest.Server, names []string, n int, o *owners, l *loads) []*shards.Group {

@@ -105,6 +105,8 @@ func listSum(shards []string) string {
 // crosses the band by a few per cent is acted on at the next polls rather
 // than at the others' next listing (each replica of a settled group lists
 // every ListInterval), which is also when its own decision sees them.
+// A listing that loadsCross called for (g.crossing) writes a small change
+// at once and touches.
 func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incoming []string, unsettles func(*announcement) bool) {
 	g.mu.Lock()
 	busy, m, published, budget := g.memberOp, g.member, g.published, g.idBudget
@@ -121,15 +123,15 @@ func (g *Group) keepMembership(ctx context.Context, mlease *azlease.Lease, incom
 		switch {
 		case next.accept != published.accept || big:
 			touch = big
-		case small && now.Sub(published.at) >= loadRepublish:
+		case small && (now.Sub(published.at) >= loadRepublish || g.crossing):
 		default:
 			return
 		}
 		if !big && !small {
 			next.loads, next.rest = published.loads, published.rest
 			next.at = published.at
-		} else if !touch && unsettles != nil {
-			touch = unsettles(next)
+		} else if !touch {
+			touch = g.crossing || unsettles != nil && unsettles(next)
 		}
 	}
 	if next.at.IsZero() {
