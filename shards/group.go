@@ -44,7 +44,8 @@ type Work func(ctx context.Context, s *Shard) error
 //
 // Cost: SetLoad and Load are local (no request); the smoothed loads reach
 // storage with the replica's membership, at most every 10 s, or at once
-// when this replica's total moves by 3 %.
+// when this replica's total moves by 3 % or takes a settled group out of
+// the band.
 //
 // Watch for: a Shard kept after its Work returned speaks for an ended term
 // (Term.Valid is false). The zero value and nil are safe: SetLoad does
