@@ -132,8 +132,10 @@ func (m *loadModel) drawRates() {
 	}
 }
 
-// publish writes mm's membership's loads if due, as keepMembership does.
-func (m *loadModel) publish(mm *modelMember, force bool) {
+// publish writes mm's membership's loads if due, as keepMembership does
+// (and loadsCross); ok when it wrote nothing and planned on the listing as
+// it stands (cur, now: for the poll).
+func (m *loadModel) publish(mm *modelMember, force bool) (cur balanceInput, now balancePlan, ok bool) {
 	var items []loadItem
 	for _, s := range m.shards {
 		if s.owner == mm.name {
@@ -145,17 +147,48 @@ func (m *loadModel) publish(mm *modelMember, force bool) {
 	next := &announcement{}
 	next.loads, next.rest = formatLoads(items)
 	big, small := loadsChanged(mm.pub, next)
-	if force || big || small && m.now.Sub(mm.pubAt) >= loadRepublish {
-		mm.pub, mm.pubAt = next, m.now
-		mm.published = map[string]float64{}
+	publish := func() map[string]float64 {
+		out := map[string]float64{}
 		keys := parseLoads(next.loads)
 		for _, it := range items {
 			if v, ok := keys[loadKey(it.name)]; ok {
-				mm.published[it.name] = v
+				out[it.name] = v
 			}
 		}
+		return out
 	}
+	if force || big || small && m.now.Sub(mm.pubAt) >= loadRepublish {
+		mm.pub, mm.pubAt = next, m.now
+		mm.published = publish()
+		return cur, now, false
+	}
+	if !small {
+		return cur, now, false
+	}
+	// loadsCross: a replica sees on its last listing (the model lists at
+	// every poll: the group as it stands) that its new loads take the
+	// group, calm, out of its calm, and publishes them at once; it
+	// filters with inputNearBand as the replica does with nearBand.
+	was := mm.published
+	mm.published = publish()
+	in := m.input()
+	mm.published = was
+	if !inputNearBand(in) {
+		return cur, now, false
+	}
+	cur = m.input()
+	now = balance(cur)
+	if modelCalm(now) && !modelCalm(balance(in)) {
+		mm.pub, mm.pubAt = next, m.now
+		mm.published = publish()
+		return cur, now, false
+	}
+	return cur, now, true
 }
+
+// modelCalm reports whether a plan moves nothing, as a calm decision
+// does (the model has no free shard).
+func modelCalm(p balancePlan) bool { return len(p.moves) == 0 }
 
 // input is the listing as mm's poll sees it.
 func (m *loadModel) input() balanceInput {
@@ -197,9 +230,11 @@ func (m *loadModel) input() balanceInput {
 
 // poll is mm's poll: publish, plan, announce, hand on.
 func (m *loadModel) poll(mm *modelMember) {
-	m.publish(mm, false)
-	in := m.input()
-	p := balance(in)
+	in, p, ok := m.publish(mm, false)
+	if !ok {
+		in = m.input()
+		p = balance(in)
+	}
 	inflight := 0
 	for _, s := range m.shards {
 		if s.pendingTo != "" {
