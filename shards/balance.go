@@ -153,7 +153,7 @@ func balance(in balanceInput) balancePlan {
 			break
 		}
 		rest, restCap := total, capTotal
-		for m, h := range dedicated {
+		for m, h := range sortedDedicated(dedicated) { // in one order on every replica: float sums
 			rest -= h.load
 			restCap -= byName[m].capacity
 		}
@@ -191,7 +191,7 @@ func balance(in balanceInput) balancePlan {
 	}
 	// The level of the members not given to a hot shard.
 	rest, restCap := total, capTotal
-	for m, h := range dedicated {
+	for m, h := range sortedDedicated(dedicated) {
 		rest -= h.load
 		restCap -= byName[m].capacity
 	}
