@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -31,10 +32,18 @@ type azleaseBackend struct {
 	failed    atomic.Int64
 }
 
+// emuRTT is -rtt: how long the emulator holds every request before it
+// answers, a round trip to a storage account farther than loopback (the
+// azlease contenders only; etcd stays on loopback).
+var emuRTT = flag.Duration("rtt", 0, "azlease contenders: the emulator answers every request this much later (a round trip farther than loopback; etcd is not delayed)")
+
 // startAzlease serves a fresh emulator on loopback for locks made by
 // newLocker.
 func startAzlease(newLocker func(cc *container.Client, name string) (locker, error)) (*azleaseBackend, error) {
 	emu := azleasetest.New(nil)
+	if rtt := *emuRTT; rtt > 0 {
+		emu.SetFaults(func(azleasetest.Request) azleasetest.Fault { return azleasetest.Fault{Delay: rtt} })
+	}
 	ep, err := emu.Listen("127.0.0.1:0")
 	if err != nil {
 		emu.Close()
