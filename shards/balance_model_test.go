@@ -230,10 +230,9 @@ func (m *loadModel) input() balanceInput {
 
 // poll is mm's poll: publish, plan, announce, hand on.
 func (m *loadModel) poll(mm *modelMember) {
-	in, p, ok := m.publish(mm, false)
+	_, p, ok := m.publish(mm, false)
 	if !ok {
-		in = m.input()
-		p = balance(in)
+		p = balance(m.input())
 	}
 	inflight := 0
 	for _, s := range m.shards {
