@@ -134,8 +134,8 @@ func (m *loadModel) drawRates() {
 
 // publish writes mm's membership's loads if due, as keepMembership does
 // (and loadsCross); ok when it wrote nothing and planned on the listing as
-// it stands (cur, now: for the poll).
-func (m *loadModel) publish(mm *modelMember, force bool) (cur balanceInput, now balancePlan, ok bool) {
+// it stands (now: the poll's plan).
+func (m *loadModel) publish(mm *modelMember, force bool) (now balancePlan, ok bool) {
 	var items []loadItem
 	for _, s := range m.shards {
 		if s.owner == mm.name {
@@ -160,10 +160,10 @@ func (m *loadModel) publish(mm *modelMember, force bool) (cur balanceInput, now 
 	if force || big || small && m.now.Sub(mm.pubAt) >= loadRepublish {
 		mm.pub, mm.pubAt = next, m.now
 		mm.published = publish()
-		return cur, now, false
+		return now, false
 	}
 	if !small {
-		return cur, now, false
+		return now, false
 	}
 	// loadsCross: a replica sees on its last listing (the model lists at
 	// every poll: the group as it stands) that its new loads take the
@@ -174,16 +174,15 @@ func (m *loadModel) publish(mm *modelMember, force bool) (cur balanceInput, now 
 	in := m.input()
 	mm.published = was
 	if !inputNearBand(in) {
-		return cur, now, false
+		return now, false
 	}
-	cur = m.input()
-	now = balance(cur)
+	now = balance(m.input())
 	if modelCalm(now) && !modelCalm(balance(in)) {
 		mm.pub, mm.pubAt = next, m.now
 		mm.published = publish()
-		return cur, now, false
+		return now, false
 	}
-	return cur, now, true
+	return now, true
 }
 
 // modelCalm reports whether a plan moves nothing, as a calm decision
@@ -230,7 +229,7 @@ func (m *loadModel) input() balanceInput {
 
 // poll is mm's poll: publish, plan, announce, hand on.
 func (m *loadModel) poll(mm *modelMember) {
-	_, p, ok := m.publish(mm, false)
+	p, ok := m.publish(mm, false)
 	if !ok {
 		p = balance(m.input())
 	}
