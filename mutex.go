@@ -180,7 +180,9 @@ func (m *Mutex) newLock(ctx context.Context, l *Lease, tok Token) (lock *Lock) {
 // nobody waits for at once; otherwise it waits in the queue, in the order
 // of asking, and takes the lock when the holder hands it over (see [Mutex]
 // for the waiting and what it costs); a Lock whose ctx ends leaves the
-// queue. No request it makes while waiting fails while the mutex is held.
+// queue. The lock it returns is valid: a term that ended before it could
+// be returned (storage slow to answer) is given back, and it waits again.
+// No request it makes while waiting fails while the mutex is held.
 // With MutexOptions.Unordered, each poll, every PollInterval (with jitter),
 // reads the lock blob (one Get Blob Properties request) and tries to
 // acquire only when the read finds the lease free; the acquisition then
