@@ -339,29 +339,51 @@ func (l *listings) fault(id string) azleasetest.FaultFunc {
 	}
 }
 
+// settledListing waits for a listing of the watched replica that came a
+// listing interval after the one before: it lists only every
+// ListInterval, as a replica of a settled group does.
+func (l *listings) settledListing() {
+	for gap := range l.c {
+		if gap >= shards.DefaultListInterval-shards.DefaultPollInterval {
+			return
+		}
+	}
+}
+
+// drain forgets the listings seen so far.
+func (l *listings) drain() {
+	for len(l.c) > 0 {
+		<-l.c
+	}
+}
+
+// watchedGroup starts n replicas r0, r1, … of group "g" over k shards, each
+// reporting a load of 1 until l changes it, with r0's listings watched
+// (lst).
+func watchedGroup(t *testing.T, k, n int) (srv *azleasetest.Server, names []string, l *loads, o *owners, lst *listings, groups []*shards.Group) {
+	t.Helper()
+	srv = azleasetest.NewServer(t, nil)
+	names = shards.Numbered(k)
+	l = &loads{v: map[string]float64{}}
+	for _, s := range names {
+		l.v[s] = 1
+	}
+	o = newOwners()
+	lst = &listings{c: make(chan time.Duration, 1)}
+	srv.SetFaults(lst.fault("r0"))
+	return srv, names, l, o, lst, startReporting(t, srv, names, n, o, l)
+}
+
 // TestLoadRiseIsPublishedAtOnce: in a settled group (each replica lists
 // only every ListInterval), a shard whose load triples just after its
 // owner listed is published within a couple of polls, not at the owner's
 // next listing (a ListInterval later), as the rise of a ×10 jump was.
 func TestLoadRiseIsPublishedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := azleasetest.NewServer(t, nil)
-		names := shards.Numbered(4)
-		l := &loads{v: map[string]float64{}}
-		for _, n := range names {
-			l.v[n] = 1
-		}
-		o := newOwners()
-		lst := &listings{c: make(chan time.Duration, 1)}
-		srv.SetFaults(lst.fault("r0"))
-		groups := startReporting(t, srv, names, 2, o, l)
+		srv, names, l, o, lst, groups := watchedGroup(t, 4, 2)
 		// Settled: r0 lists only every ListInterval.
 		time.Sleep(90 * time.Second)
-		for gap := range lst.c {
-			if gap >= shards.DefaultListInterval-shards.DefaultPollInterval {
-				break
-			}
-		}
+		lst.settledListing()
 		time.Sleep(100 * time.Millisecond)
 		mine := groups[0].Owned()
 		require.NotEmpty(t, mine)
@@ -447,16 +469,7 @@ func TestBandCrossingIsActedOnAtOnce(t *testing.T) {
 // pace: it sees the crossing on its last listing, with no request.
 func TestOwnCrossingIsSeenAtAPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := azleasetest.NewServer(t, nil)
-		names := shards.Numbered(24)
-		l := &loads{v: map[string]float64{}}
-		for _, n := range names {
-			l.v[n] = 1
-		}
-		o := newOwners()
-		lst := &listings{c: make(chan time.Duration, 1)}
-		srv.SetFaults(lst.fault("r0"))
-		groups := startReporting(t, srv, names, 3, o, l)
+		srv, names, l, o, lst, groups := watchedGroup(t, 24, 3)
 		time.Sleep(90 * time.Second)
 		mine := groups[0].Owned()
 		require.Len(t, mine, 8, "count-balanced, which is balanced by load")
@@ -478,14 +491,8 @@ func TestOwnCrossingIsSeenAtAPoll(t *testing.T) {
 		require.Zero(t, a.Misplaced, "within the band before the step: %+v", a.Members)
 		require.True(t, slices.Equal(groups[0].Owned(), mine), "r0 keeps its shards below the edge")
 		// Right after one of r0's listings.
-		for len(lst.c) > 0 {
-			<-lst.c
-		}
-		for gap := range lst.c {
-			if gap >= shards.DefaultListInterval-shards.DefaultPollInterval {
-				break
-			}
-		}
+		lst.drain()
+		lst.settledListing()
 		time.Sleep(100 * time.Millisecond)
 		l.mu.Lock()
 		l.v[mine[0]] = 0.55
