@@ -16,13 +16,13 @@ package azlease
 // watches a hand-off to the first; the others list the queue (with the
 // lock's own blobs) toward their turn at the pace the lock record
 // publishes, or the faster one they saw (ownPace), less often the longer
-// the queue stands still. No holder
-// passes a waiter over: the waiter behind a named successor takes the
-// hand-off over once the successor surely missed it, and any waiter, or a
-// TryLock, that sees a slot stay free for longer than the first in line
-// takes to react passes the first over (marks it missed), so the queue
-// never sticks behind dead waiters. A contended Unlock never frees the
-// lease.
+// the queue stands still. No holder passes a waiter over: the waiter
+// behind a named successor takes the hand-off over once the successor
+// surely missed it, and any waiter, or a TryLock, that sees a slot stay
+// free for longer than the first in line takes to react passes the first
+// over (marks it missed), so the queue never sticks behind dead waiters. A
+// contended Unlock never frees the lease. A term that ended before Lock
+// could return it is given back, and the waiter joins again.
 
 import (
 	"context"
