@@ -156,6 +156,10 @@ type fairState struct {
 // removed it after it missed its turn twice): it joins again.
 var errRequeue = errors.New("azlease: removed from the queue")
 
+// errTakeFailed means a waiter's take-over failed after its Change Lease
+// was granted and its entry removed (renewBeside): it joins again.
+var errTakeFailed = errors.New("azlease: the take-over failed after the queue entry was removed")
+
 // lock waits for the lock in the queue's order; see the top of this file.
 func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 	// A lease this waiter may have been granted when its wait ends (its
@@ -231,6 +235,14 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		if lk != nil {
 			fairHook("served", f.name, w.Ticket)
 			return lk, nil
+		}
+		if errors.Is(err, errTakeFailed) {
+			fairHook("left", f.name, w.Ticket)
+			f.cfg.lease.log.Info("azlease: the lock's take-over failed after its queue entry was removed; joining again at the back", slog.Any("cause", last))
+			if ctx.Err() != nil {
+				return gaveUp()
+			}
+			continue
 		}
 		f.leave(ctx, w)
 		switch {
@@ -551,9 +563,13 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	)
 	budget := f.slots[0].cfg.lease.duration
 	var seen queueView // the last listing
+	// A take-over removes w's entry beside its renewal and epoch write
+	// (renewBeside); any other way of being served removes it after.
+	gone := &besideTake{remove: func() { f.leave(ctx, w) }}
+	ctx = context.WithValue(ctx, besideTakeKey{}, gone)
 	served := func(lk *Lock) *Lock {
 		lk.fair = &fairState{f: f, key: w.key, ticket: w.Ticket, took: time.Now(), seen: seen}
-		f.leave(ctx, w) // served: out of the queue
+		gone.run() // served: out of the queue
 		return lk
 	}
 	// retry keeps a failure that leaves the waiter waiting and pauses a
@@ -615,6 +631,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 		}
 		if p < 0 {
+			if gone.ran.Load() {
+				return nil, errTakeFailed
+			}
 			return nil, errRequeue
 		}
 		if w.Missed {

@@ -345,9 +345,43 @@ func (l *Lease) renewBeside(ctx context.Context, id string, limit time.Time, see
 		defer close(done)
 		send, err = l.renewFound(ctx, id, limit)
 	}()
+	var removed chan struct{}
+	if r, ok := ctx.Value(besideTakeKey{}).(*besideTake); ok && handed {
+		removed = make(chan struct{})
+		go func() {
+			defer close(removed)
+			r.run()
+		}()
+	}
 	prev, next, md, etag, werr = l.bumpEpoch(ctx, id, timing.ValidUntil(sent, l.cfg.duration, l.cfg.margin).Add(-l.cfg.attemptTimeout), seen, handed)
 	<-done
+	if removed != nil {
+		<-removed
+	}
 	return send, prev, next, md, etag, werr, err
+}
+
+// besideTakeKey marks the context of a fair lock's waiter: once its
+// take-over's Change Lease is granted, renewBeside removes its queue entry
+// (the *besideTake's run) beside the renewal and the epoch write, a round
+// trip sooner than after them. If the renewal or the write then fails, the
+// waiter is out of the queue and joins again (fairLock.wait).
+type besideTakeKey struct{}
+
+// besideTake is the removal renewBeside makes for a fair lock's waiter; it
+// runs at most once per wait.
+type besideTake struct {
+	once   sync.Once
+	remove func()
+	ran    atomic.Bool
+}
+
+// run removes the waiter's entry, the first time only.
+func (b *besideTake) run() {
+	b.once.Do(func() {
+		b.ran.Store(true)
+		b.remove()
+	})
 }
 
 // cleanupContext is the context of a clean-up request (giving back a lease
