@@ -145,7 +145,7 @@ type fairState struct {
 	f      *fairLock
 	key    string    // its own ticket's key, or "" (it took a free lock without queuing)
 	ticket uint64    // its own ticket (with key)
-	took   time.Time // when it took the lock
+	took   time.Time // the send of the look that gave it the lock (or when it took it free)
 	// seen is the last listing of the queue its wait made (zero: none):
 	// a Mutex's Unlock soon after hands on to a waiter it shows behind
 	// this one rather than list the queue again (unlockFair).
@@ -416,6 +416,10 @@ type polling struct {
 	paces paceWatch
 	// own is the pace it saw the queue move at itself (ownPace).
 	own ownPace
+	// sent is the send of its latest look at the lock or listing of the
+	// queue: the hold it publishes once served counts from the one that
+	// gave it the lock (fairState.took).
+	sent time.Time
 }
 
 // ownPace is how fast a waiter behind the second saw the queue move: the
@@ -568,7 +572,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	gone := &besideTake{remove: func() { f.leave(ctx, w) }}
 	ctx = context.WithValue(ctx, besideTakeKey{}, gone)
 	served := func(lk *Lock) *Lock {
-		lk.fair = &fairState{f: f, key: w.key, ticket: w.Ticket, took: time.Now(), seen: seen}
+		lk.fair = &fairState{f: f, key: w.key, ticket: w.Ticket, took: pl.sent, seen: seen}
 		gone.run() // served: out of the queue
 		return lk
 	}
@@ -603,6 +607,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			return nil, context.Cause(ctx)
 		}
 		recent[round%len(recent)] = time.Now()
+		pl.sent = time.Now()
 		v, err := f.q.list(ctx, time.Now().Add(2*f.cfg.lease.attemptTimeout))
 		if err != nil {
 			if err := retry(err); err != nil {
@@ -794,6 +799,7 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error,
 	var epochs []uint64
 	age := pl.hold.saw(nil, time.Now()) // the hold's age at the last look (nil: keep what it saw)
 	for time.Now().Before(until) {
+		pl.sent = time.Now()
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err == nil {
 			cur := make([]uint64, len(sts))
@@ -981,6 +987,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 		}
 		pl.looked = time.Now()
 		sent := time.Now()
+		pl.sent = sent
 		sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
 		if err != nil {
 			if ctx.Err() != nil || !retryable(err) {

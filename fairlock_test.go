@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1062,5 +1063,51 @@ func TestFairTakeFailedAfterItsEntryIsRemoved(t *testing.T) {
 		}), "w left when its take failed, joined again and was served")
 		mu.Unlock()
 		require.NoError(t, lk.Unlock(ctx))
+	})
+}
+
+// TestFairPublishedHoldCountsTheTake: the hold a holder publishes at its
+// hand-off (the lock's pace, which waiters far back sleep by) counts from
+// the send of the look that gave it the lock, so a hot lock's pace shows
+// the take's round trips: here 3 of 100 ms each (the look, the Change, the
+// renewal beside the epoch write and the entry's removal) before a hold of
+// zero. It counted from Lock's return: zero, and waiters far back slept by
+// the schedule's floor alone (10 ms a position) where a hand-off took 50.
+func TestFairPublishedHoldCountsTheTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, got := heldAndAsked(t, e, "w")
+		time.Sleep(time.Second)
+		x := make(chan *azlease.Lock, 1)
+		go func() {
+			lk, err := newMutex(t, e, "x", "m", nil).Lock(ctx)
+			assert.NoError(t, err)
+			x <- lk
+		}()
+		time.Sleep(5 * time.Second) // w first in line, x behind it
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Client != "w" {
+				return azleasetest.Fault{}
+			}
+			return azleasetest.Fault{Delay: 100 * time.Millisecond}
+		})
+		require.NoError(t, holder.Unlock(ctx))
+		lk := <-got
+		require.NoError(t, lk.Unlock(ctx)) // a zero hold, handed to x
+		e.SetFaults(nil)
+		props, err := e.client("r").NewBlobClient("m").GetProperties(ctx, nil)
+		require.NoError(t, err)
+		var holds string
+		for k, v := range props.Metadata {
+			if strings.EqualFold(k, "azleaseholds") && v != nil {
+				holds = *v
+			}
+		}
+		newest, err := strconv.ParseInt(strings.Split(holds, ",")[0], 10, 64)
+		require.NoError(t, err, "holds %q", holds)
+		assert.GreaterOrEqual(t, time.Duration(newest)*time.Microsecond, 300*time.Millisecond, "w's published hold counts its take's three round trips")
+		assert.Less(t, time.Duration(newest)*time.Microsecond, time.Second)
+		require.NoError(t, (<-x).Unlock(ctx))
 	})
 }

@@ -39,7 +39,8 @@ const (
 	metaRole   = "azleaserole"
 	// metaHolds is a fair lock's published pace (issue 35, design section
 	// 4): the last 32 holds, newest first, each measured by its holder on its
-	// own clock from its term's start to its Unlock, in microseconds,
+	// own clock from the send of the look (or listing) that gave it the lock
+	// to its Unlock, so the take's round trips count, in microseconds,
 	// comma-separated; written with the hand-off marker (no extra request)
 	// and carried through every record write.
 	metaHolds = "azleaseholds"
