@@ -237,7 +237,7 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 			return lk, nil
 		}
 		if errors.Is(err, errTakeFailed) {
-			fairHook("left", f.name, w.Ticket)
+			// It left the queue when its take failed (besideTake).
 			f.cfg.lease.log.Info("azlease: the lock's take-over failed after its queue entry was removed; joining again at the back", slog.Any("cause", last))
 			if ctx.Err() != nil {
 				return gaveUp()
@@ -420,6 +420,8 @@ type polling struct {
 	// queue: the hold it publishes once served counts from the one that
 	// gave it the lock (fairState.took).
 	sent time.Time
+	// gone is its entry's removal beside a take-over (wait).
+	gone *besideTake
 }
 
 // ownPace is how fast a waiter behind the second saw the queue move: the
@@ -569,8 +571,12 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	var seen queueView // the last listing
 	// A take-over removes w's entry beside its renewal and epoch write
 	// (renewBeside); any other way of being served removes it after.
-	gone := &besideTake{remove: func() { f.leave(ctx, w) }}
+	// If that take then fails, the waiter has left the queue at once
+	// (errTakeFailed): it joins again rather than look on without an entry
+	// while the waiters behind it are served.
+	gone := &besideTake{remove: func() { f.leave(ctx, w) }, left: func() { fairHook("left", f.name, w.Ticket) }}
 	ctx = context.WithValue(ctx, besideTakeKey{}, gone)
+	pl.gone = gone
 	served := func(lk *Lock) *Lock {
 		lk.fair = &fairState{f: f, key: w.key, ticket: w.Ticket, took: pl.sent, seen: seen}
 		gone.run() // served: out of the queue
@@ -579,6 +585,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	// retry keeps a failure that leaves the waiter waiting and pauses a
 	// head poll; it returns the error that ends the wait, if any.
 	retry := func(err error) error {
+		if gone.failed.Load() {
+			return errTakeFailed
+		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
@@ -605,6 +614,9 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		// bench: 6 live waiters passed over in a row).
 		if round >= len(recent) && time.Since(recent[round%len(recent)]) < 4*timing.LookFloor && !sleepCtx(ctx, timing.LookFloor) {
 			return nil, context.Cause(ctx)
+		}
+		if gone.failed.Load() {
+			return nil, errTakeFailed
 		}
 		recent[round%len(recent)] = time.Now()
 		pl.sent = time.Now()
@@ -636,7 +648,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 		}
 		if p < 0 {
-			if gone.ran.Load() {
+			if gone.failed.Load() {
 				return nil, errTakeFailed
 			}
 			return nil, errRequeue
@@ -811,6 +823,8 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error,
 			switch {
 			case lk != nil:
 				return lk, nil
+			case pl.gone != nil && pl.gone.failed.Load():
+				return nil, errTakeFailed // out of the queue (wait)
 			case err != nil && (ctx.Err() != nil || !retryable(err)):
 				return nil, err
 			case err != nil:

@@ -1011,10 +1011,10 @@ func TestFairTakeRemovesTheEntryBesideItsRenewal(t *testing.T) {
 
 // TestFairTakeFailedAfterItsEntryIsRemoved: the renewal after a waiter's
 // Change Lease is refused, after its queue entry was removed beside it,
-// and x takes the lock the waiter gave back before the waiter looks again.
-// The waiter is out of the queue: it joins again at the back ("left", then
-// "joined") and is served at x's Unlock, rather than wait for a turn that
-// will not come.
+// and x takes the lock the waiter gave back before the waiter's requests
+// arrive again. The waiter left the queue when its take failed ("left",
+// before x is served): it joins again at the back and is served at x's
+// Unlock, rather than look on without an entry while others are served.
 func TestFairTakeFailedAfterItsEntryIsRemoved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEmu(t)
@@ -1042,7 +1042,7 @@ func TestFairTakeFailedAfterItsEntryIsRemoved(t *testing.T) {
 					close(refused)
 					return azleasetest.Fault{Action: azleasetest.Fail, Status: http.StatusConflict, Code: "LeaseIdMismatchWithLeaseOperation"}
 				}
-			case renewals == 1 && r.Op == azleasetest.OpGetProperties:
+			case renewals == 1 && r.Op != azleasetest.OpReleaseLease:
 				return azleasetest.Fault{Delay: time.Second} // x comes first
 			}
 			return azleasetest.Fault{}
@@ -1052,6 +1052,9 @@ func TestFairTakeFailedAfterItsEntryIsRemoved(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // w gives the lease back
 		x, err := newMutex(t, e, "x", "m", nil).Lock(ctx)
 		require.NoError(t, err, "the lock is free and nobody waits")
+		mu.Lock()
+		assert.Contains(t, events, "left", "w left the queue when its take failed, before x was served")
+		mu.Unlock()
 		time.Sleep(3 * time.Second)
 		require.NoError(t, x.Unlock(ctx))
 		lk := <-got

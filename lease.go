@@ -346,7 +346,8 @@ func (l *Lease) renewBeside(ctx context.Context, id string, limit time.Time, see
 		send, err = l.renewFound(ctx, id, limit)
 	}()
 	var removed chan struct{}
-	if r, ok := ctx.Value(besideTakeKey{}).(*besideTake); ok && handed {
+	r, ok := ctx.Value(besideTakeKey{}).(*besideTake)
+	if ok && handed {
 		removed = make(chan struct{})
 		go func() {
 			defer close(removed)
@@ -357,6 +358,9 @@ func (l *Lease) renewBeside(ctx context.Context, id string, limit time.Time, see
 	<-done
 	if removed != nil {
 		<-removed
+		if err != nil || werr != nil {
+			r.fail()
+		}
 	}
 	return send, prev, next, md, etag, werr, err
 }
@@ -372,8 +376,10 @@ type besideTakeKey struct{}
 // runs at most once per wait.
 type besideTake struct {
 	once   sync.Once
-	remove func()
-	ran    atomic.Bool
+	remove func()      // removes the waiter's entry
+	left   func()      // tells that the waiter has left the queue without the lock
+	ran    atomic.Bool // remove has run
+	failed atomic.Bool // and the take it went with failed: the waiter joins again
 }
 
 // run removes the waiter's entry, the first time only.
@@ -382,6 +388,14 @@ func (b *besideTake) run() {
 		b.ran.Store(true)
 		b.remove()
 	})
+}
+
+// fail records that the take the removal went with failed: the waiter is
+// out of the queue from now on.
+func (b *besideTake) fail() {
+	if b.ran.Load() && !b.failed.Swap(true) {
+		b.left()
+	}
 }
 
 // cleanupContext is the context of a clean-up request (giving back a lease
