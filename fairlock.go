@@ -220,7 +220,9 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		if lk != nil && lk.Term.Err() != nil {
 			// Its term ended before it could be returned: an epoch write
 			// answered near its limit, then the queue entry's removal
-			// (up to AttemptTimeout) and no renewal granted meanwhile. A
+			// (up to AttemptTimeout; after a free lock's take, since a
+			// take-over removes it beside the write) and no renewal
+			// granted meanwhile. A
 			// Lock is never returned already lost: give it back, and wait
 			// again from the back (it left the queue when served).
 			last = lk.Term.Err()

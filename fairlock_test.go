@@ -1031,25 +1031,28 @@ func TestFairTakeFailedAfterItsEntryIsRemoved(t *testing.T) {
 		holder, got := heldAndAsked(t, e, "w")
 		time.Sleep(5 * time.Second) // w is first in line
 		var renewals int
-		refused := make(chan struct{})
+		gaveBack := false
+		released := make(chan struct{})
 		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case r.Client != "w":
+			case gaveBack:
+				return azleasetest.Fault{Delay: time.Second} // x comes first
 			case r.Op == azleasetest.OpRenewLease:
 				if renewals++; renewals == 1 {
-					close(refused)
 					return azleasetest.Fault{Action: azleasetest.Fail, Status: http.StatusConflict, Code: "LeaseIdMismatchWithLeaseOperation"}
 				}
-			case renewals == 1 && r.Op != azleasetest.OpReleaseLease:
-				return azleasetest.Fault{Delay: time.Second} // x comes first
+			case r.Op == azleasetest.OpReleaseLease && renewals == 1:
+				gaveBack = true
+				close(released)
 			}
 			return azleasetest.Fault{}
 		})
 		require.NoError(t, holder.Unlock(ctx))
-		<-refused
-		time.Sleep(100 * time.Millisecond) // w gives the lease back
+		<-released
+		time.Sleep(10 * time.Millisecond) // w's release is applied
 		x, err := newMutex(t, e, "x", "m", nil).Lock(ctx)
 		require.NoError(t, err, "the lock is free and nobody waits")
 		mu.Lock()
