@@ -8,8 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/textproto"
+	"strconv"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -65,13 +65,17 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
-	in := req.Clone(context.WithValue(ctx, clientKey{}, t.client))
+	// A clone of req without its header, which canonical copies instead
+	// (cloning it first would copy it twice).
+	bare := *req
+	bare.Header = nil
+	in := bare.Clone(context.WithValue(ctx, clientKey{}, t.client))
 	in.Header = canonical(req.Header)
 	in.Body = io.NopCloser(bytes.NewReader(body))
 	in.ContentLength = int64(len(body))
 	in.RequestURI = req.URL.RequestURI()
 
-	rec := httptest.NewRecorder()
+	rec := newRecorder()
 	if aborted := serveRecovering(t.s, rec, in); aborted {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -81,20 +85,105 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // the client gave up while the server was working
 	}
-	res := rec.Result()
-	res.Header = canonical(res.Header)
+	res := rec.result()
 	res.Request = req
 	return res, nil
 }
 
-// canonical returns h with canonical header names, as the wire delivers them.
+// canonical returns a copy of h with canonical header names, as the wire
+// delivers them. Names that differ only in case are merged, their values
+// appended in the map's order.
 func canonical(h http.Header) http.Header {
 	out := make(http.Header, len(h))
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	values := make([]string, n) // one backing array for all, as Header.Clone does
 	for k, vs := range h {
 		ck := textproto.CanonicalMIMEHeaderKey(k)
-		out[ck] = append(out[ck], vs...)
+		if prev, ok := out[ck]; ok {
+			out[ck] = append(prev[:len(prev):len(prev)], vs...)
+			continue
+		}
+		m := copy(values, vs)
+		out[ck] = values[:m:m]
+		values = values[m:]
 	}
 	return out
+}
+
+// recorder is the http.ResponseWriter the in-process transport serves
+// into: httptest.ResponseRecorder's behaviour (the header snapshot taken at
+// WriteHeader, the implicit 200 and Content-Type sniffing of a Write that
+// comes first, the body kept even where the status allows none) without
+// its second copy of the header, since the snapshot it takes is already the
+// canonical one the wire delivers.
+type recorder struct {
+	header      http.Header
+	snap        http.Header // canonical(header) at WriteHeader
+	length      string      // header's Content-Length at WriteHeader
+	code        int
+	wroteHeader bool
+	body        bytes.Buffer
+}
+
+func newRecorder() *recorder { return &recorder{header: make(http.Header), code: http.StatusOK} }
+
+func (rw *recorder) Header() http.Header { return rw.header }
+
+func (rw *recorder) WriteHeader(code int) {
+	if rw.wroteHeader {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	rw.code = code
+	rw.wroteHeader = true
+	rw.snap = canonical(rw.header)
+	rw.length = rw.header.Get("Content-Length")
+}
+
+func (rw *recorder) Write(buf []byte) (int, error) {
+	if !rw.wroteHeader {
+		_, hasType := rw.header["Content-Type"]
+		if !hasType && rw.header.Get("Transfer-Encoding") == "" {
+			rw.header.Set("Content-Type", http.DetectContentType(buf))
+		}
+		rw.WriteHeader(http.StatusOK)
+	}
+	rw.body.Write(buf)
+	switch {
+	case rw.code >= 100 && rw.code <= 199, rw.code == http.StatusNoContent, rw.code == http.StatusNotModified:
+		return 0, http.ErrBodyNotAllowed
+	}
+	return len(buf), nil
+}
+
+// result is the response as the client receives it. The emulator sends no
+// trailers.
+func (rw *recorder) result() *http.Response {
+	if !rw.wroteHeader {
+		rw.snap = canonical(rw.header)
+		rw.length = rw.header.Get("Content-Length")
+	}
+	res := &http.Response{
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		StatusCode:    rw.code,
+		Status:        strconv.Itoa(rw.code) + " " + http.StatusText(rw.code),
+		Header:        rw.snap,
+		Body:          io.NopCloser(bytes.NewReader(rw.body.Bytes())),
+		ContentLength: -1,
+	}
+	if cl := textproto.TrimString(rw.length); cl != "" {
+		if n, err := strconv.ParseUint(cl, 10, 63); err == nil {
+			res.ContentLength = int64(n)
+		}
+	}
+	return res
 }
 
 // serveRecovering runs the handler and reports whether it aborted the
