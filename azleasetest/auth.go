@@ -4,11 +4,14 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"hash"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Authentication, as the Blob service does it for Shared Key: the client
@@ -89,82 +92,153 @@ func validSignature(r *http.Request, account, sig string) bool {
 	if err != nil {
 		return false
 	}
-	key, _ := base64.StdEncoding.DecodeString(AccountKey)
-	h := hmac.New(sha256.New, key)
+	h := signers.Get().(hash.Hash)
+	defer signers.Put(h)
+	h.Reset()
 	h.Write([]byte(stringToSign(r, account)))
 	return hmac.Equal(h.Sum(nil), got)
 }
+
+// signers holds HMAC-SHA256 hashes keyed with AccountKey, reset before each
+// use: keying one costs more than the hashing a request needs.
+var signers = sync.Pool{New: func() any {
+	key, _ := base64.StdEncoding.DecodeString(AccountKey)
+	return hmac.New(sha256.New, key)
+}}
+
+// signedHeaders are the standard headers of the string-to-sign, in its
+// order, as canonical names (the request's names are canonical, so indexing
+// with these finds what Header.Get finds).
+var signedHeaders = func() [11]string {
+	names := [...]string{"Content-Encoding", "Content-Language", "Content-Length", "Content-MD5", "Content-Type",
+		"Date", "If-Modified-Since", "If-Match", "If-None-Match", "If-Unmodified-Since", "Range"}
+	for i, n := range names {
+		names[i] = textproto.CanonicalMIMEHeaderKey(n)
+	}
+	return names
+}()
 
 // stringToSign is the Shared Key string-to-sign of the Blob service (version
 // 2015-02-21 and later): the verb, twelve standard headers, the canonicalized
 // x-ms- headers and the canonicalized resource.
 func stringToSign(r *http.Request, account string) string {
 	h := r.Header
-	contentLength := h.Get("Content-Length")
-	if contentLength == "" && r.ContentLength > 0 {
-		contentLength = strconv.FormatInt(r.ContentLength, 10)
-	}
-	if contentLength == "0" {
-		contentLength = ""
-	}
-	date := h.Get("Date")
-	if h.Get("x-ms-date") != "" {
-		date = "" // x-ms-date is signed among the canonicalized headers instead
-	}
-	return strings.Join([]string{
-		r.Method,
-		h.Get("Content-Encoding"),
-		h.Get("Content-Language"),
-		contentLength,
-		h.Get("Content-MD5"),
-		h.Get("Content-Type"),
-		date,
-		h.Get("If-Modified-Since"),
-		h.Get("If-Match"),
-		h.Get("If-None-Match"),
-		h.Get("If-Unmodified-Since"),
-		h.Get("Range"),
-		canonicalizedHeaders(h),
-		canonicalizedResource(r.URL, account),
-	}, "\n")
-}
-
-// canonicalizedHeaders lists the x-ms- headers as "name:value" lines, names
-// in lower case, in the order the service sorts them (see headerLess).
-func canonicalizedHeaders(h http.Header) string {
-	values := map[string][]string{}
-	for k, vs := range h {
-		name := strings.ToLower(strings.TrimSpace(k))
-		if strings.HasPrefix(name, "x-ms-") {
-			values[name] = append(values[name], vs...)
+	get := func(i int) string {
+		if vs := h[signedHeaders[i]]; len(vs) > 0 {
+			return vs[0]
 		}
+		return ""
 	}
-	names := make([]string, 0, len(values))
-	for n := range values {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool { return headerLess(names[i], names[j]) })
-	lines := make([]string, len(names))
-	for i, n := range names {
-		vs := make([]string, len(values[n]))
-		for j, v := range values[n] {
-			vs[j] = strings.TrimSpace(v)
-		}
-		lines[i] = n + ":" + strings.Join(vs, ",")
-	}
-	return strings.Join(lines, "\n")
-}
-
-// canonicalizedResource is "/account/path" with the path exactly as encoded
-// in the URI, then one "\nname:value1,value2" line per query parameter,
-// names in lower case and sorted, values sorted.
-func canonicalizedResource(u *url.URL, account string) string {
 	var b strings.Builder
-	b.WriteString("/" + account)
+	b.Grow(512)
+	b.WriteString(r.Method)
+	for i := range signedHeaders {
+		v := get(i)
+		switch signedHeaders[i] {
+		case "Content-Length":
+			if v == "" && r.ContentLength > 0 {
+				v = strconv.FormatInt(r.ContentLength, 10)
+			}
+			if v == "0" {
+				v = ""
+			}
+		case "Date":
+			if h.Get("x-ms-date") != "" {
+				v = "" // x-ms-date is signed among the canonicalized headers instead
+			}
+		}
+		b.WriteByte('\n')
+		b.WriteString(v)
+	}
+	b.WriteByte('\n')
+	writeCanonicalizedHeaders(&b, h)
+	b.WriteByte('\n')
+	writeCanonicalizedResource(&b, r.URL, account)
+	return b.String()
+}
+
+// msHeader is one x-ms- header of the string-to-sign: its name in lower
+// case, and the values of every header of that name.
+type msHeader struct {
+	name   string
+	values []string
+}
+
+type msHeaders []msHeader
+
+func (m msHeaders) Len() int           { return len(m) }
+func (m msHeaders) Less(i, j int) bool { return headerLess(m[i].name, m[j].name) }
+func (m msHeaders) Swap(i, j int)      { m[i], m[j] = m[j], m[i] }
+
+// writeCanonicalizedHeaders writes the x-ms- headers as "name:value" lines,
+// names in lower case, in the order the service sorts them (see
+// headerLess), values trimmed and joined with commas.
+func writeCanonicalizedHeaders(b *strings.Builder, h http.Header) {
+	var found msHeaders
+	for k, vs := range h {
+		k = strings.TrimSpace(k)
+		if !hasMSPrefix(k) {
+			continue
+		}
+		name := strings.ToLower(k)
+		i := 0
+		for i < len(found) && found[i].name != name {
+			i++
+		}
+		if i == len(found) {
+			found = append(found, msHeader{name: name})
+		}
+		found[i].values = append(found[i].values, vs...)
+	}
+	sort.Sort(found)
+	for i, f := range found {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(f.name)
+		b.WriteByte(':')
+		for j, v := range f.values {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strings.TrimSpace(v))
+		}
+	}
+}
+
+// hasMSPrefix reports whether strings.ToLower(k) starts with "x-ms-": no
+// rune outside ASCII lowers to one of its bytes, so comparing the first
+// five bytes without case is the same test.
+func hasMSPrefix(k string) bool {
+	const p = "x-ms-"
+	if len(k) < len(p) {
+		return false
+	}
+	for i := range len(p) {
+		c := k[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != p[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// writeCanonicalizedResource writes "/account/path" with the path exactly
+// as encoded in the URI, then one "\nname:value1,value2" line per query
+// parameter, names in lower case and sorted, values sorted.
+func writeCanonicalizedResource(b *strings.Builder, u *url.URL, account string) {
+	b.WriteByte('/')
+	b.WriteString(account)
 	if p := u.EscapedPath(); p != "" {
 		b.WriteString(p)
 	} else {
-		b.WriteString("/")
+		b.WriteByte('/')
+	}
+	if u.RawQuery == "" {
+		return
 	}
 	q, _ := url.ParseQuery(u.RawQuery)
 	names := make([]string, 0, len(q))
@@ -173,11 +247,18 @@ func canonicalizedResource(u *url.URL, account string) string {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		vs := append([]string(nil), q[n]...)
+		vs := q[n] // ParseQuery's own copy: sorting it changes nothing else
 		sort.Strings(vs)
-		b.WriteString("\n" + strings.ToLower(n) + ":" + strings.Join(vs, ","))
+		b.WriteByte('\n')
+		b.WriteString(strings.ToLower(n))
+		b.WriteByte(':')
+		for j, v := range vs {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(v)
+		}
 	}
-	return b.String()
 }
 
 // headerLess orders header names as the service does, and the Azure SDKs
