@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"sort"
 	"strconv"
@@ -69,6 +70,8 @@ type Server struct {
 	past       []serverClock // earlier clock segments, oldest first, for converting past instants
 	localNow   time.Time     // local time of the request being handled, for the grant log
 	client     string        // client of the request being handled, for the grant log
+	dateSec    time.Time     // the second dateText shows (Server.date)
+	dateText   string
 	faults     FaultFunc
 	rules      namedFaults
 	closed     chan struct{}
@@ -404,13 +407,32 @@ func (s *Server) handle(req *request, body []byte) *result {
 	if res.header == nil {
 		res.header = http.Header{}
 	}
-	res.header.Set("x-ms-request-id", fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq))
-	res.header.Set("x-ms-version", serviceVersion)
-	res.header.Set("Date", now.UTC().Truncate(time.Second).Format(http.TimeFormat))
-	if id := req.Header.Get("x-ms-client-request-id"); id != "" {
-		res.header.Set("x-ms-client-request-id", id)
+	// What Header.Set does, with the names canonicalised once (package
+	// variables) rather than on every request.
+	res.header[hdrRequestID] = []string{"00000000-0000-4000-8000-" + pad12(s.seq)}
+	res.header[hdrVersion] = []string{serviceVersion}
+	res.header["Date"] = []string{s.date(now)}
+	if id := req.Header.Get(hdrClientRequestID); id != "" {
+		res.header[hdrClientRequestID] = []string{id}
 	}
 	return res
+}
+
+// Canonical names of the headers every answer carries.
+var (
+	hdrRequestID       = textproto.CanonicalMIMEHeaderKey("x-ms-request-id")
+	hdrVersion         = textproto.CanonicalMIMEHeaderKey("x-ms-version")
+	hdrClientRequestID = textproto.CanonicalMIMEHeaderKey("x-ms-client-request-id")
+)
+
+// date is the Date header for the server time now, formatted once per
+// second (the header's precision). The caller holds s.mu.
+func (s *Server) date(now time.Time) string {
+	sec := now.UTC().Truncate(time.Second)
+	if s.dateText == "" || !sec.Equal(s.dateSec) {
+		s.dateSec, s.dateText = sec, sec.Format(http.TimeFormat)
+	}
+	return s.dateText
 }
 
 func (s *Server) dispatch(req *request, body []byte, now time.Time) *result {
@@ -459,7 +481,11 @@ func (s *Server) dispatch(req *request, body []byte, now time.Time) *result {
 
 func (s *Server) newETag() string {
 	s.seq++
-	return fmt.Sprintf("\"0x8DE%013X\"", s.seq)
+	h := strings.ToUpper(strconv.FormatUint(s.seq, 16)) // as fmt's %013X
+	if len(h) < 13 {
+		h = strings.Repeat("0", 13-len(h)) + h
+	}
+	return `"0x8DE` + h + `"`
 }
 
 func (s *Server) createContainer(req *request, now time.Time) *result {
