@@ -205,6 +205,65 @@ func lookup(md map[string]*string, name string) (string, bool) {
 	return "", false
 }
 
+// foldedMeta answers lookup's question for many names with one pass over
+// the metadata (parseRecord asks for a dozen): ASCII names are indexed in
+// lower case, where strings.EqualFold between ASCII strings is equality;
+// the rare other names are compared as lookup compares them.
+type foldedMeta struct {
+	md    map[string]*string
+	ascii map[string]*string // lower-cased ASCII names, non-nil values
+	other []string           // names with bytes outside ASCII, non-nil values
+}
+
+func foldMeta(md map[string]*string) foldedMeta {
+	f := foldedMeta{md: md, ascii: make(map[string]*string, len(md))}
+	for k, v := range md {
+		switch {
+		case v == nil:
+		case isASCII(k):
+			f.ascii[asciiLower(k)] = v
+		default:
+			f.other = append(f.other, k)
+		}
+	}
+	return f
+}
+
+// lookup is lookup(f.md, name).
+func (f foldedMeta) lookup(name string) (string, bool) {
+	if !isASCII(name) {
+		return lookup(f.md, name)
+	}
+	if v, ok := f.ascii[asciiLower(name)]; ok {
+		return *v, true
+	}
+	for _, k := range f.other {
+		if strings.EqualFold(k, name) {
+			return *f.md[k], true
+		}
+	}
+	return "", false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiLower is strings.ToLower for an ASCII string.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
 // errBadEpoch means the epoch in a lock blob's metadata is not a number, or
 // cannot grow any more. Fencing depends on the epoch only ever growing, so
 // azlease refuses to guess: an operator must fix or remove the value.
@@ -215,48 +274,49 @@ var errBadEpoch = errors.New("the lock blob's " + metaEpoch + " metadata is not 
 // values are informational and read as absent.
 func parseRecord(md map[string]*string) (record, error) {
 	var r record
-	if v, ok := lookup(md, metaEpoch); ok {
+	f := foldMeta(md)
+	if v, ok := f.lookup(metaEpoch); ok {
 		e, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || e == math.MaxUint64 {
 			return r, errBadEpoch
 		}
 		r.epoch = e
 	}
-	if v, ok := lookup(md, metaHolder); ok {
+	if v, ok := f.lookup(metaHolder); ok {
 		r.holder, _ = url.QueryUnescape(v)
 	}
-	if v, ok := lookup(md, metaAcquired); ok {
+	if v, ok := f.lookup(metaAcquired); ok {
 		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
 			r.acquired = time.UnixMilli(ms).UTC()
 		}
 	}
-	if v, ok := lookup(md, metaReleased); ok {
+	if v, ok := f.lookup(metaReleased); ok {
 		e, err := strconv.ParseUint(v, 10, 64)
 		r.released = err == nil && e == r.epoch && r.epoch > 0
 	}
-	if v, ok := lookup(md, metaNext); ok {
+	if v, ok := f.lookup(metaNext); ok {
 		r.successor, _ = url.QueryUnescape(v)
 	}
-	if v, ok := lookup(md, metaNextID); ok && r.successor != "" {
+	if v, ok := f.lookup(metaNextID); ok && r.successor != "" {
 		if _, ok := azname.GUID(v); ok {
 			r.successorID = v
 		}
 	}
-	if v, ok := lookup(md, metaHolds); ok {
+	if v, ok := f.lookup(metaHolds); ok {
 		r.holds = parseHolds(v)
 	}
-	if v, ok := lookup(md, metaRole); ok && validRole(v) {
+	if v, ok := f.lookup(metaRole); ok && validRole(v) {
 		r.role = v
 	}
-	if v, ok := lookup(md, metaHeir); ok {
+	if v, ok := f.lookup(metaHeir); ok {
 		if d, ok := parseDesignation(v); ok && d.epoch == r.epoch {
 			r.heir = d
 		}
 	}
-	if v, ok := lookup(md, metaFails); ok {
+	if v, ok := f.lookup(metaFails); ok {
 		r.fails = parseFailures(v)
 	}
-	if v, ok := lookup(md, metaHistory); ok && v != "" {
+	if v, ok := f.lookup(metaHistory); ok && v != "" {
 		for _, item := range strings.Split(v, ";") {
 			f := strings.Split(item, ",")
 			if len(f) != 3 {
@@ -271,7 +331,7 @@ func parseRecord(md map[string]*string) (record, error) {
 			r.history = append(r.history, HistoryEntry{Holder: h, Epoch: e, Acquired: time.UnixMilli(ms).UTC()})
 		}
 	}
-	if v, ok := lookup(md, metaTerms); ok && r.epoch > 0 {
+	if v, ok := f.lookup(metaTerms); ok && r.epoch > 0 {
 		facts := parseTerms(v, func(epoch uint64) (time.Time, bool) {
 			switch {
 			case epoch == r.epoch:
