@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azlease/azlease/internal/timing"
@@ -159,6 +160,39 @@ var errRequeue = errors.New("azlease: removed from the queue")
 // errTakeFailed means a waiter's take-over failed after its Change Lease
 // was granted and its entry removed (renewBeside): it joins again.
 var errTakeFailed = errors.New("azlease: the take-over failed after the queue entry was removed")
+
+// besideTakeKey marks the context of a fair lock's waiter: once its
+// take-over's Change Lease is granted, renewBeside removes its queue entry
+// (the *besideTake's run) beside the renewal and the epoch write, a round
+// trip sooner than after them. If the renewal or the write then fails, the
+// waiter is out of the queue and joins again (fairLock.wait).
+type besideTakeKey struct{}
+
+// besideTake is the removal renewBeside makes for a fair lock's waiter; it
+// runs at most once per wait.
+type besideTake struct {
+	once   sync.Once
+	remove func()      // removes the waiter's entry
+	left   func()      // tells that the waiter has left the queue without the lock
+	ran    atomic.Bool // remove has run
+	failed atomic.Bool // and the take it went with failed: the waiter joins again
+}
+
+// run removes the waiter's entry, the first time only.
+func (b *besideTake) run() {
+	b.once.Do(func() {
+		b.ran.Store(true)
+		b.remove()
+	})
+}
+
+// fail records that the take the removal went with failed: the waiter is
+// out of the queue from now on.
+func (b *besideTake) fail() {
+	if b.ran.Load() && !b.failed.Swap(true) {
+		b.left()
+	}
+}
 
 // lock waits for the lock in the queue's order; see the top of this file.
 func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
@@ -588,6 +622,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 	// head poll; it returns the error that ends the wait, if any.
 	retry := func(err error) error {
 		if gone.failed.Load() {
+			*last = err
 			return errTakeFailed
 		}
 		if ctx.Err() != nil {
@@ -826,6 +861,9 @@ func (f *fairLock) head(ctx context.Context, w waiter, pl *polling, last *error,
 			case lk != nil:
 				return lk, nil
 			case pl.gone != nil && pl.gone.failed.Load():
+				if err != nil {
+					*last = err
+				}
 				return nil, errTakeFailed // out of the queue (wait)
 			case err != nil && (ctx.Err() != nil || !retryable(err)):
 				return nil, err

@@ -365,39 +365,6 @@ func (l *Lease) renewBeside(ctx context.Context, id string, limit time.Time, see
 	return send, prev, next, md, etag, werr, err
 }
 
-// besideTakeKey marks the context of a fair lock's waiter: once its
-// take-over's Change Lease is granted, renewBeside removes its queue entry
-// (the *besideTake's run) beside the renewal and the epoch write, a round
-// trip sooner than after them. If the renewal or the write then fails, the
-// waiter is out of the queue and joins again (fairLock.wait).
-type besideTakeKey struct{}
-
-// besideTake is the removal renewBeside makes for a fair lock's waiter; it
-// runs at most once per wait.
-type besideTake struct {
-	once   sync.Once
-	remove func()      // removes the waiter's entry
-	left   func()      // tells that the waiter has left the queue without the lock
-	ran    atomic.Bool // remove has run
-	failed atomic.Bool // and the take it went with failed: the waiter joins again
-}
-
-// run removes the waiter's entry, the first time only.
-func (b *besideTake) run() {
-	b.once.Do(func() {
-		b.ran.Store(true)
-		b.remove()
-	})
-}
-
-// fail records that the take the removal went with failed: the waiter is
-// out of the queue from now on.
-func (b *besideTake) fail() {
-	if b.ran.Load() && !b.failed.Swap(true) {
-		b.left()
-	}
-}
-
 // cleanupContext is the context of a clean-up request (giving back a lease
 // that may have been granted) made on behalf of a caller whose operation
 // failed: at most AttemptTimeout, never past ctx's deadline, and none at all
