@@ -38,7 +38,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	// passed over (the waiter behind it takes the lease over: takeLeft).
 	// One marked missed may have come back since, and come first: listed.
 	v := fs.seen
-	reuse := len(f.slots) == 1 && fs.key != "" && !v.sent.IsZero() && time.Since(v.sent) < reuseListing &&
+	reuse := len(f.slots) == 1 && fs.key != "" && !v.sent.IsZero() && time.Since(v.sent) < reuseAge(v) &&
 		!slices.ContainsFunc(v.ws, func(w waiter) bool { return w.Ticket < fs.ticket || w.Missed }) &&
 		slices.ContainsFunc(v.ws, func(w waiter) bool { return w.Ticket > fs.ticket })
 	if !reuse {
@@ -146,9 +146,19 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 }
 
 // reuseListing is how old the listing that made a holder first in line may
-// be for its Unlock to hand on from it: a hot lock's is a few round trips
-// old (a look, the take); with holds of 10 ms, about 20 ms.
+// be for its Unlock to hand on from it, beyond its round trips (reuseAge):
+// a hot lock's is a few round trips old (a look, the take) and a few
+// milliseconds of sleep; with holds of 10 ms on loopback, about 20 ms.
 const reuseListing = 50 * time.Millisecond
+
+// reuseAge is how old v may be for an Unlock to hand on from it:
+// reuseListing and 8 of v's own round trips (the look and the take between
+// the listing and the Unlock are round trips too: with 5 ms requests the
+// listing was over 50 ms old at most contended Unlocks, which listed
+// again), at most 10 × reuseListing.
+func reuseAge(v queueView) time.Duration {
+	return min(reuseListing+8*max(v.got.Sub(v.sent), 0), 10*reuseListing)
+}
 
 // logHandOff tells how a fair lock's hand-off ended.
 func (lk *Lock) logHandOff(out handOnOutcome) {

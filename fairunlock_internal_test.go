@@ -18,7 +18,8 @@ import (
 // TestUnlockReusesOnlyARecentCleanListing: a holds the lock as if served
 // from the queue (ticket 0), b and c wait behind it. Its listing is
 // doctored to leave b out, or to show b marked missed: a listing older than
-// reuseListing, or one that shows someone marked missed, is not used (a
+// reuseAge (reuseListing and 8 of its round trips), or one that shows
+// someone marked missed, is not used (a
 // fresh listing hands the lock to b); a recent, clean one is (the doctored
 // listing hands it to c, which shows that it decided).
 func TestUnlockReusesOnlyARecentCleanListing(t *testing.T) {
@@ -29,8 +30,16 @@ func TestUnlockReusesOnlyARecentCleanListing(t *testing.T) {
 	}{
 		{"older than reuseListing", func(v *queueView, b uint64) {
 			v.ws = slices.DeleteFunc(v.ws, func(w waiter) bool { return w.Ticket == b })
-			v.sent = v.sent.Add(-reuseListing)
+			v.sent, v.got = v.sent.Add(-reuseListing-10*time.Millisecond), v.got.Add(-reuseListing-10*time.Millisecond)
 		}, "b"},
+		{"older than reuseListing and its 8 round trips", func(v *queueView, b uint64) {
+			v.ws = slices.DeleteFunc(v.ws, func(w waiter) bool { return w.Ticket == b })
+			v.sent, v.got = v.sent.Add(-reuseListing-90*time.Millisecond), v.got.Add(-reuseListing-80*time.Millisecond)
+		}, "b"},
+		{"older than reuseListing, within its 8 round trips", func(v *queueView, b uint64) {
+			v.ws = slices.DeleteFunc(v.ws, func(w waiter) bool { return w.Ticket == b })
+			v.sent, v.got = v.sent.Add(-reuseListing-70*time.Millisecond), v.got.Add(-reuseListing-60*time.Millisecond)
+		}, "c"},
 		{"someone marked missed", func(v *queueView, b uint64) {
 			for i := range v.ws {
 				if v.ws[i].Ticket == b {
