@@ -209,13 +209,18 @@ func heldAndAsked(t *testing.T, e *emu, waiter string) (holder *azlease.Lock, go
 	ctx := context.Background()
 	holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
 	require.NoError(t, err)
+	return holder, asked(t, e, waiter)
+}
+
+// asked starts waiter's Lock of "m"; the lock comes on the channel.
+func asked(t *testing.T, e *emu, waiter string) <-chan *azlease.Lock {
 	c := make(chan *azlease.Lock, 1)
 	go func() {
-		lk, err := newMutex(t, e, waiter, "m", nil).Lock(ctx)
+		lk, err := newMutex(t, e, waiter, "m", nil).Lock(context.Background())
 		assert.NoError(t, err)
 		c <- lk
 	}()
-	return holder, c
+	return c
 }
 
 // holderAndFirst takes lock "m" for "holder" and starts "dead" waiting for
@@ -1085,12 +1090,7 @@ func TestFairPublishedHoldCountsTheTake(t *testing.T) {
 		ctx := context.Background()
 		holder, got := heldAndAsked(t, e, "w")
 		time.Sleep(time.Second)
-		x := make(chan *azlease.Lock, 1)
-		go func() {
-			lk, err := newMutex(t, e, "x", "m", nil).Lock(ctx)
-			assert.NoError(t, err)
-			x <- lk
-		}()
+		x := asked(t, e, "x")
 		time.Sleep(5 * time.Second) // w first in line, x behind it
 		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
 			if r.Client != "w" {
