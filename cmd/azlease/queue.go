@@ -87,8 +87,9 @@ type queueEvent struct {
 	Time time.Time `json:"time"`
 	Name string    `json:"name"`
 	// Queue is what happened: waiting (in the queue when the watch
-	// began), joined, left (gave up, or was removed), served (it took the
-	// lock since the last poll), missed (passed over: its turn came and it did not take
+	// began), joined, left (gave up, or was removed; told about 3 s after
+	// its entry went, as a taker's term can be recorded after its entry
+	// goes), served (it took the lock since the last poll), missed (passed over: its turn came and it did not take
 	// the lock), back (a waiter passed over looked again and has its place
 	// back).
 	Queue    string     `json:"queue"`
@@ -125,12 +126,27 @@ type queueTracker struct {
 	name    string
 	started bool
 	last    map[uint64]azlease.Waiter
+	gone    map[uint64]goneWaiter // out of the queue, neither served nor left yet
 }
+
+// goneWaiter is a waiter the queue no longer shows and no term read so
+// far names: it may have taken the lock with its term not yet recorded.
+type goneWaiter struct {
+	w  azlease.Waiter
+	at time.Time // the poll that first missed it
+}
+
+// settleGone is how long a waiter out of the queue, and in no term read,
+// may still turn out to have been served. A taker removes its entry beside
+// the write that records its term, so the removal can be seen first; that
+// write is answered or given up within the taker's AttemptTimeout (3 s by
+// default). After this long, and at least one more poll, it has left.
+const settleGone = 3 * time.Second
 
 // observe returns the lines for the queue ws, polled at now; holders are
 // who held the lock (its slots) since the last poll, or hold it now: a
-// waiter that left the queue was served if its identity is one of them,
-// else it left.
+// waiter that left the queue was served if its identity is one of them at
+// this poll or a later one within settleGone, else it left.
 func (q *queueTracker) observe(now time.Time, ws []azlease.Waiter, holders []string) []queueEvent {
 	now = now.UTC().Round(0)
 	cur := make(map[uint64]azlease.Waiter, len(ws))
@@ -138,19 +154,33 @@ func (q *queueTracker) observe(now time.Time, ws []azlease.Waiter, holders []str
 	ev := func(kind string, w azlease.Waiter, pos int) {
 		out = append(out, queueEvent{Time: now, Name: q.name, Queue: kind, Waiter: w.Holder, Position: pos, Since: timePtr(w.Since)})
 	}
-	var gone []azlease.Waiter
+	if q.gone == nil {
+		q.gone = map[uint64]goneWaiter{}
+	}
+	// Those missed at an earlier poll first: they went before the rest.
+	var earlier, gone []goneWaiter
+	for _, g := range q.gone {
+		earlier = append(earlier, g)
+	}
 	for t, w := range q.last {
-		if i := slices.IndexFunc(ws, func(x azlease.Waiter) bool { return x.Ticket == t }); i < 0 {
-			gone = append(gone, w)
+		if !slices.ContainsFunc(ws, func(x azlease.Waiter) bool { return x.Ticket == t }) {
+			gone = append(gone, goneWaiter{w: w, at: now})
 		}
 	}
-	slices.SortFunc(gone, func(a, b azlease.Waiter) int { return cmpTicket(a.Ticket, b.Ticket) })
-	for _, w := range gone {
-		if slices.Contains(holders, w.Holder) {
-			ev(queueServed, w, 0)
-		} else {
-			ev(queueLeft, w, 0)
+	byTicket := func(a, b goneWaiter) int { return cmpTicket(a.w.Ticket, b.w.Ticket) }
+	slices.SortFunc(earlier, byTicket)
+	slices.SortFunc(gone, byTicket)
+	for _, g := range append(earlier, gone...) {
+		switch {
+		case slices.Contains(holders, g.w.Holder):
+			ev(queueServed, g.w, 0)
+		case g.at.Before(now) && now.Sub(g.at) >= settleGone:
+			ev(queueLeft, g.w, 0)
+		default:
+			q.gone[g.w.Ticket] = g
+			continue
 		}
+		delete(q.gone, g.w.Ticket)
 	}
 	for i, w := range ws {
 		cur[w.Ticket] = w

@@ -61,15 +61,16 @@ func TestQueueTracker(t *testing.T) {
 			got = append(got, e.String())
 		}
 	}
-	poll(2, []string{"h"}, a, b)                          // the watch begins
-	poll(3, []string{"h"}, a, b)                          // unchanged
-	poll(5, []string{"h"}, a, b, c)                       // c joins
-	poll(6, []string{"a"}, b, c)                          // a served
-	poll(8, []string{"a"}, missed(b), c)                  // b passed over
-	poll(9, []string{"c"}, missed(b))                     // c served
-	poll(10, nil, b)                                      // b back
-	poll(12, []string{"x"})                               // b gave up
-	poll(13, nil, azlease.Waiter{Ticket: 7, Holder: "d"}) // d joins, no since known
+	poll(2, []string{"h"}, a, b)                                    // the watch begins
+	poll(3, []string{"h"}, a, b)                                    // unchanged
+	poll(5, []string{"h"}, a, b, c)                                 // c joins
+	poll(6, []string{"a"}, b, c)                                    // a served
+	poll(8, []string{"a"}, missed(b), c)                            // b passed over
+	poll(9, []string{"c"}, missed(b))                               // c served
+	poll(10, nil, b)                                                // b back
+	poll(12, []string{"x"})                                         // b gone, its take maybe not recorded yet
+	poll(13, []string{"x"}, azlease.Waiter{Ticket: 7, Holder: "d"}) // d joins, no since known
+	poll(15, nil, azlease.Waiter{Ticket: 7, Holder: "d"})           // b gave up: 3 s and no term of its
 	assert.Equal(t, []string{
 		"2026-11-24T10:00:02.000Z jobs queue waiting waiter=a position=1 since=2026-11-24T10:00:00.000Z",
 		`2026-11-24T10:00:02.000Z jobs queue waiting waiter="b b" position=2 since=2026-11-24T10:00:01.000Z`,
@@ -78,15 +79,28 @@ func TestQueueTracker(t *testing.T) {
 		`2026-11-24T10:00:08.000Z jobs queue missed waiter="b b" position=1 since=2026-11-24T10:00:01.000Z`,
 		"2026-11-24T10:00:09.000Z jobs queue served waiter=c since=2026-11-24T10:00:05.000Z",
 		`2026-11-24T10:00:10.000Z jobs queue back waiter="b b" position=1 since=2026-11-24T10:00:01.000Z`,
-		`2026-11-24T10:00:12.000Z jobs queue left waiter="b b" since=2026-11-24T10:00:01.000Z`,
 		"2026-11-24T10:00:13.000Z jobs queue joined waiter=d position=1",
+		`2026-11-24T10:00:15.000Z jobs queue left waiter="b b" since=2026-11-24T10:00:01.000Z`,
+	}, got)
+
+	// A taker's entry can go before its term is recorded (both are sent
+	// together): served at the poll that first reads the term.
+	q = &queueTracker{name: "jobs"}
+	got = nil
+	poll(20, []string{"h"}, a, b)
+	poll(21, []string{"h"}, b) // a's entry gone, the lock still names h
+	poll(22, []string{"h", "a"}, b)
+	assert.Equal(t, []string{
+		"2026-11-24T10:00:20.000Z jobs queue waiting waiter=a position=1 since=2026-11-24T10:00:00.000Z",
+		`2026-11-24T10:00:20.000Z jobs queue waiting waiter="b b" position=2 since=2026-11-24T10:00:01.000Z`,
+		"2026-11-24T10:00:22.000Z jobs queue served waiter=a since=2026-11-24T10:00:00.000Z",
 	}, got)
 
 	// JSON: the same fields.
-	e := q.observe(at(14), []azlease.Waiter{{Ticket: 7, Holder: "d"}, c}, nil)[0]
+	e := q.observe(at(23), []azlease.Waiter{b, {Ticket: 7, Holder: "d"}, c}, nil)[1]
 	j, err := json.Marshal(e)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"time":"2026-11-24T10:00:14Z","name":"jobs","queue":"joined","waiter":"c","position":2,"since":"2026-11-24T10:00:05Z"}`, string(j))
+	assert.JSONEq(t, `{"time":"2026-11-24T10:00:23Z","name":"jobs","queue":"joined","waiter":"c","position":3,"since":"2026-11-24T10:00:05Z"}`, string(j))
 }
 
 // TestUIModelQueues: in one listing of a container, the queue of a mutex

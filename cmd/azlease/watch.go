@@ -287,9 +287,9 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 	defer tick.Stop()
 	for first := true; ; first = false {
 		began := time.Now()
-		// The queue first: a waiter served deletes its entry only once
-		// its term is recorded in the lock blob, so a waiter the queue no
-		// longer shows appears in the lock's terms read after.
+		// The queue first, then the lock: a waiter served is then in the
+		// terms read, or in those of a poll soon after (its entry's
+		// removal and its term's record are sent together: queueTracker).
 		waiters, err := azlease.InspectQueue(ctx, cc, name)
 		var sts []azlease.Status
 		if err == nil {
