@@ -60,12 +60,26 @@ func readQueue(ctx context.Context, cc *container.Client, name string) ([]waiter
 	return queueJSON(ws), nil
 }
 
-// printQueue writes the queue under status's other lines.
+// printQueue writes the queue under status's other lines. Its count of
+// waiters leaves out those passed over (missed), as the lock does: a
+// TryLock or 'lock --no-wait' takes a free lock when only they are left,
+// and a waiter killed in the queue stays missed until a later holder
+// evicts it.
 func printQueue(tw io.Writer, q []waiterJSON) {
 	if len(q) == 0 {
 		return
 	}
-	fmt.Fprintf(tw, "queue\t%d waiting\n", len(q))
+	missed := 0
+	for _, w := range q {
+		if w.Missed {
+			missed++
+		}
+	}
+	if missed > 0 {
+		fmt.Fprintf(tw, "queue\t%d waiting, %d missed\n", len(q)-missed, missed)
+	} else {
+		fmt.Fprintf(tw, "queue\t%d waiting\n", len(q))
+	}
 	for _, w := range q {
 		since := ""
 		if w.Since != nil {

@@ -38,12 +38,21 @@ func TestQueueJSON(t *testing.T) {
 	var b strings.Builder
 	printQueue(&b, got)
 	out := b.String()
-	assert.Contains(t, out, "queue\t3 waiting")
+	assert.Contains(t, out, "queue\t2 waiting, 1 missed\n") // a missed waiter does not count as waiting
 	assert.Contains(t, out, "\t1  a  since 2026-11-24T10:00:00Z")
 	assert.Contains(t, out, "missed (passed over until it looks again)")
 	assert.Contains(t, out, "\t2  b  since 2026-11-24T10:00:01Z")
 	assert.Contains(t, out, "first in line")
 	assert.Empty(t, queueJSON(nil))
+
+	// Only a missed waiter left (one killed in the queue): nobody waits,
+	// as 'lock --no-wait' finds.
+	b.Reset()
+	printQueue(&b, queueJSON([]azlease.Waiter{{Ticket: 3, Holder: "a", Since: t0, Missed: true}}))
+	assert.Contains(t, b.String(), "queue\t0 waiting, 1 missed\n")
+	b.Reset()
+	printQueue(&b, queueJSON([]azlease.Waiter{{Ticket: 3, Holder: "a"}}))
+	assert.Contains(t, b.String(), "queue\t1 waiting\n")
 }
 
 // TestQueueTracker: which polls of a queue print which watch lines.
