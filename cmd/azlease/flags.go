@@ -65,6 +65,15 @@ const (
 // library's defaults), for its usage line.
 var pollDefaults = map[string]string{"lock": "1s", "lead": "5s", "once": "2s", "shards": "2s"}
 
+// pollWho is who looks every --poll-interval, per command, for its usage
+// line: a lead or shards instance is no waiter.
+var pollWho = map[string]string{
+	"lock":   "how often a waiter looks again",
+	"lead":   "how often a standby looks again",
+	"once":   "how often a waiting caller looks again",
+	"shards": "how often it looks at the group",
+}
+
 // addSharedFlags registers the shared flags c takes (sharedFlags) on c.
 func (g *globals) addSharedFlags(c *cobra.Command) {
 	names, ok := sharedFlags[c.Name()]
@@ -111,7 +120,7 @@ func (g *globals) addFlags(c *cobra.Command, names []string) {
 			}
 		case "poll-interval":
 			group = groupHolder
-			f.DurationVar(&g.pollInterval, name, 0, "how often a waiter looks again, 100ms to 1h (default "+pollDefaults[c.Name()]+")")
+			f.DurationVar(&g.pollInterval, name, 0, pollWho[c.Name()]+", 100ms to 1h (default "+pollDefaults[c.Name()]+")")
 		case "kill-after":
 			group = groupRun
 			f.DurationVar(&g.killAfter, name, defaultKillAfter, "SIGTERM to SIGKILL; at most 4.25s for 15s leases")

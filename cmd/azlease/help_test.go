@@ -155,3 +155,18 @@ func TestNoCommandReadsTheRootsFlags(t *testing.T) {
 		assert.NotContains(t, string(b), "PersistentFlags()", "%s: the shared flags are on each command (flags.go)", f)
 	}
 }
+
+// TestPollIntervalSaysWhoLooks: the shared --poll-interval's usage line
+// names who looks that often in each command that takes it: a lead
+// instance stands by and a shards instance looks at its group; neither
+// waits in a queue.
+func TestPollIntervalSaysWhoLooks(t *testing.T) {
+	for name, who := range map[string]string{
+		"lock":   "how often a waiter looks again, 100ms to 1h (default 1s)",
+		"lead":   "how often a standby looks again, 100ms to 1h (default 5s)",
+		"once":   "how often a waiting caller looks again, 100ms to 1h (default 2s)",
+		"shards": "how often it looks at the group, 100ms to 1h (default 2s)",
+	} {
+		assert.Contains(t, help(t, name), who, "azlease %s --help", name)
+	}
+}
