@@ -255,7 +255,7 @@ func printStatus(w io.Writer, s statusJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
 	if sg := s.ShardGroup; sg != nil {
-		fmt.Fprintf(tw, "shard group\t%s (container %s): the group of 'azlease shards %s', %d live members; no lock blob of that name\n", s.Name, s.Container, s.Name, sg.Members)
+		fmt.Fprintf(tw, "shard group\t%s (container %s): the group of 'azlease shards %s', %s; no lock blob of that name\n", s.Name, s.Container, s.Name, members(sg.Members, "live"))
 		fmt.Fprintf(tw, "see\t'%s' for its members and who owns which shard\n", sg.See)
 		return
 	}

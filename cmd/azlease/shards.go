@@ -329,7 +329,7 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 	case a.Misplaced > 0:
 		state = fmt.Sprintf("%d shards not where the plan puts them", a.Misplaced)
 	}
-	fmt.Fprintf(tw, "group\t%s (container %s): %d members, %s, %s\n", name, containerName, len(a.Members), count, state)
+	fmt.Fprintf(tw, "group\t%s (container %s): %s, %s, %s\n", name, containerName, members(len(a.Members), ""), count, state)
 	if a.ByLoad {
 		fmt.Fprintf(tw, "load\tbalanced by load: %s per unit of capacity (weight); a member moves shards away above 1.10 times that\n", loadText(a.Level))
 	}
@@ -391,6 +391,18 @@ func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, owner, epoch, stamp(s.Since), st, planned, load, moved)
 	}
+}
+
+// members is "1 member" or "n members", with an adjective ("live") when
+// one is given.
+func members(n int, adjective string) string {
+	if adjective != "" {
+		adjective += " "
+	}
+	if n == 1 {
+		return "1 " + adjective + "member"
+	}
+	return fmt.Sprintf("%d %smembers", n, adjective)
 }
 
 // loadText is a load with three significant digits.

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease/azleasetest"
+	"github.com/azlease/azlease/shards"
 )
 
 // faultyEmulator serves an emulator of this test's own, in this process
@@ -223,12 +224,12 @@ func TestShardsStatusShowsWhatTheReplicasPlan(t *testing.T) {
 
 	wrong := w.run(10*time.Second, "status", "--shards", "--count", "8", "grp")
 	out := wrong.stdout()
-	assert.Contains(t, out, "1 members, 12 shards, balanced", out)
+	assert.Contains(t, out, "1 member, 12 shards, balanced", out)
 	assert.Contains(t, out, "the live members run 12 shards (0 to 11), not the 8 given: planned with theirs", out)
 	assert.NotContains(t, out, "8 shards, balanced")
 
 	plain := w.run(10*time.Second, "status", "grp")
-	assert.Contains(t, plain.stdout(), "the group of 'azlease shards grp', 1 live members")
+	assert.Contains(t, plain.stdout(), "the group of 'azlease shards grp', 1 live member;")
 	assert.Contains(t, plain.stdout(), "'azlease status grp --shards'")
 	assert.NotContains(t, plain.stdout(), "never used")
 	js := w.run(10*time.Second, "status", "--json", "grp")
@@ -343,4 +344,17 @@ while :; do echo $load > "$AZLEASE_LOAD_FILE"; sleep 0.2; done`, log)
 	b.expect(128+int(syscall.SIGTERM), 30*time.Second)
 	ran3, _ := count3()
 	assert.Equal(t, stoppedRuns, ran3, "shard 3 ran again after its removal:\n%s", strings.Join(lines(t, log), "\n"))
+}
+
+// TestShardsStatusCountsMembers: status --shards says "1 member", not "1
+// members" (a new user's first look at a group of one).
+func TestShardsStatusCountsMembers(t *testing.T) {
+	var b strings.Builder
+	printShards(&b, "grp", "locks", shards.Assignment{PlanKnown: true, Members: []shards.MemberStatus{{Name: "a", Weight: 1}}})
+	assert.Contains(t, b.String(), "grp (container locks): 1 member, 0 shards, balanced")
+	b.Reset()
+	printShards(&b, "grp", "locks", shards.Assignment{PlanKnown: true})
+	assert.Contains(t, b.String(), "grp (container locks): 0 members, 0 shards, balanced")
+	assert.Equal(t, "2 live members", members(2, "live"))
+	assert.Equal(t, "1 live member", members(1, "live"))
 }
