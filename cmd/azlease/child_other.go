@@ -10,11 +10,12 @@ import (
 
 // Running a command under a lease needs process groups and a guardian
 // process, which azlease implements for Unix systems only. The other
-// commands (status, break, reset-once, emulator) work everywhere.
+// commands (status, watch, yield, break, reset-once, shards-add,
+// shards-remove, ui, emulator, version) work everywhere.
 
 const guardianArg = "__guardian"
 
-var errNoChildren = errors.New("running a command under a lease (lock, lead, once) needs Linux, macOS or another Unix system")
+var errNoChildren = errors.New("running a command under a lease (lock, lead, once, shards) needs Linux, macOS or another Unix system")
 
 type child struct{ done chan struct{} }
 

@@ -23,14 +23,15 @@
 //	azlease shards NAME --count K -- CMD one CMD per shard this instance owns, K shards spread over every instance
 //	azlease shards-add NAME SHARD...     add shards to a running group (shards-remove removes them)
 //	azlease status NAME                  holder, epoch, history, who waits in the queue, once marker (--json, -n N, --shards)
-//	azlease watch NAME                   a line per leadership change, until interrupted
+//	azlease watch NAME                   a line per change of holder or state, and of the queue, until interrupted
+//	                                     (--json, -n N, --candidates)
+//	azlease yield NAME                   ask the leader of NAME to hand leadership over, and wait until it has (--to ID)
 //	azlease break NAME                   break the lease on NAME (--period D)
 //	azlease reset-once KEY               let 'azlease once KEY' run again
 //	azlease emulator                     serve a local lease emulator (--addr 127.0.0.1:10000)
 //	azlease ui                           a live, read-only web page (and JSON) of every lock blob in the
 //	                                     container: kinds, holders, a leader's terms, a shard grid (--addr
 //	                                     127.0.0.1:8080, --prefix P, --refresh 5s); never keys, SAS tokens or lease IDs
-//	azlease watch NAME                   a line per change of holder or state, and of the queue, until interrupted (--json, -n N)
 //	azlease version                      the module version and source revision of this binary (--json)
 //
 // Every command that talks to storage takes the storage account from
@@ -100,8 +101,8 @@
 // on Linux CMD dies with it; if the guardian is stopped, azlease kills the
 // group at D − 1 s itself. Processes that leave CMD's process group
 // (setsid, daemons) are not tracked. Running a command under a lease needs
-// a Unix system; on Windows, lock, lead and once exit 70, and the other
-// commands work. On macOS and the BSDs everything works, without the
+// a Unix system; on Windows, lock, lead, once and shards exit 70, and the
+// other commands work. On macOS and the BSDs everything works, without the
 // parent-death signal (the control pipe is the only death notice there).
 //
 // What no process can cover: when the whole machine, VM or cgroup is frozen
@@ -129,13 +130,14 @@
 // # Exit statuses
 //
 //	0        success (CMD exited 0; for once, also: it was already done;
-//	         for watch, also: ended by SIGINT, SIGTERM or SIGHUP)
+//	         for watch and ui, also: ended by SIGINT, SIGTERM or SIGHUP)
 //	1–63     CMD's own status, passed through
 //	64       usage: bad flags or arguments, no or invalid connection settings
 //	69       storage unavailable: unreachable, or failing for too long
 //	70       internal: the guardian process died, or another internal failure
 //	75       not acquired: --no-wait found the lock held, --timeout passed;
-//	         reset-once while the key runs; once --per not taken within --keep/2
+//	         reset-once while the key runs; once --per not taken within --keep/2;
+//	         yield: leadership did not move
 //	77       storage refused the request: authentication (a wrong key),
 //	         permission, or another permanent error
 //	79       the lease was lost while CMD ran, and CMD was stopped
