@@ -107,8 +107,9 @@ type Waiter struct {
 	// HeadPollInterval (MutexOptions).
 	Head bool
 	// Missed is true when its turn came and it did not take the lock in
-	// time: it is passed over until it shows it is there, and removed if
-	// it does not within a while.
+	// time: it is passed over until it shows it is there. A later
+	// holder's Unlock removes it once it has been silent for 300 × its
+	// PollInterval; until then it stays listed (a waiter that died too).
 	Missed bool
 }
 
