@@ -161,8 +161,10 @@
 // CMD's status passes through unchanged, so a CMD that itself exits 64–81 is
 // indistinguishable by status alone from azlease's own outcomes; azlease
 // prints one line on stderr, starting "azlease: ", for each of its own, and
-// nothing when it passes CMD's status through. Scripts that must tell them
-// apart should have CMD avoid 64–81.
+// nothing of its own when it passes CMD's status through (warnings are
+// logged as they happen at the default --log-level warn, and the guardian
+// says when it stops CMD because no renewal came in time). Scripts that
+// must tell them apart should have CMD avoid 64–81.
 //
 // Errors are one line on stderr. Keys, SAS tokens and lease IDs are never
 // printed or logged. Command-line arguments are visible to other users of
