@@ -6,7 +6,7 @@
 //
 //	go run ./examples/shards
 //
-// It takes about 45 seconds, most of it the crashed replica's leases
+// It takes about 25 seconds, most of it the crashed replica's leases
 // expiring (15 s here; the package's default is 60 s, for cost) before the
 // others take its shards.
 package main

@@ -12,7 +12,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestShardsExample runs the whole timeline (about 45 s of real time) and
+// TestShardsExample runs the whole timeline (about 25 s of real time) and
 // checks that each event balanced with the fewest moves.
 func TestShardsExample(t *testing.T) {
 	var out bytes.Buffer
