@@ -47,8 +47,8 @@ const (
 // invalid is corrected.
 //
 // The defaults suit most groups: a look every 2 s, a listing at least
-// every 15 s, 60 s leases (a crashed replica's shards wait about 80 s; 15 s
-// leases bring that to about 35 s for four times the renewals), capacity 1,
+// every 15 s, 60 s leases (a crashed replica's shards wait up to about 80 s;
+// 15 s leases bring that to about 35 s for four times the renewals), capacity 1,
 // no zone, the work given its lease duration to drain. Replicas of one
 // group may differ in Identity, Weight, Zone, WarmUp and the logging;
 // they should agree on the timing (PollInterval, ListInterval,
