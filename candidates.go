@@ -208,6 +208,13 @@ type YieldRequest struct {
 // leadership over (or not the one asked for).
 var errNoCandidate = errors.New("no other ready candidate")
 
+// notReadyError is errNoCandidate for a named successor that is not a
+// ready candidate: the others may be.
+type notReadyError struct{ to string }
+
+func (e notReadyError) Error() string        { return fmt.Sprintf("%q is not a ready candidate", e.to) }
+func (e notReadyError) Is(target error) bool { return target == errNoCandidate }
+
 // ErrNoSuccessor is returned by [Elector.Yield] and [Elector.YieldTo] when
 // no candidate could take leadership over: none is ready (or the one named
 // is not), or none took it in time (the lease was then released).

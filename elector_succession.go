@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -695,7 +696,7 @@ func (s *succession) prepare(ctx context.Context, term *Term, to string, notBefo
 	s.mu.Unlock()
 	if len(picked) == 0 {
 		if to != "" {
-			return nil, nil, 0, fmt.Errorf("%w: %q is not a ready candidate", errNoCandidate, to)
+			return nil, nil, 0, notReadyError{to}
 		}
 		return nil, nil, 0, errNoCandidate
 	}
@@ -917,7 +918,8 @@ func (e *Elector) handOver(ctx context.Context, k *keeper, taskDone chan error, 
 			err = fmt.Errorf("%w: %w", ErrNoSuccessor, err)
 		}
 		if c.yieldReq != nil {
-			s.answer(*c.yieldReq, "declined: "+err.Error())
+			// Read beside the requester's own "azlease:" line: said once.
+			s.answer(*c.yieldReq, "declined: "+strings.TrimPrefix(err.Error(), "azlease: "))
 		}
 		if c.reason == reasonYield || c.reason == reasonRequest || (c.prepareOnly && !errors.Is(err, errNoCandidate)) || errors.Is(err, errNoAck) {
 			e.log.Info("azlease: not handing leadership over", slog.String("reason", c.reason), slog.Any("error", err))

@@ -354,7 +354,8 @@ func TestSuccessionYield(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		_, got, err = azlease.InspectCandidates(ctx, c.emu.client("operator"), c.blob)
 		require.NoError(t, err)
-		require.Contains(t, got.Answer, "declined")
+		require.Equal(t, `declined: no successor took leadership: "nobody" is not a ready candidate`, got.Answer,
+			"said once, naming the one that is not ready (b and c are)")
 		require.Equal(t, []string{"a"}, c.leaders())
 
 		time.Sleep(5 * time.Minute)
