@@ -282,6 +282,8 @@ func TestBrowser(t *testing.T) {
 	run(t, ctx, chromedp.Navigate(base+"/"))
 	waitFor(t, 20*time.Second, "the overview", func() bool { return eval[overviewRow](t, ctx, overviewJS).Rows > 0 })
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('tr.item[data-path*="/queue"]').length`), "no item of a queue's blob")
+	assert.Contains(t, eval[string](t, ctx, `document.querySelector('tr[data-path="/items/mutex/jobs"] td.summary').textContent`),
+		"· 2 waiting", "the overview counts the queue (none missed)")
 	holder.stop(20 * time.Second)
 	for _, p := range lockWaiters {
 		p.stop(30 * time.Second)

@@ -160,7 +160,11 @@
 
   function waitingNote(it) {
     const parts = [];
-    if (it.queue && it.queue.length) parts.push(it.queue.length + " waiting");
+    if (it.queue && it.queue.length) {
+      // Those passed over (missed) are not waiting, as 'azlease status' counts.
+      const missed = it.queue.filter(w => w.state === "missed").length;
+      parts.push((it.queue.length - missed) + " waiting" + (missed ? ", " + missed + " missed" : ""));
+    }
     if (it.candidates && it.candidates.length) {
       const gone = it.candidates.filter(c => c.gone).length;
       parts.push(it.candidates.length + (it.candidates.length === 1 ? " candidate" : " candidates") + (gone ? " (" + gone + " gone)" : ""));
