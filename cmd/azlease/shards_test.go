@@ -228,6 +228,14 @@ func TestShardsStatusShowsWhatTheReplicasPlan(t *testing.T) {
 	assert.Contains(t, out, "the live members run 12 shards (0 to 11), not the 8 given: planned with theirs", out)
 	assert.NotContains(t, out, "8 shards, balanced")
 
+	// watch on the group's name: no lock blob to watch; it says where
+	// the group's leases are rather than watch a lock never used.
+	wg := w.run(10*time.Second, "watch", "grp")
+	assert.Equal(t, exitUsage, wg.status(), wg.stderr())
+	assert.Contains(t, wg.stderr(), "grp is the group of 'azlease shards grp'")
+	assert.Contains(t, wg.stderr(), "azlease watch grp/shards/SHARD")
+	assert.Empty(t, wg.stdout())
+
 	plain := w.run(10*time.Second, "status", "grp")
 	assert.Contains(t, plain.stdout(), "the group of 'azlease shards grp', 1 live member;")
 	assert.Contains(t, plain.stdout(), "'azlease status grp --shards'")

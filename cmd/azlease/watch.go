@@ -308,6 +308,16 @@ func (g *globals) watch(c *cobra.Command, name string, slots int, every time.Dur
 				failingSince = began
 				g.log.Warn("watch: cannot read the lock's status; still trying at every poll", "name", name, "error", line(err))
 			}
+		case first && slots == 1 && !sts[0].Exists:
+			// NAME may be the group of 'azlease shards NAME', which has no
+			// lock blob of that name: say where its leases are, rather than
+			// watch a lock that is never used.
+			if members, err := azlease.InspectPrefix(ctx, cc, name+"/members/"); err == nil && len(members) > 0 {
+				return exitf(exitUsage, "%s: %s is the group of 'azlease shards %s', with no lock blob of that name: "+
+					"watch one of its shards (azlease watch %s/shards/SHARD), or see 'azlease status %s --shards'",
+					what, name, name, name, name)
+			}
+			fallthrough
 		default:
 			if !failingSince.IsZero() {
 				g.log.Warn("watch: reading the lock's status again", "name", name, "failed_for", now.Sub(failingSince).Round(time.Millisecond))
