@@ -95,7 +95,7 @@ const (
 	watchFree     = "free"
 	watchExpired  = "expired"
 	watchBroken   = "broken"
-	watchMissed   = "missed"
+	watchUnseen   = "unseen" // began and ended between two polls (not the queue's "missed")
 	// watchEnded: a term last printed as held has ended, as the next
 	// term's record says: how and when.
 	watchEnded = "ended"
@@ -136,7 +136,7 @@ const unrecordedGrace = attemptTimeout
 // observe returns the lines to print for the status cur, polled at now:
 // none if nothing a line shows changed; else the terms that began after the
 // last printed one and before cur's (from cur's history, oldest first, as
-// missed), then cur.
+// unseen), then cur.
 //
 // A holder takes the lease first and then records its term (holder, epoch)
 // under it, so a poll between the two sees the lease held with the previous
@@ -186,7 +186,7 @@ func (w *watchTracker) observe(now time.Time, cur azlease.Status) []watchEvent {
 	if prev != nil && cur.Epoch > prev.Epoch+1 {
 		for _, h := range slices.Backward(cur.History) { // the history is newest first
 			if h.Epoch > prev.Epoch && h.Epoch < cur.Epoch {
-				out = append(out, term(watchMissed, h))
+				out = append(out, term(watchUnseen, h))
 			}
 		}
 	}

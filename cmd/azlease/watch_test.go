@@ -54,8 +54,8 @@ func TestWatchTracker(t *testing.T) {
 	want := []string{
 		"2026-11-24T10:00:10.000Z jobs free epoch=0",
 		"2026-11-24T10:00:14.000Z jobs leased holder=a epoch=5 since=2026-11-24T10:00:01.000Z",
-		`2026-11-24T10:00:16.000Z jobs missed holder="b b" epoch=6 since=2026-11-24T10:00:02.000Z`,
-		"2026-11-24T10:00:16.000Z jobs missed holder=c epoch=7 since=2026-11-24T10:00:03.000Z",
+		`2026-11-24T10:00:16.000Z jobs unseen holder="b b" epoch=6 since=2026-11-24T10:00:02.000Z`,
+		"2026-11-24T10:00:16.000Z jobs unseen holder=c epoch=7 since=2026-11-24T10:00:03.000Z",
 		"2026-11-24T10:00:16.000Z jobs leased holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
 		"2026-11-24T10:00:17.000Z jobs expired holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
 		"2026-11-24T10:00:21.000Z jobs leased holder=d epoch=8 since=2026-11-24T10:00:04.000Z",
