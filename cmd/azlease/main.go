@@ -131,7 +131,8 @@
 //
 //	0        success (CMD exited 0; for once, also: it was already done;
 //	         for watch and ui, also: ended by SIGINT, SIGTERM or SIGHUP)
-//	1–63     CMD's own status, passed through
+//	1–255    CMD's own status, passed through (128+N when signal N killed
+//	         it; one of 64–81 reads as azlease's own: below)
 //	64       usage: bad flags or arguments, no or invalid connection settings
 //	69       storage unavailable: unreachable, or failing for too long
 //	70       internal: the guardian process died, or another internal failure
