@@ -315,8 +315,13 @@ func (f *fairLock) passedOver(ctx context.Context, s waiter) {
 
 // takeLeft takes over a slot that v shows handed to a waiter no longer in
 // the queue (it left, or was served by another slot), whose announced ID w
-// knows from a listing before: w is first in line.
+// knows from a listing before: w is first in line. It looks at the lock
+// first, and takes over only a hand-off that look still shows: a taker
+// removes its entry beside the write that records its term (renewBeside),
+// so a listing can show the entry gone before that write, and a take-over
+// then fails (409), a request counted as failed.
 func (f *fairLock) takeLeft(ctx context.Context, w waiter, v queueView, pl *polling, budget time.Duration) (*Lock, error) {
+	var now []Status // the look (nil: not yet)
 	for i, st := range v.locks {
 		if !st.Leased || st.Next == "" || st.Next == w.key || slices.ContainsFunc(v.ws, func(x waiter) bool { return x.key == st.Next }) {
 			continue
@@ -328,7 +333,18 @@ func (f *fairLock) takeLeft(ctx context.Context, w waiter, v queueView, pl *poll
 		if !ok {
 			continue
 		}
-		lk, err := f.takeFrom(ctx, waiter{key: st.Next, id: id}, i, st, budget)
+		if now == nil {
+			pl.sent = time.Now() // the look that gives it the lock, if any
+			sts, err := f.look(ctx, 2*f.cfg.lease.attemptTimeout)
+			if err != nil {
+				return nil, err
+			}
+			now = sts
+		}
+		if i >= len(now) || !now[i].Leased || now[i].Next != st.Next || now[i].Epoch != st.Epoch {
+			continue // taken (its term recorded), or handed on since
+		}
+		lk, err := f.takeFrom(ctx, waiter{key: st.Next, id: id}, i, now[i], budget)
 		switch {
 		case err == nil:
 			return lk, nil
