@@ -526,6 +526,8 @@ func TestNewElectorRejectsBadOptions(t *testing.T) {
 		{"lease too short", azlease.ElectorOptions{LeaseDuration: 10 * time.Second}, "ElectorOptions.LeaseDuration"},
 		{"renew leaves no room for retries", azlease.ElectorOptions{RenewInterval: 9 * time.Second}, "ElectorOptions.RenewInterval"},
 		{"renew too often", azlease.ElectorOptions{RenewInterval: time.Millisecond}, "ElectorOptions.RenewInterval"},
+		// RenewInterval left zero: the error names the field the caller set.
+		{"attempt too long for the default renew", azlease.ElectorOptions{AttemptTimeout: 4750 * time.Millisecond}, "ElectorOptions.AttemptTimeout"},
 		{"negative renew", azlease.ElectorOptions{RenewInterval: -time.Second}, "ElectorOptions.RenewInterval"},
 		{"poll too often", azlease.ElectorOptions{PollInterval: time.Millisecond}, "ElectorOptions.PollInterval"},
 		{"jitter too large", azlease.ElectorOptions{Jitter: 0.6}, "ElectorOptions.Jitter"},

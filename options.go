@@ -356,7 +356,8 @@ type ElectorOptions struct {
 
 	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
 	// Zero means 3 s; otherwise from 100 ms to (LeaseDuration −
-	// SafetyMargin)/3.
+	// SafetyMargin)/3, and RenewInterval + 2 × AttemptTimeout ≤
+	// LeaseDuration − SafetyMargin (4.625 s at most with the defaults).
 	AttemptTimeout time.Duration
 
 	// RenewInterval is how long after the send of its last successful
@@ -575,7 +576,8 @@ type MutexOptions struct {
 
 	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
 	// Zero means 3 s; otherwise from 100 ms to (LeaseDuration −
-	// SafetyMargin)/3.
+	// SafetyMargin)/3, and RenewInterval + 2 × AttemptTimeout ≤
+	// LeaseDuration − SafetyMargin (4.625 s at most with the defaults).
 	AttemptTimeout time.Duration
 
 	// RenewInterval is how often a held lock is renewed, with the jitter of
@@ -695,7 +697,12 @@ func holdOptions(prefix string, lo LeaseOptions, renew, poll, defaultPoll time.D
 	if c.renewEvery, err = bounded(prefix+"RenewInterval", renew, lc.duration/3, 0, math.MaxInt64); err != nil {
 		return c, err
 	}
-	if limit := lc.duration - lc.margin - 2*lc.attemptTimeout; c.renewEvery < 100*time.Millisecond || c.renewEvery > limit {
+	if limit := lc.duration - lc.margin - 2*lc.attemptTimeout; renew == 0 && c.renewEvery > limit {
+		// RenewInterval was left at its default: the field the caller set,
+		// and must change, is AttemptTimeout.
+		return c, optionErr(prefix+"AttemptTimeout", "%v: with RenewInterval's default (LeaseDuration/3 = %v), at most %v ((LeaseDuration − SafetyMargin − RenewInterval)/2), leaving room for two attempts before the validity deadline",
+			lc.attemptTimeout, c.renewEvery, (lc.duration-lc.margin-c.renewEvery)/2)
+	} else if c.renewEvery < 100*time.Millisecond || c.renewEvery > limit {
 		return c, optionErr(prefix+"RenewInterval", "%v: must be from 100ms to %v, leaving room for two attempts before the validity deadline (LeaseDuration − SafetyMargin − 2×AttemptTimeout)", c.renewEvery, limit)
 	}
 	if c.poll, err = bounded(prefix+"PollInterval", poll, defaultPoll, 100*time.Millisecond, MaxPollInterval); err != nil {
@@ -771,7 +778,8 @@ type DoOnceOptions struct {
 
 	// AttemptTimeout bounds each request: see [LeaseOptions.AttemptTimeout].
 	// Zero means 3 s; otherwise from 100 ms to (LeaseDuration −
-	// SafetyMargin)/3.
+	// SafetyMargin)/3, and RenewInterval + 2 × AttemptTimeout ≤
+	// LeaseDuration − SafetyMargin (4.625 s at most with the defaults).
 	AttemptTimeout time.Duration
 
 	// RenewInterval is how often the runner's lease is renewed while fn
