@@ -599,8 +599,9 @@ type MutexOptions struct {
 	// lock (one request each) while the hold it waits behind is under 5 s
 	// old, after a ramp from 5 ms as the hold begins; then 4 % of the hold's
 	// age, up to 2 × PollInterval. A holder waits that long for a first in line
-	// before passing it over. Zero means 200 ms; otherwise from 20 ms to
-	// PollInterval; negative is an error. Unused with Unordered.
+	// before passing it over. Zero means 200 ms (PollInterval if shorter);
+	// otherwise from 20 ms to PollInterval; negative is an error. Unused
+	// with Unordered.
 	HeadPollInterval time.Duration
 
 	// Unordered turns the waiting queue off: each waiter polls every
@@ -769,7 +770,8 @@ type DoOnceOptions struct {
 	MaxAttempts int
 
 	// LeaseDuration: whole seconds from 15 s to 60 s; zero means 15 s. If a
-	// runner dies, a waiter takes over after at most this long.
+	// runner dies, a waiter takes over within this long and a PollInterval
+	// (with its jitter): 17.4 s with the defaults.
 	LeaseDuration time.Duration
 
 	// SafetyMargin: see [LeaseOptions.SafetyMargin]. Zero means
