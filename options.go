@@ -605,9 +605,9 @@ type MutexOptions struct {
 	HeadPollInterval time.Duration
 
 	// Unordered turns the waiting queue off: each waiter polls every
-	// PollInterval and the first to try after a release gets the lock, as
-	// before azlease served waiters in order. Zero (false) means waiters
-	// are served in the order they asked (see [Mutex]). Unordered and
+	// PollInterval and the first to try after a release gets the lock (one
+	// may wait indefinitely). Zero (false) means waiters are served in
+	// the order they asked (see [Mutex]). Unordered and
 	// ordered waiters on one lock exclude each other as ever; an unordered
 	// waiter can take the lock only when it is free, which a contended
 	// ordered Unlock never lets it be.
