@@ -278,17 +278,18 @@ func withMarker(md map[string]*string, st OnceStatus) map[string]*string {
 // whom and when. A key that is done stays done until [ResetOnce]: use one per
 // deployment, such as "migrate-" + version.
 //
-// At least once, with exclusion: no two runs of fn overlap, but fn runs
-// again if a runner dies (or loses its lease) before it marks the key done,
-// so make fn idempotent or fence it with the token's epoch. A failed fn is
-// retried by a waiting caller, up to MaxAttempts in all (the first caller's
-// limit); then every caller gets a [*OnceFailedError]. A call whose fn
-// returned nil returns Ran true, or an error wrapping [ErrOnceUnrecorded]
-// when the completion is not known to be recorded (it settles a lost answer
-// first). With Retention, a call not taken within Retention/2 of its start
-// returns [ErrOnceTooLate] without running fn. Waiting is bounded by ctx and
-// UnreachableTimeout; after ctx ends, finishing takes at most
-// 2 × AttemptTimeout. docs/design/run-once.md has the mechanism.
+// At least once, with exclusion: no two runs of fn overlap, but fn runs again
+// if a runner dies (or loses its lease) before it marks the key done, so make
+// fn idempotent or fence it with the token's epoch. A failed fn is retried by a
+// waiting caller, up to MaxAttempts in all (the first caller's limit); then
+// every later caller gets a [*OnceFailedError]. A call whose fn failed returns
+// fn's error as it is (the last attempt's too) and, once recorded, the failed
+// marker as Status. A call whose fn returned nil returns Ran true, or an error
+// wrapping [ErrOnceUnrecorded] when the completion is not known to be recorded
+// (it settles a lost answer first). With Retention, a call not taken within
+// Retention/2 of its start returns [ErrOnceTooLate] without running fn. Waiting
+// is bounded by ctx and UnreachableTimeout; after ctx ends, finishing takes at
+// most 2 × AttemptTimeout. docs/design/run-once.md has the mechanism.
 func DoOnce(ctx context.Context, cc *container.Client, key string, opts *DoOnceOptions, fn func(ctx context.Context, tok Token) error) (OnceResult, error) {
 	o, err := newOnce(cc, key, opts)
 	if err != nil {
