@@ -49,8 +49,9 @@ func TestDocSizes(t *testing.T) {
 	}
 }
 
-// docSizePackages are the directories TestDocSizes holds to the limits.
-var docSizePackages = []string{".", "shards"}
+// docSizePackages are the directories TestDocSizes holds to the limits
+// (azleasetest, a test kit, is not: its package doc is longer).
+var docSizePackages = []string{".", "shards", "gocronlock"}
 
 func checkDocSizes(t *testing.T, dir string) {
 	fset := token.NewFileSet()

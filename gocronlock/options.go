@@ -42,26 +42,24 @@ type Options struct {
 	// day but around 12:00 UTC.
 	Offset time.Duration
 
-	// Retention is how long a tick's record is kept after its run: a
-	// replica that runs a tick deletes up to 4 of the job's records older
-	// than this (see [azlease.DoOnceOptions.Retention]), so that about
-	// Retention/Period records remain. Zero means 10 × Period, and at least
-	// an hour. Otherwise from 4 × Period (and 5 minutes) to 87,600 h
-	// ([MaxRetention]); negative means forever (no deletes). A replica does
-	// not run a tick more than Retention/2 after it fired (it waited, or
-	// was paused): Lock then returns an error wrapping
+	// Retention is how long a tick's record is kept after its run: a replica
+	// that runs a tick deletes up to 4 of the job's records older than this
+	// ([azlease.DoOnceOptions.Retention]), so about Retention/Period remain.
+	// Zero means 10 × Period, at least an hour; otherwise from 4 × Period (and
+	// 5 minutes) to 87,600 h ([MaxRetention]); negative means forever (no
+	// deletes). A replica does not run a tick more than Retention/2 after it
+	// fired (it waited, or was paused): Lock then returns an error wrapping
 	// [azlease.ErrOnceTooLate] and gocron skips the job.
 	Retention time.Duration
 
-	// Once configures each tick's DoOnce: Identity (who ran it, in the
-	// record), Prefix ("once/": a tick's key is Prefix + job name + "/" +
-	// tick, as 20261121T020000Z), MaxAttempts (3: attempts at a tick whose
-	// runners died), LeaseDuration (15 s: how soon a waiting replica takes
-	// over a tick whose runner died), PollInterval (how often a replica
-	// that fired while the tick runs looks again: zero means Period/10,
-	// from 100 ms to 2 s, so that it looks a few times in the half period
-	// it waits), Logger and metrics. Its Retention must be zero: set
-	// Options.Retention. Nil means DoOnce's defaults.
+	// Once configures each tick's DoOnce: Identity (who ran it), Prefix
+	// ("once/"; a tick's key is Prefix + job + "/" + tick, as
+	// 20261121T020000Z), MaxAttempts (3: attempts at a tick whose runners
+	// died), LeaseDuration (15 s: how soon a waiting replica takes over a
+	// tick whose runner died), PollInterval (zero means Period/10, from 100 ms
+	// to 2 s, whether Once is nil or not: a replica that fired while the tick
+	// runs looks a few times in the half period it waits), Logger and metrics.
+	// Its Retention must be zero (set Options.Retention). Nil: the defaults.
 	Once *azlease.DoOnceOptions
 }
 
