@@ -31,7 +31,7 @@ const (
 	// Options.PollInterval is zero.
 	DefaultPollInterval = 2 * time.Second
 	// DefaultListInterval is how often at least a replica lists the group
-	// when Options.ListInterval is zero.
+	// when Options.ListInterval is zero (PollInterval if that is longer).
 	DefaultListInterval = 15 * time.Second
 	// DefaultLeaseDuration is the shard and membership leases' duration
 	// when Options.LeaseDuration is zero: 60 s, for cost (see the package
@@ -86,9 +86,9 @@ type Options struct {
 
 	// ListInterval is how often at least a replica lists the group while
 	// nothing seems to change: what a listing alone shows (a replica that
-	// crashed, loads that drifted) is seen within it. Zero means 15 s;
-	// otherwise from PollInterval to 1 h (PollInterval: a listing every
-	// poll, as the cost of promptness).
+	// crashed, loads that drifted) is seen within it. Zero means 15 s
+	// (PollInterval if longer); otherwise from PollInterval to 1 h
+	// (PollInterval: a listing every poll, as the cost of promptness).
 	ListInterval time.Duration
 
 	// Zone is the failure domain of this replica (an availability zone,
