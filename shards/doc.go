@@ -95,6 +95,7 @@
 //
 // # Metrics
 //
-// metrics.go: owned and misplaced shards, moves by reason, acquisitions,
-// losses, time to balance, load and capacity, imbalance, hot shards.
+// Set Options.MeterProvider for azlease.shards.owned, misplaced, acquisitions,
+// moves, handons, losses, releases, balance.duration, list.failures, load,
+// capacity, imbalance and hot (units and attributes: shards/metrics.go).
 package shards
