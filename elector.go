@@ -257,25 +257,24 @@ func (e *Elector) calledFromTask(ctx context.Context) bool {
 	return id != 0 && id == goroutineID()
 }
 
-// Run starts the Elector, runs task in each term while this instance leads,
-// and returns after ctx is done and the Elector has stopped gracefully (see
+// Run starts the Elector, runs task in each term while this instance leads, and
+// returns nil after ctx is done and the Elector has stopped gracefully (see
 // Stop). With AfterTask StopElecting it also returns when the task returns,
 // with the task's error.
 //
-// Run returns an error wrapping [ErrPermanent] at once if storage refuses
-// the Elector's first requests for a reason retrying will not fix (a wrong
-// key, a missing role, a missing container with NoCreate, a host name that
-// does not exist), or refuses its first acquisition while it may read (a
-// role that can read blobs but not lease or write them, such as Storage
-// Blob Data Reader): a misconfigured fleet fails at start-up, loudly. Once
-// an operation has succeeded, later failures of any kind are retried
-// (logged at Warn, or at Error once until the operation succeeds again, and
-// reported by [Elector.Check]). If ctx ends before
-// storage ever answered, Run returns an error saying so, with the last
-// failure. The task must return when its context is done: Run
-// waits for it. The task may end the election itself by calling Stop, with
-// its context: Stop then returns at once, and Run returns once the task has
-// returned and the lease is released.
+// Run returns an error wrapping [ErrPermanent] at once if storage refuses the
+// Elector's first requests for a reason retrying will not fix (a wrong key, a
+// missing role, a missing container with NoCreate, a host name that does not
+// exist), or refuses its first acquisition while it may read (a role that can
+// read blobs but not lease or write them, such as Storage Blob Data Reader): a
+// misconfigured fleet fails at start-up, loudly. Once an operation has
+// succeeded, later failures of any kind are retried (logged at Warn, or at
+// Error once until the operation succeeds again, and reported by
+// [Elector.Check]). If ctx ends before storage ever answered, Run returns an
+// error saying so, with the last failure. The task must return when its context
+// is done: Run waits for it. The task may end the election itself by calling
+// Stop, with its context: Stop then returns at once, and Run returns once the
+// task has returned and the lease is released.
 func (e *Elector) Run(ctx context.Context, task Task) error {
 	if err := e.Start(ctx, task); err != nil {
 		return err
