@@ -35,33 +35,11 @@
 // Run the test inside testing/synctest. The server's clock is then the
 // bubble's fake clock: a 15 s lease expires as soon as every goroutine is
 // waiting, so a test of a crash and a takeover, which takes tens of seconds
-// against Azurite, takes milliseconds, and its timings are exact:
-//
-//	func TestOneWorkerAtATime(t *testing.T) {
-//		synctest.Test(t, func(t *testing.T) {
-//			srv := azleasetest.NewServer(t, nil)
-//			var rec azleasetest.Recorder // who believed it led, when
-//			t.Cleanup(func() { srv.CheckExclusive(t, "worker", rec.Intervals()) })
-//			for _, name := range []string{"a", "b", "c"} {
-//				e, _ := azlease.NewElector(srv.Client(name), "worker", &azlease.ElectorOptions{Identity: name})
-//				e.Start(context.Background(), func(ctx context.Context, _ *azlease.Term) error {
-//					defer rec.Begin(name)() // the work runs from here…
-//					return work(ctx)        // …until the term ends
-//				})
-//				t.Cleanup(func() { e.Stop(context.Background()) })
-//			}
-//			time.Sleep(time.Minute) // fake time: no real waiting
-//			st, _ := azlease.Inspect(context.Background(), srv.Client("test"), "worker")
-//			srv.Partition(st.Holder, azleasetest.Blackhole) // the leader's machine crashes
-//			time.Sleep(21 * time.Second)                    // lease + poll interval + jitter
-//			// … assert that another replica leads now
-//		})
-//	}
-//
-// Cleanups run last-registered first, so the check runs after every
-// replica stopped and its last interval ended.
-//
-// The example of [NewServer] is this test in full. TestExampleLeaderFailover
+// against Azurite, takes milliseconds, and its timings are exact. The
+// example of [NewServer] is such a test in full: three Electors, the
+// leader's machine cut off ([Server.Partition]), and [Server.CheckExclusive]
+// over the intervals a [Recorder] saw, registered with t.Cleanup first so
+// that it runs after every replica stopped. TestExampleLeaderFailover
 // (which also measures the takeover) and TestExampleMigrationOnce (DoOnce
 // across five replicas while answers are lost and 503s fly) in this
 // package's example_test.go run as part of its tests, in milliseconds.
