@@ -664,6 +664,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 			continue
 		}
+		prev := seen
 		seen = v
 		ws := v.ws
 		if v.locks != nil {
@@ -709,7 +710,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 			}
 		}
 		if p != pos || ws[0].Ticket != first {
-			pl.moved, pos, first = time.Now(), p, ws[0].Ticket
+			pl.moved, pos, first = f.movedAt(p, w.Ticket, prev, v, pl.moved), p, ws[0].Ticket
 		}
 		pl.track(ws[:p], v)
 		if p == 0 {

@@ -244,6 +244,74 @@ func TestFairFiftyWaitersBehindALongHold(t *testing.T) {
 	})
 }
 
+// TestFairHandOffBehindALongHoldStaysQuiet: twenty waiters queue behind a
+// hold of five minutes; the first of them is then handed the lock and holds
+// it five minutes too. In the minute after that hand-off the nineteen
+// others send at most 6 requests a second in all, and over the second hold
+// 2.5 on average. Each waiter far back that saw the hand-off counted the
+// queue's stand-still from its own sight of it, and so looked often again
+// for minutes: 12.8 a second in that minute, 3.6 over the hold. A move that
+// was a take is now dated from storage (fairmove.go).
+func TestFairHandOffBehindALongHoldStaysQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
+		require.NoError(t, err)
+		const n, hold = 20, 5 * time.Minute
+		cs := make([]*counter, n)
+		got := make(chan *azlease.Lock, n)
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i := range cs {
+			cs[i] = &counter{latency: time.Millisecond}
+			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
+			require.NoError(t, err)
+			wg.Go(func() {
+				if lk, err := m.Lock(wctx); err == nil {
+					got <- lk
+				}
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(hold - n*100*time.Millisecond)
+		marks := make([][2]int, n)
+		count := func() int {
+			total := 0
+			for i, c := range cs[1:] {
+				o, _ := c.since(marks[i+1][0], marks[i+1][1])
+				total += len(o)
+			}
+			return total
+		}
+		for i, c := range cs {
+			marks[i][0], marks[i][1] = c.mark()
+		}
+		require.NoError(t, holder.Unlock(ctx))
+		first := <-got
+		time.Sleep(time.Minute)
+		minute := float64(count()) / 60
+		time.Sleep(hold - time.Minute)
+		whole := float64(count()) / hold.Seconds()
+		t.Logf("%d waiters behind the second hold of %v: %.2f requests/s in all in its first minute, %.2f over it", n-1, hold, minute, whole)
+		assert.LessOrEqual(t, minute, 6.0, "the hand-off does not set the queue looking often again")
+		assert.LessOrEqual(t, whole, 2.5)
+		var failed []string
+		for _, c := range cs {
+			_, f := c.since(0, 0)
+			failed = append(failed, f...)
+		}
+		assert.Empty(t, failed, "no failed request")
+		cancel()
+		require.NoError(t, first.Unlock(ctx))
+		wg.Wait()
+		close(got)
+		for lk := range got {
+			_ = lk.Unlock(ctx)
+		}
+	})
+}
+
 // TestFairLockAfterAHandOffJoinsAtOnce: a contender that hands the lock on
 // and locks again at once (a hot lock's loop) joins the queue without
 // first reading the lock, which its successor holds: a request fewer an
