@@ -211,16 +211,9 @@ func TestFairFiftyWaitersBehindALongHold(t *testing.T) {
 		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
 		require.NoError(t, err)
 		const n = 50
-		cs := make([]*counter, n)
 		wctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		for i := range cs {
-			cs[i] = &counter{latency: time.Millisecond}
-			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
-			require.NoError(t, err)
-			wg.Go(func() { _, _ = m.Lock(wctx) })
-			time.Sleep(100 * time.Millisecond)
-		}
+		cs := countedWaiters(wctx, t, e, n, &wg, nil)
 		time.Sleep(10*time.Minute - n*100*time.Millisecond - time.Minute)
 		marks := make([][2]int, n)
 		for i, c := range cs {
@@ -244,6 +237,25 @@ func TestFairFiftyWaitersBehindALongHold(t *testing.T) {
 	})
 }
 
+// countedWaiters starts n waiters on "m", w0 first, 100 ms apart, each on a
+// counted client of its own, locking with ctx in wg; a Lock one gets goes
+// to got (nil: it is dropped).
+func countedWaiters(ctx context.Context, t *testing.T, e *emu, n int, wg *sync.WaitGroup, got chan<- *azlease.Lock) []*counter {
+	cs := make([]*counter, n)
+	for i := range cs {
+		cs[i] = &counter{latency: time.Millisecond}
+		m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
+		require.NoError(t, err)
+		wg.Go(func() {
+			if lk, err := m.Lock(ctx); err == nil && got != nil {
+				got <- lk
+			}
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
+	return cs
+}
+
 // TestFairHandOffBehindALongHoldStaysQuiet: twenty waiters queue behind a
 // hold of five minutes; the first of them is then handed the lock and holds
 // it five minutes too. In the minute after that hand-off the nineteen
@@ -259,21 +271,10 @@ func TestFairHandOffBehindALongHoldStaysQuiet(t *testing.T) {
 		holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
 		require.NoError(t, err)
 		const n, hold = 20, 5 * time.Minute
-		cs := make([]*counter, n)
 		got := make(chan *azlease.Lock, n)
 		wctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		for i := range cs {
-			cs[i] = &counter{latency: time.Millisecond}
-			m, err := azlease.NewMutex(countedClient(t, e.Server, fmt.Sprint("w", i), cs[i]), "m", nil)
-			require.NoError(t, err)
-			wg.Go(func() {
-				if lk, err := m.Lock(wctx); err == nil {
-					got <- lk
-				}
-			})
-			time.Sleep(100 * time.Millisecond)
-		}
+		cs := countedWaiters(wctx, t, e, n, &wg, got)
 		time.Sleep(hold - n*100*time.Millisecond)
 		marks := make([][2]int, n)
 		count := func() int {

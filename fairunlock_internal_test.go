@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,11 +57,7 @@ func TestUnlockReusesOnlyARecentCleanListing(t *testing.T) {
 				_, cc := schedEmu(t)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				mutex := func() *Mutex {
-					m, err := NewMutex(cc, "m", nil)
-					require.NoError(t, err)
-					return m
-				}
+				mutex := func() *Mutex { return mutexOn(t, cc) }
 				a := mutex()
 				lk, err := a.Lock(ctx)
 				require.NoError(t, err)
@@ -88,4 +85,12 @@ func TestUnlockReusesOnlyARecentCleanListing(t *testing.T) {
 			})
 		})
 	}
+}
+
+// mutexOn is a fair Mutex on the lock blob "m" in cc, with the defaults.
+func mutexOn(t *testing.T, cc *container.Client) *Mutex {
+	t.Helper()
+	m, err := NewMutex(cc, "m", nil)
+	require.NoError(t, err)
+	return m
 }

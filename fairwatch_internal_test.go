@@ -30,12 +30,7 @@ func TestTakeLeftLooksBeforeItTakesOver(t *testing.T) {
 		e, cc := schedEmu(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		mutex := func() *Mutex {
-			m, err := NewMutex(cc, "m", nil)
-			require.NoError(t, err)
-			return m
-		}
-		a, s, w := mutex(), mutex(), mutex()
+		a, s, w := mutexOn(t, cc), mutexOn(t, cc), mutexOn(t, cc)
 		held, err := a.Lock(ctx)
 		require.NoError(t, err)
 		got := make(chan *Lock, 1)
