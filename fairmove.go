@@ -57,14 +57,8 @@ func (f *fairLock) movedAt(p int, ticket uint64, prev, v queueView, last time.Ti
 	if gone == 0 || len(holders) != 0 {
 		return now // a take by someone not in the queue, or a move not seen as one
 	}
+	// From the listing's answer, not its send: here the later is the safe
+	// side (a shorter stand-still, shorter sleeps).
 	at := v.got.Add(-is.listed.Sub(is.modified) + time.Second + 2*f.cfg.lease.attemptTimeout)
-	for _, t := range []time.Time{prev.got, last} {
-		if t.After(at) {
-			at = t
-		}
-	}
-	if at.After(now) {
-		return now
-	}
-	return at
+	return earlier(later(later(at, prev.got), last), now)
 }
