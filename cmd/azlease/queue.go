@@ -154,7 +154,7 @@ type goneWaiter struct {
 // may still turn out to have been served. A taker removes its entry beside
 // the write that records its term, so the removal can be seen first; that
 // write is answered or given up within the taker's AttemptTimeout (3 s by
-// default). After this long, and at least one more poll, it has left.
+// default). After this long (so at a later poll) it has left.
 const settleGone = 3 * time.Second
 
 // observe returns the lines for the queue ws, polled at now; holders are
@@ -188,7 +188,7 @@ func (q *queueTracker) observe(now time.Time, ws []azlease.Waiter, holders []str
 		switch {
 		case slices.Contains(holders, g.w.Holder):
 			ev(queueServed, g.w, 0)
-		case g.at.Before(now) && now.Sub(g.at) >= settleGone:
+		case now.Sub(g.at) >= settleGone:
 			ev(queueLeft, g.w, 0)
 		default:
 			q.gone[g.w.Ticket] = g
