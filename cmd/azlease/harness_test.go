@@ -230,13 +230,19 @@ func takesFlag(cmd, name string) bool {
 func (w *world) env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, connectionEnv+"=") && !strings.HasPrefix(kv, "AZLEASE_") && !strings.HasPrefix(kv, "GORACE=") {
+		if !strings.HasPrefix(kv, connectionEnv+"=") && !strings.HasPrefix(kv, "AZLEASE_") && !strings.HasPrefix(kv, "GORACE=") && !strings.HasPrefix(kv, "TMPDIR=") {
 			env = append(env, kv)
 		}
 	}
 	// The race detector's runtime sleeps a second at exit by default, in
-	// azlease and in every guardian: not here.
-	return append(env, connectionEnv+"="+w.conn, "GORACE=atexit_sleep_ms=0")
+	// azlease and in every guardian: not here. A process the test kills
+	// leaves its temporary files (shards' load files) in the scenario's
+	// directory, which the test removes, not in /tmp.
+	env = append(env, connectionEnv+"="+w.conn, "GORACE=atexit_sleep_ms=0")
+	if w.dir != "" {
+		env = append(env, "TMPDIR="+w.dir)
+	}
+	return env
 }
 
 func startProc(t *testing.T, env []string, args ...string) *proc {

@@ -126,6 +126,9 @@ func TestLockOrderFlags(t *testing.T) {
 			assert.Contains(t, oneLine(t, p), tc.says)
 		})
 	}
+	// Back to the test's own t: a finished subtest's TempDir is never
+	// cleaned up, and its t must not be failed.
+	w.t = t
 	// Accepted: the defaults, a head poll within --poll-interval, and
 	// --unordered alone (they then fail for want of connection settings).
 	for _, args := range [][]string{
