@@ -103,7 +103,7 @@ func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := c.next.RoundTrip(req)
 	traceRequest(c, sent, req, resp)
-	if err != nil || resp.StatusCode >= 400 {
+	if (err != nil || resp.StatusCode >= 400) && !cutByWindow(req.Context()) {
 		c.b.failed.Add(1)
 		c.failed.Add(1)
 	}

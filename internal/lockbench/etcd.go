@@ -127,10 +127,10 @@ type etcdCounter struct {
 	sent, failed atomic.Int64
 }
 
-func (c *etcdCounter) count(err error) {
+func (c *etcdCounter) count(ctx context.Context, err error) {
 	c.b.sent.Add(1)
 	c.sent.Add(1)
-	if err != nil {
+	if err != nil && !cutByWindow(ctx) {
 		c.b.failed.Add(1)
 		c.failed.Add(1)
 	}
@@ -140,7 +140,7 @@ func (c *etcdCounter) count(err error) {
 // retry interceptor).
 func (c *etcdCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	c.count(err)
+	c.count(ctx, err)
 	return err
 }
 
@@ -149,7 +149,7 @@ func (c *etcdCounter) unary(ctx context.Context, method string, req, reply any, 
 func (c *etcdCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		c.count(err)
+		c.count(ctx, err)
 		return nil, err
 	}
 	return &countedStream{ClientStream: s, c: c}, nil
@@ -162,7 +162,7 @@ type countedStream struct {
 
 func (s *countedStream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
-	s.c.count(err)
+	s.c.count(s.Context(), err)
 	return err
 }
 

@@ -109,7 +109,7 @@ func render(r *results) string {
 	fmt.Fprintf(&b, "  the first and 240 s further back; no holder passes a waiter over, the one behind it does once its schedule says\n")
 	fmt.Fprintf(&b, "  it surely missed its turn; a 15 s lease), on the `azleasetest` emulator served over HTTP on a loopback port.\n")
 	fmt.Fprintf(&b, "  Requests: every HTTP request of every client (the holder's renewals included); failed: no answer, or a 4xx or\n")
-	fmt.Fprintf(&b, "  5xx one.\n")
+	fmt.Fprintf(&b, "  5xx one, except in the throughput scenario a request that the window's end cut off (for every contender).\n")
 	fmt.Fprintf(&b, "- **azlease Mutex, Unordered**: `MutexOptions.Unordered`, the waiting before issue 25 (every waiter polls every 1 s\n")
 	fmt.Fprintf(&b, "  ± 20 %%, the first to try after a release gets the lock), on the same emulator and clients.\n")
 	fmt.Fprintf(&b, "- **etcd concurrency.Mutex**: on an embedded single-node etcd (`embed`, loopback ports, data in a temporary\n")

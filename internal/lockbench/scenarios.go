@@ -298,6 +298,17 @@ type throughputRun struct {
 	warmRequests     counts
 }
 
+// errWindowEnd is the cause of the throughput window's end. A request
+// that the end cuts off (a waiter's listing or look in flight) fails
+// because the benchmark stopped, not the lock: it is not counted failed
+// (cutByWindow).
+var errWindowEnd = errors.New("lockbench: the window ended")
+
+// cutByWindow reports whether ctx ended with the throughput window.
+func cutByWindow(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errWindowEnd)
+}
+
 // throughputWarmUp is the start of the throughput scenario's window left
 // out of its steady-state counts.
 const throughputWarmUp = time.Second
@@ -327,7 +338,7 @@ func runThroughput(ctx context.Context, be backend, name string, n int, window t
 	var wg sync.WaitGroup
 	c0 := be.requests()
 	start := time.Now()
-	timed, stop := context.WithDeadline(ctx, start.Add(window))
+	timed, stop := context.WithDeadlineCause(ctx, start.Add(window), errWindowEnd)
 	defer stop()
 	for i := range n {
 		wg.Go(func() {
