@@ -41,8 +41,8 @@
 // one ([Shard.SetLoad]; a shard that does not counts as the mean of those
 // that do), the plan balances load per capacity: free shards go to the
 // least loaded; a replica above 1.10 × the group's level hands on shards
-// until it is at 1.05; at most max(1, 2 % of K) shards are handed on per
-// round across the group; a shard stays a minute where it lands; a shard
+// until it is at 1.05; at most max(1, 2 % of K) shards are being handed
+// on at once across the group; a shard stays a minute where it lands; a shard
 // heavier than a replica's share gets a replica to itself and the group
 // says to split it; with Options.Zone, each zone's load stays within 10 %
 // of its capacity share. Measured figures: bench/results.md.

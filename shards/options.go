@@ -122,8 +122,8 @@ type Options struct {
 
 	// MaxMovesPerPoll bounds how many shards this replica starts handing to
 	// others per poll (a count). Zero means no limit of its own: the
-	// group's budget still holds, max(1, 2 % of the shards) handed on per
-	// round across all replicas. Negative is an error.
+	// group's budget still holds, at most max(1, 2 % of the shards) being
+	// handed on at once across all replicas. Negative is an error.
 	MaxMovesPerPoll int
 
 	// WarmUp, when not nil, is called with a shard's name before the shard
