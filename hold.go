@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/azlease/azlease/internal/azname"
 )
@@ -17,7 +18,9 @@ import (
 // Hold acquires the lease as [Lease.Acquire] does (proposing the ID that
 // [Lease.NextLeaseID] chose, if any, so a lease handed to this Lease is
 // taken at once) and keeps it renewed on the container client's shared
-// scheduler, every LeaseDuration/3 (up to 10 % sooner), until the returned
+// scheduler, every LeaseDuration/3 (up to 10 % sooner; sooner still when
+// AttemptTimeout is over a sixth of LeaseDuration: see holdRenewEvery),
+// until the returned
 // [Lock] is unlocked, handed off, or lost. The Lock's context ends when the
 // lease is lost or its validity deadline passes; it carries ctx's values but
 // not its cancellation. When another holder has the lease, Hold returns an
@@ -37,8 +40,18 @@ func (l *Lease) Hold(ctx context.Context) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := hold(context.WithoutCancel(ctx), l, tok, l.cfg.duration/3, nil)
+	k := hold(context.WithoutCancel(ctx), l, tok, holdRenewEvery(l.cfg), nil)
 	return &Lock{Term: k.term, k: k, lease: l}, nil
+}
+
+// holdRenewEvery is how often Hold renews: LeaseDuration/3, or less when
+// that would leave a renewal less room than two full attempts before the
+// validity deadline (LeaseDuration − SafetyMargin − 2 × AttemptTimeout), the
+// rule the Elector's and Mutex's RenewInterval is checked against. Lease
+// options allow AttemptTimeout up to (LeaseDuration − SafetyMargin)/3, so
+// this is never below that.
+func holdRenewEvery(c leaseConfig) time.Duration {
+	return min(c.duration/3, c.duration-c.margin-2*c.attemptTimeout)
 }
 
 // HoldAfter is [Lease.Hold] for a caller that has just read the lock blob's
@@ -81,7 +94,7 @@ func (l *Lease) HoldAfter(ctx context.Context, seen Status) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := hold(context.WithoutCancel(ctx), l, tok, l.cfg.duration/3, nil)
+	k := hold(context.WithoutCancel(ctx), l, tok, holdRenewEvery(l.cfg), nil)
 	return &Lock{Term: k.term, k: k, lease: l}, nil
 }
 

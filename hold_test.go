@@ -2,6 +2,8 @@ package azlease_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -177,5 +179,54 @@ func TestHandOnActsOnlyOnItsTerm(t *testing.T) {
 		require.True(t, st.Leased, "the newer term keeps its lease")
 		require.Equal(t, l2.Epoch(), st.Epoch)
 		require.NoError(t, l2.Unlock(ctx))
+	})
+}
+
+// TestHoldRenewsWithRoomForTwoAttempts: with AttemptTimeout at its largest
+// (4.75 s for a 15 s lease), Hold renews by 4.75 s after the last renewal
+// rather than 5 s, so a renewal whose first attempt hangs has a second
+// attempt of nearly 4.75 s (less the retry's backoff) before the validity
+// deadline: one answered after 4.5 s keeps the term. Renewing every 5 s
+// (up to 10 % sooner), the second attempt had as little as 4.5 s less the
+// backoff, and such a term could end.
+func TestHoldRenewsWithRoomForTwoAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		var mu sync.Mutex
+		renewals := map[string][]time.Time{}
+		e.SetFaults(func(r azleasetest.Request) azleasetest.Fault {
+			if r.Op != azleasetest.OpRenewLease {
+				return azleasetest.Fault{}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			renewals[r.Blob] = append(renewals[r.Blob], time.Now())
+			switch len(renewals[r.Blob]) {
+			case 2:
+				return azleasetest.Fault{Delay: time.Minute} // its first attempt hangs
+			case 3:
+				return azleasetest.Fault{Delay: 4500 * time.Millisecond}
+			}
+			return azleasetest.Fault{}
+		})
+		const n = 8
+		locks := make([]*azlease.Lock, n)
+		for i := range locks {
+			l := newLease(t, e.client("a"), fmt.Sprint("x", i), &azlease.LeaseOptions{AttemptTimeout: 4750 * time.Millisecond})
+			var err error
+			locks[i], err = l.Hold(ctx)
+			require.NoError(t, err)
+		}
+		time.Sleep(30 * time.Second)
+		for i, lk := range locks {
+			mu.Lock()
+			rs := renewals[fmt.Sprint("x", i)]
+			mu.Unlock()
+			require.GreaterOrEqual(t, len(rs), 3, "lease %d", i)
+			assert.LessOrEqual(t, rs[1].Sub(rs[0]), 4750*time.Millisecond, "lease %d: from one renewal to the next", i)
+			assert.True(t, lk.Valid(), "lease %d: a hung attempt and a slow one keep the term", i)
+			require.NoError(t, lk.Unlock(ctx))
+		}
 	})
 }
