@@ -353,6 +353,60 @@ func TestTermReasonsCLI(t *testing.T) {
 	watch.expect(0, 10*time.Second)
 }
 
+// TestYieldReleasedIsReported: a successor that does not take a yield's
+// hand-off over in time (here paused with SIGSTOP; on a loaded host,
+// starved of CPU) finds the lease released, as documented; 'azlease yield'
+// reports what the record says rather than a hand-over: here the old
+// leader took the lease back, so leadership did not move (exit 75), and
+// the record shows the release.
+func TestYieldReleasedIsReported(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, emulatorConn(t))
+	// a's command takes a second to stop: the test pauses b in between,
+	// after b acknowledged and before the hand-off names it.
+	slowStop := `trap "sleep 1; exit 0" TERM; while :; do sleep 0.1; done`
+	a := w.az("lead", "--log-level", "info", "--identity", "a", "--poll-interval", "500ms", "job", "--", "sh", "-c", slowStop)
+	waitStandby(t, w, "job", "", 30*time.Second) // a leads
+	b := w.az("lead", "--identity", "b", "--poll-interval", "500ms", "job", "--", "sleep", "600")
+	waitStandby(t, w, "job", "b", 30*time.Second)
+	y := w.az("yield", "job", "--to", "b")
+	waitLine(t, a.errPath, "azlease: handing leadership over", 30*time.Second)
+	b.signal(syscall.SIGSTOP)
+	y.wait(60 * time.Second)
+	b.signal(syscall.SIGCONT)
+	assert.Equal(t, exitNotAcquired, y.status(), "stdout:\n%s\nstderr:\n%s", y.stdout(), y.stderr())
+	assert.Contains(t, y.stderr(), "leadership did not move: a leads again", y.stderr())
+	assert.Contains(t, y.stderr(), "the lease was not handed over; a took the lease after the previous holder released it", y.stderr())
+	assert.NotContains(t, y.stdout(), "leadership moved", y.stdout())
+
+	st := statusOf(t, w, "job")
+	require.GreaterOrEqual(t, len(st.History), 2)
+	assert.Equal(t, "a", st.History[0].Holder)
+	assert.Equal(t, "released", st.History[0].Began, "the record agrees with what yield said")
+	assert.Equal(t, "released", st.History[1].EndedBy)
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	stopped(t, a)
+	stopped(t, b)
+}
+
+// waitStandby waits until 'azlease status --json' shows name led and, if
+// id is not "", id a ready standby (the leader keeps it ready to take
+// over): what to check before 'azlease yield --to id'.
+func waitStandby(t *testing.T, w *world, name, id string, limit time.Duration) {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for {
+		s := statusOf(t, w, name)
+		c, ok := candidateIn(s, id)
+		if s.Leased && s.Holder != "" && (id == "" || ok && c.Ready && c.Standby) {
+			return
+		}
+		require.True(t, time.Now().Before(end), "%s: no leader with %q a ready standby within %v: %+v", name, id, limit, s)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // statusOf runs 'azlease status --json name' and parses it.
 func statusOf(t *testing.T, w *world, name string) statusJSON {
 	t.Helper()

@@ -35,9 +35,12 @@ func newYieldCmd(g *globals) *cobra.Command {
 leadership over without stopping: to the instance --to names, or to the best
 ready standby. Any process can ask (it writes NAME/candidates/~yield: write
 access, no lease). The leader readies its successor while CMD runs, stops CMD
-and hands the lease straight over, within about a second and CMD's stop. yield
-waits until leadership moved, prints who leads and exits 0; 75 when the leader
-declined, nobody leads, or nothing happened within --timeout. More:
+and hands the lease straight over, within about a second and CMD's stop; a
+successor that does not take it within its poll and a margin (paused, or
+starved of CPU) finds it released instead. yield waits until leadership
+moved, prints who leads and whether it was handed over, and exits 0; 75 when
+the leader declined, nobody leads, the leader took the lease back, another
+than --to took it, or nothing happened within --timeout. More:
 docs/command.md#yield.`,
 		Example: `  azlease yield scheduler                      # to the best standby
   azlease yield scheduler --to scheduler-7f9c  # to that instance
@@ -99,8 +102,7 @@ func (g *globals) yield(c *cobra.Command, name, to string, timeout time.Duration
 			}
 			g.log.Warn("yield: cannot read the lock's status; still trying", "name", name, "error", line(err))
 		} else if st.Leased && st.Epoch > y.Epoch && st.Holder != "" && !st.Released {
-			fmt.Fprintf(g.stdout, "%s: leadership moved from %s to %s (epoch %d)\n", name, from, st.Holder, st.Epoch)
-			return nil
+			return g.yielded(what, name, from, to, termAfter(st, y.Epoch))
 		}
 		if n%answerLooks == answerLooks-1 { // the answer, every second
 			if _, got, err := azlease.InspectCandidates(ctx, cc, name); err == nil && got != nil && got.Epoch == y.Epoch && got.Answer != answered {
@@ -115,4 +117,47 @@ func (g *globals) yield(c *cobra.Command, name, to string, timeout time.Duration
 			return exitf(exitNotAcquired, "%s: leadership did not move within %v (does the leader run an azlease with planned succession, without --no-handoff?)", what, timeout)
 		}
 	}
+}
+
+// yielded reports how the term asked to yield ended, from the first term
+// after it (next), as its record settles it: handed over for the yield, or,
+// when the successor did not take the hand-off over in time (a process
+// paused or starved of CPU past its poll and a margin), released by the
+// leader and taken by whoever came first. It exits 0 when leadership moved
+// to the instance --to names (any other, without --to), 75 when the leader
+// took the lease back or another instance than --to's took it.
+func (g *globals) yielded(what, name, from, to string, next azlease.HistoryEntry) error {
+	if next.Holder == from {
+		return exitf(exitNotAcquired, "%s: leadership did not move: %s leads again (epoch %d): the lease was not handed over; %s %s",
+			what, from, next.Epoch, from, beganText(next.Began))
+	}
+	moved := fmt.Sprintf("%s: leadership moved from %s to %s (epoch %d)", name, from, next.Holder, next.Epoch)
+	switch {
+	case next.Began == azlease.ChangeYield:
+		fmt.Fprintf(g.stdout, "%s: handed over\n", moved)
+	case next.Began == azlease.ChangeUnknown: // not recorded (an older azlease): how is not known
+		fmt.Fprintln(g.stdout, moved)
+	case next.Began.HandOver():
+		fmt.Fprintf(g.stdout, "%s, by another hand-over: %s\n", moved, beganText(next.Began))
+	default:
+		fmt.Fprintf(g.stdout, "%s, but not handed over: %s %s\n", moved, next.Holder, beganText(next.Began))
+	}
+	if to != "" && next.Holder != to {
+		return exitf(exitNotAcquired, "%s: leadership moved to %s, not to %s", what, next.Holder, to)
+	}
+	return nil
+}
+
+// termAfter is the first term st records after epoch: the one that took
+// the lease from the term asked to yield (the latest term, if its history
+// does not go back that far).
+func termAfter(st azlease.Status, epoch uint64) azlease.HistoryEntry {
+	next := latestTerm(st)
+	for _, h := range st.History { // newest first
+		if h.Epoch <= epoch {
+			break
+		}
+		next = h
+	}
+	return next
 }
