@@ -237,9 +237,13 @@ func (g *globals) leadTerms(ctx context.Context, r *router, cc *container.Client
 			<-term.Context().Done()
 		}
 		if res.lost != nil && errors.Is(res.lost, azlease.ErrYielded) && res.err == nil && res.signalled == nil && !r.forwardedAny() {
-			// Handed over ('azlease yield', a standby of higher priority):
+			// Handing over ('azlease yield', a standby of higher priority):
 			// the Elector stands by on its own, whatever the task returns.
-			g.log.Info("azlease: handed leadership over; the command was stopped; standing by",
+			// The hand-off itself comes after the task returns: whether the
+			// successor took the lease, or it was released, is the
+			// library's next log line ("handed leadership over", or "no
+			// designated successor took leadership over; released").
+			g.log.Info("azlease: handing leadership over; the command was stopped; standing by",
 				slog.String("name", name), slog.String("cause", line(res.lost)))
 			return nil
 		}
