@@ -273,8 +273,22 @@ func TestLeadRollingDeploy(t *testing.T) {
 // the lease expires, and the next leader took it over expired), with the
 // instant each planned end happened and, for the expiry, only the bound the
 // next holder knows.
+//
+// The yield is handed over when b takes the hand-off within its poll and a
+// margin. b starved of CPU past that (2 cores shared with the race-built
+// simulations) finds the lease released instead, a documented outcome: then
+// what yield said and what the record says are checked to agree, and the
+// scenario runs again in a fresh container, three times at most.
 func TestTermReasonsCLI(t *testing.T) {
 	t.Parallel()
+	for attempt := 1; !termReasons(t, attempt); attempt++ {
+		require.Less(t, attempt, 3, "the yield was released rather than handed over %d times", attempt)
+	}
+}
+
+// termReasons is TestTermReasonsCLI's scenario; false when the yield was
+// not handed over (checked, and the scenario stopped there).
+func termReasons(t *testing.T, attempt int) bool {
 	w := newWorld(t, emulatorConn(t))
 	lead := func(id string) *proc {
 		return w.az("lead", "--identity", id, "--poll-interval", "500ms", "job", "--", "sleep", "600")
@@ -284,8 +298,31 @@ func TestTermReasonsCLI(t *testing.T) {
 	a := lead("a")
 	waitLine(t, watch.outPath, `"holder":"a"`, 30*time.Second)
 	b := lead("b")
-	time.Sleep(3 * time.Second) // b is a ready candidate
+	waitStandby(t, w, "job", "b", 30*time.Second) // as a user checks before 'yield --to b'
 	y := w.run(60*time.Second, "yield", "job", "--to", "b")
+	if !strings.Contains(y.stdout(), "leadership moved from a to b (epoch ") || !strings.Contains(y.stdout(), "): handed over") {
+		t.Logf("attempt %d: the yield was not handed over; yield said:\n%s%s", attempt, y.stdout(), y.stderr())
+		st := statusOf(t, w, "job")
+		if strings.Contains(y.stderr(), "declined") {
+			// b did not acknowledge within its poll and a margin: a
+			// leads on, its term unchanged.
+			assert.Equal(t, exitNotAcquired, y.status())
+			assert.Equal(t, "a", st.Holder, "the record agrees")
+			assert.Equal(t, "free", st.Began, "the record agrees")
+		} else {
+			assert.Contains(t, y.stdout()+y.stderr(), "not handed over", "yield says so")
+			require.GreaterOrEqual(t, len(st.History), 2, "%+v", st)
+			first, next := st.History[len(st.History)-1], st.History[len(st.History)-2] // newest first
+			require.Equal(t, "a", first.Holder)
+			assert.NotEqual(t, "yield", first.EndedBy, "the record agrees")
+			assert.NotEqual(t, "yield", next.Began, "the record agrees")
+		}
+		for _, p := range []*proc{a, b, watch} {
+			require.NoError(t, p.cmd.Process.Kill())
+			p.wait(10 * time.Second)
+		}
+		return false
+	}
 	require.Zero(t, y.status(), "stdout:\n%s\nstderr:\n%s", y.stdout(), y.stderr())
 	waitLine(t, watch.outPath, `"state":"leased","holder":"b"`, 30*time.Second)
 	time.Sleep(2 * time.Second)
@@ -351,6 +388,7 @@ func TestTermReasonsCLI(t *testing.T) {
 	stopped(t, c)
 	watch.signal(syscall.SIGTERM)
 	watch.expect(0, 10*time.Second)
+	return true
 }
 
 // TestYieldReleasedIsReported: a successor that does not take a yield's
