@@ -205,6 +205,10 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 			for _, x := range ahead {
 				f.passedOver(ctx, x)
 			}
+			// Said, since the queue's order changed: a live waiter
+			// passed over was paused or starved of CPU past its promise.
+			f.cfg.lease.log.Info("azlease: took over a hand-off to the first in line, which had not taken it by when it would surely have looked; passed over, it keeps its place",
+				slog.Uint64("ticket", first.Ticket), slog.Int("passed_over", len(ahead)), slog.Duration("overdue", now.Sub(pl.watch.promise)))
 			pl.watch = watchState{}
 			return lk, false, time.Time{}, nil
 		case ctx.Err() == nil && (errors.Is(err, ErrLeaseHeld) || errors.Is(err, errHandOffGone)):
