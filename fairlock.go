@@ -1020,7 +1020,7 @@ func (f *fairLock) next(ctx context.Context, w, first waiter, pl *polling, last 
 	due := pl.free.due(first, f.cfg)
 	ahead := []waiter{first}
 	for polls := 0; ; polls++ {
-		wait, fast := timing.SecondWait(time.Now(), pl.moved, pl.looked, pl.handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin)
+		wait, fast := timing.SecondWait(time.Now(), pl.moved, pl.looked, pl.handing.since, f.cfg.headPoll, f.cfg.poll, minHandOffMargin, w.Head)
 		if !due.IsZero() {
 			wait, fast = min(wait, max(time.Until(due), 0)), true
 		}
@@ -1142,10 +1142,15 @@ func (fw *freeWatch) due(first waiter, cfg holdConfig) time.Time {
 }
 
 // reaction is how long a slot may stay free while w, first in line, is
-// there and does not take it (timing.PassOverFree, with w's paces).
+// there and does not take it (timing.PassOverFree, with w's paces and the
+// time since its entry was written, as its listing bounds it).
 func (w waiter) reaction(cfg holdConfig) time.Duration {
 	head, poll := w.paces(cfg)
-	return timing.PassOverFree(head, poll, minHandOffMargin, w.Head)
+	still := time.Duration(1<<63 - 1) // unknown: as long as can be
+	if !w.written.IsZero() {
+		still = max(time.Since(w.written), 0)
+	}
+	return timing.PassOverFree(head, poll, minHandOffMargin, w.Head, still)
 }
 
 // passStuck is the rule that keeps a fair queue from sticking behind dead

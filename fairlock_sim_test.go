@@ -161,7 +161,7 @@ func (sc fairScenario) headPoll() time.Duration {
 func (sc fairScenario) livenessBound() time.Duration {
 	n := sc.waiters + sc.pile
 	head, poll := sc.headPoll(), sc.opts.PollInterval
-	each := 2*poll + head + timing.PassOverFree(head, poll, 50*time.Millisecond, false) + time.Duration(n)*head + time.Second
+	each := 2*poll + head + timing.PassOverFree(head, poll, 50*time.Millisecond, false, 0) + time.Duration(n)*head + time.Second
 	return sc.opts.LeaseDuration + timing.QueueCap(n, poll) + time.Duration(n)*each
 }
 

@@ -125,8 +125,8 @@ func TestFairQueueUnsticksWhenAHostDies(t *testing.T) {
 		// lists the queue at most every QueueCap(2) and sees the lock
 		// free; two pass-overs of two head polls and a margin each follow.
 		bound := 15*time.Second + timing.QueueCap(2, time.Second) +
-			timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, true) +
-			timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, false) + 2*time.Second
+			timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, true, 0) +
+			timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, false, 0) + 2*time.Second
 		lk := waitServed(t, got, cancel, bound, "the live waiter behind two dead ones")
 		t.Logf("served %v after its host died", time.Since(died))
 		require.NoError(t, lk.Unlock(ctx))
@@ -156,8 +156,8 @@ func TestFairTryLockPassesDeadWaitersOver(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, "a free lock whose waiters are all dead is free")
 		t.Logf("TryLock took %v", time.Since(start))
-		assert.LessOrEqual(t, time.Since(start), timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, true)+
-			timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, false)+100*time.Millisecond,
+		assert.LessOrEqual(t, time.Since(start), timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, true, 0)+
+			timing.PassOverFree(200*time.Millisecond, time.Second, 50*time.Millisecond, false, 0)+100*time.Millisecond,
 			"two pass-overs: the first waiter's head mark says it polls every 200 ms; the second's pace is 2 × PollInterval")
 		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
 		require.NoError(t, err)

@@ -121,6 +121,10 @@ type waiter struct {
 	id       string      // the lease ID it announced
 	etag     azcore.ETag // as listed, for conditional writes and deletes
 	modified time.Time   // its blob's Last-Modified, storage's clock
+	// written is when its entry was last written at the earliest, on the
+	// local clock: modified against the listing's Date, a second earlier
+	// (whole seconds); zero when the listing does not tell.
+	written time.Time
 	// headPoll and poll are the intervals it waits with (its
 	// MutexOptions), zero when its entry does not say (an older version).
 	headPoll, poll time.Duration
@@ -583,6 +587,9 @@ func (q *queue) list(ctx context.Context, limit time.Time) (queueView, error) {
 				continue
 			}
 			if w, ok := parseWaiter(q.lock, st); ok {
+				if !date.IsZero() && !w.modified.IsZero() {
+					w.written = v.sent.Add(-date.Sub(w.modified) - time.Second)
+				}
 				v.ws = append(v.ws, w)
 			}
 			continue

@@ -189,22 +189,49 @@ func QueueWait(p int, age, head, poll time.Duration) time.Duration {
 //     sees the first one that is not taken. The queue moves at every
 //     hand-off, so while the lock is held for less than that, it sees every
 //     hand-off.
-//   - After that, every QueueWait(1, …), and a listing of the queue takes
-//     the place of a look (the cost QueueWait gives).
+//   - After that, every SecondLook(…, marked), and a listing of the queue
+//     takes the place of a look.
 //
 // fast reports the first case: the caller does not list the queue then.
-func SecondWait(now, moved, looked, pending time.Time, head, poll, margin time.Duration) (wait time.Duration, fast bool) {
+// marked says the waiter wrote its head mark (it was first in line once).
+func SecondWait(now, moved, looked, pending time.Time, head, poll, margin time.Duration, marked bool) (wait time.Duration, fast bool) {
 	if !pending.IsZero() && now.Sub(pending) < 2*head+margin {
 		return head / 4, true
 	}
 	if now.Sub(moved) >= SecondCover(head) {
-		return QueueWait(1, now.Sub(moved), head, poll), false
+		return SecondLook(now.Sub(moved), head, poll, marked), false
 	}
 	if !looked.IsZero() {
 		return max(head-now.Sub(looked), 0), false
 	}
 	return head, false
 }
+
+// SecondLook is the wait between two looks of the waiter right behind the
+// first once the queue has stood still for age (past SecondCover):
+// QueueWait(1, …), every age/2 from head up to 2 × poll; and, unless it is
+// marked (it polled as the first once: PassOverFree counts a marked first
+// that came to be second again by 2 × poll), age/150 up to SecondCap(poll),
+// longer than 2 × poll from 300 × poll of stand-still (5 minutes with the
+// default poll). Behind a hold of 10 minutes that halves what it costs
+// (issue 35: with 2 × poll, 50 waiters sent 1.6 to 1.7 requests a second
+// over a second long hold's last minute, this waiter 0.5 of it). What it
+// costs: this waiter learns that the first took the lock that much later,
+// so a short hold right after a hold H is handed on within max(2 × poll,
+// H/150) rather than 2 × poll; and a dead first behind H is passed over up
+// to that much later, within issue 35's 5 % of H with the first's own look.
+func SecondLook(age, head, poll time.Duration, marked bool) time.Duration {
+	d := QueueWait(1, age, head, poll)
+	if marked {
+		return d
+	}
+	return max(d, min(age/150, SecondCap(poll)))
+}
+
+// SecondCap is the longest the waiter right behind the first sleeps
+// (SecondLook): 4 × poll, twice HeadCap, which an older version's watcher
+// allows it too (QueueWait(1, …) with OlderPoll, 2 × poll).
+func SecondCap(poll time.Duration) time.Duration { return 2 * HeadCap(poll) }
 
 // SecondCover is how long after the queue moved the waiter right behind the
 // first looks at the lock every head (SecondWait): 10 × head.
@@ -250,11 +277,14 @@ func HandOffWait(held, wasHead, head, poll time.Duration) time.Duration {
 // HeadCap(poll): that and one of its head polls (head), and margin for
 // requests in flight. One that has not may not know yet that it is first:
 // it learns it at its next look as the waiter right behind the first,
-// within QueueCap(1, poll) (2 × poll), and looks at the lock at once: two
-// head polls, margin, and that.
-func PassOverFree(head, poll, margin time.Duration, marked bool) time.Duration {
+// within SecondLook of the stand-still it saw, and looks at the lock at
+// once: two head polls, margin, and that. still bounds that stand-still:
+// the time since its entry was written (its join, or its return after it
+// was missed: it counts from then at the latest); 2 × poll while under
+// 300 × poll, SecondCap(poll) at most (a still unknown: as long as can be).
+func PassOverFree(head, poll, margin time.Duration, marked bool, still time.Duration) time.Duration {
 	if marked {
 		return head + max(head, HeadCap(poll)) + margin
 	}
-	return 2*head + margin + QueueCap(1, poll)
+	return 2*head + margin + max(QueueCap(1, poll), SecondLook(still, head, poll, false))
 }

@@ -194,14 +194,50 @@ func TestSecondWait(t *testing.T) {
 		{"a look overdue: at once", at(300), at(0), at(0), none, 0, false},
 		{"never looked: a head poll", at(300), at(0), none, none, head, false},
 		{"just before 10 head polls since the move: still every head poll", at(1999), at(0), at(1900), none, ms(101), false},
-		{"after that: QueueWait, from now", at(2000), at(0), at(1900), none, QueueWait(1, ms(2000), head, poll), false},
+		{"after that: SecondLook, from now", at(2000), at(0), at(1900), none, SecondLook(ms(2000), head, poll, false), false},
 		{"a hand-off long after the move: fast too", at(60000), at(0), at(59000), at(60000), head / 4, true},
 		{"and after its 2 head polls + margin, QueueWait", at(60450), at(0), at(60400), at(60000), 2 * time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, fast := SecondWait(tc.now, tc.moved, tc.looked, tc.hf, head, poll, margin)
+			got, fast := SecondWait(tc.now, tc.moved, tc.looked, tc.hf, head, poll, margin, false)
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.fast, fast)
 		})
+	}
+}
+
+// TestSecondLook: right behind the first, past SecondCover, a waiter looks
+// every age/2 up to 2 × poll, then every age/150 from 300 × poll of
+// stand-still, up to SecondCap (4 × poll) from 600 × poll; a marked one
+// stays at 2 × poll. It never decreases as the stand-still grows, and never
+// exceeds what an older watcher allows (QueueWait(1, …) with OlderPoll).
+func TestSecondLook(t *testing.T) {
+	head, poll := 200*time.Millisecond, time.Second
+	for _, tc := range []struct {
+		age          time.Duration
+		want, marked time.Duration
+	}{
+		{2 * time.Second, time.Second, time.Second},
+		{4 * time.Second, 2 * time.Second, 2 * time.Second},
+		{100 * time.Second, 2 * time.Second, 2 * time.Second},
+		{5 * time.Minute, 2 * time.Second, 2 * time.Second},
+		{450 * time.Second, 3 * time.Second, 2 * time.Second},
+		{10 * time.Minute, 4 * time.Second, 2 * time.Second},
+		{100 * time.Hour, 4 * time.Second, 2 * time.Second},
+	} {
+		assert.Equal(t, tc.want, SecondLook(tc.age, head, poll, false), "age %v", tc.age)
+		assert.Equal(t, tc.marked, SecondLook(tc.age, head, poll, true), "age %v, marked", tc.age)
+	}
+	assert.Equal(t, 4*poll, SecondCap(poll))
+	// A free slot waits for an unmarked first as long as it may sleep there.
+	margin := 50 * time.Millisecond
+	assert.Equal(t, 2*head+margin+2*poll, PassOverFree(head, poll, margin, false, 0))
+	assert.Equal(t, 2*head+margin+2*poll, PassOverFree(head, poll, margin, false, 5*time.Minute))
+	assert.Equal(t, 2*head+margin+4*poll, PassOverFree(head, poll, margin, false, 10*time.Minute))
+	assert.Equal(t, 2*head+margin+4*poll, PassOverFree(head, poll, margin, false, 1<<63-1), "unknown")
+	assert.Equal(t, head+2*poll+margin, PassOverFree(head, poll, margin, true, 10*time.Minute), "marked")
+	for a := time.Duration(0); a < 2*time.Hour; a += 700 * time.Millisecond {
+		assert.LessOrEqual(t, SecondLook(a, head, poll, false), SecondLook(a+700*time.Millisecond, head, poll, false), "age %v", a)
+		assert.LessOrEqual(t, SecondLook(a, head, poll, false), QueueWait(1, a, head, OlderPoll(poll)), "age %v: an older watcher allows it", a)
 	}
 }

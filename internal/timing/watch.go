@@ -55,18 +55,30 @@ func SuccessorDue(stays []Stay, sched Schedule) time.Time {
 // WaiterSchedule is the schedule fair locks' waiters follow, as
 // SuccessorDue takes it: HeadWait for the first in line, SecondWait's
 // longest right behind it (a head poll while the queue moved within
-// SecondCover, QueueWait after; HeadWait while the hold is young), BackWait
+// SecondCover, SecondLook after; HeadWait while the hold is young), BackWait
 // further back with the published pace, which pace bounds (the watcher's:
 // the largest it can bound from its reads of the lock record, PaceBound).
 func WaiterSchedule(head, poll, pace time.Duration) Schedule {
-	return waiterSchedule(head, poll, pace, HeadWait, BackWait)
+	return waiterSchedule(head, poll, pace, HeadWait, unmarkedSecond, BackWait)
+}
+
+// unmarkedSecond is SecondLook's longest (a waiter not marked).
+func unmarkedSecond(age, head, poll time.Duration) time.Duration {
+	return SecondLook(age, head, poll, false)
+}
+
+// markedSecond is the wait right behind the first, past SecondCover, of a
+// marked waiter (SecondLook) and of versions before SecondCap:
+// QueueWait(1, …).
+func markedSecond(age, head, poll time.Duration) time.Duration {
+	return QueueWait(1, age, head, poll)
 }
 
 // OlderWaiterSchedule is the schedule of the version before HeadCap and
 // NearCap: its first in line looked at most every poll (olderHeadWait),
 // its waiters behind the first followed OlderBackWait.
 func OlderWaiterSchedule(head, poll, pace time.Duration) Schedule {
-	return waiterSchedule(head, poll, pace, olderHeadWait, OlderBackWait)
+	return waiterSchedule(head, poll, pace, olderHeadWait, markedSecond, OlderBackWait)
 }
 
 // olderHeadWait is HeadWait as the version before HeadCap had it: the
@@ -75,7 +87,7 @@ func olderHeadWait(age, head, poll time.Duration) time.Duration {
 	return headWait(age, head, poll)
 }
 
-func waiterSchedule(head, poll, pace time.Duration, headWait func(age, head, poll time.Duration) time.Duration,
+func waiterSchedule(head, poll, pace time.Duration, headWait, second func(age, head, poll time.Duration) time.Duration,
 	backWait func(p int, age, pace, poll time.Duration) time.Duration) Schedule {
 	return func(p int, age time.Duration) time.Duration {
 		switch {
@@ -84,7 +96,7 @@ func waiterSchedule(head, poll, pace time.Duration, headWait func(age, head, pol
 		case p == 1:
 			d := head
 			if age >= SecondCover(head) {
-				d = max(head, QueueWait(1, age, head, poll))
+				d = max(head, second(age, head, poll))
 			}
 			if hw := headWait(age, head, poll); hw < head {
 				d = min(d, hw) // a young hold: it looks as the first does
@@ -103,18 +115,19 @@ func waiterSchedule(head, poll, pace time.Duration, headWait func(age, head, pol
 // written): the largest WaiterSchedule gives at any position and any pace
 // for an age up to age. marked says it wrote its head mark since (it polls as
 // the first, or as the second when a waiter came back ahead of it): then
-// HeadWait's and SecondWait's longest. Unmarked, while age is under
+// HeadWait's and SecondWait's longest for a marked waiter (SecondLook).
+// Unmarked, while age is under
 // QueueQuiet(poll) that is max(BackRamp(age), PaceCap(poll)) (BackWait's
 // position and pace terms are capped), past it QueueWait's caps far back.
 // The holder's hand-off returns at once when the lease outlasts this from
 // the marker (fairunlock.go, unlockFair).
 func SleepBound(age, head, poll time.Duration, marked bool) time.Duration {
-	sched := WaiterSchedule(head, poll, unknownPace)
-	d := max(sched(0, age), sched(1, age))
 	if marked {
-		return d
+		sched := waiterSchedule(head, poll, unknownPace, HeadWait, markedSecond, BackWait)
+		return max(sched(0, age), sched(1, age))
 	}
-	return max(d, sched(maxPosition, age))
+	sched := WaiterSchedule(head, poll, unknownPace)
+	return max(sched(0, age), sched(1, age), sched(maxPosition, age))
 }
 
 // unknownPace and maxPosition stand for a pace and a position SleepBound
