@@ -805,19 +805,15 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		default:
 			// Toward its turn at the published pace (most of the way at
 			// once), and less often the longer the queue stands still
-			// (timing.BackWait, as its watcher counts it). Past a poll,
-			// jitter shortens it: waiters that joined together do not
-			// list together for good through a stand-still. Not below:
-			// in a queue that moves, waiters woken early list more
-			// (jittered at every sleep, 50 contenders with zero holds
-			// made 2 requests more an acquisition, and 25 % fewer).
+			// (timing.BackWait, as its watcher counts it). Jitter only
+			// shortens it (timing.BackSpread): waiters that joined
+			// together do not list together for good through a
+			// stand-still.
 			d := timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
 			if own := pl.own.saw(v); own > 0 {
 				d = min(d, max(time.Duration(float64(p-1)*float64(own)*timing.PaceShare), timing.LookFloor))
 			}
-			if d > f.cfg.poll {
-				d = time.Duration(float64(d) * (1 - f.cfg.jitter/2*mrand.Float64()))
-			}
+			d = time.Duration(float64(d) * (1 - timing.BackSpread(p, d, f.cfg.poll, f.cfg.jitter)*mrand.Float64()))
 			if !due.IsZero() {
 				d = min(d, max(time.Until(due), 0))
 			}
