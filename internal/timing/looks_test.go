@@ -305,3 +305,27 @@ func TestEvictionOutlastsSleeps(t *testing.T) {
 		assert.Less(t, OlderBackCap(p, OlderPoll(time.Second)), 2*MaxQueueLook(OlderPoll(time.Second)), "p %d, as older versions read it", p)
 	}
 }
+
+// TestBackSpread: jitter takes nothing off a sleep up to a poll, jitter/2
+// past it, and FarSpread far back once a sleep passes QueueQuiet; nothing
+// when jitter is off.
+func TestBackSpread(t *testing.T) {
+	poll := time.Second
+	for _, tc := range []struct {
+		p    int
+		d    time.Duration
+		j    float64
+		want float64
+	}{
+		{2, poll, 0.2, 0},
+		{50, poll, 0.2, 0},
+		{2, 2 * poll, 0.2, 0.1},
+		{NearPositions, time.Minute, 0.2, 0.1},
+		{NearPositions + 1, QueueQuiet(poll), 0.2, 0.1},
+		{NearPositions + 1, QueueQuiet(poll) + 1, 0.2, FarSpread},
+		{49, BackCap(49, poll), 0.2, FarSpread},
+		{49, BackCap(49, poll), 0, 0},
+	} {
+		assert.Equal(t, tc.want, BackSpread(tc.p, tc.d, poll, tc.j), "p %d d %v jitter %v", tc.p, tc.d, tc.j)
+	}
+}
