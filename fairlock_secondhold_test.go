@@ -25,7 +25,10 @@ import (
 // of ten minutes; the first of them is handed the lock and holds it ten
 // minutes too. Over the last minute of that second hold the fifty others
 // send at most 1.5 requests a second in all (issue 35), the one right
-// behind the holder at most 1.1, none failed.
+// behind the holder at most 1.1, none failed; the next hand-off comes
+// within 5 % of the hold. On the code before: 1.63 to 1.72, the waiter
+// right behind the first in line sending as much as it (0.5), and 26 of
+// the 39 far back listing in that minute, in step.
 func TestFairSecondLongHoldStaysQuiet(t *testing.T) {
 	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
@@ -104,8 +107,15 @@ func TestFairSecondLongHoldStaysQuiet(t *testing.T) {
 			failed = append(failed, f...)
 		}
 		assert.Empty(t, failed, "no failed request")
-		cancel()
+		// The hand-off after the second hold: within 5 % of it (issue 35).
+		unlocked := time.Now()
 		require.NoError(t, first.Unlock(ctx))
+		next := <-got
+		gap := time.Since(unlocked)
+		t.Logf("the hand-off after the second hold: %v from the Unlock call", gap)
+		assert.LessOrEqual(t, gap, hold/20)
+		cancel()
+		require.NoError(t, next.Unlock(ctx))
 		wg.Wait()
 		close(got)
 		for lk := range got {
