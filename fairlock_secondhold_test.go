@@ -38,6 +38,7 @@ func TestFairSecondLongHoldStaysQuiet(t *testing.T) {
 		require.NoError(t, err)
 		const n, hold = 51, 10 * time.Minute
 		got := make(chan *azlease.Lock, n)
+		began := time.Now()
 		wctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		cs := countedWaiters(wctx, t, e, n, &wg, got)
@@ -81,6 +82,26 @@ func TestFairSecondLongHoldStaysQuiet(t *testing.T) {
 			fmt.Fprintf(&b, "position %2d (w%d): %s\n", i-1, i, strings.Join(ms, " | "))
 		}
 		t.Logf("%d waiters behind a second hold of %v, per minute of it:\n%s", n-1, hold, b.String())
+		// The first hold, for comparison: fifty waiting behind it, w0 to
+		// w49 (minute 1 begins as they join).
+		first1 := make([]int, hold/time.Minute)
+		for i, c := range cs {
+			if i == n-1 {
+				continue
+			}
+			c.mu.Lock()
+			for _, s := range c.sends {
+				if m := int(s.at.Sub(began) / time.Minute); m >= 0 && m < len(first1) {
+					first1[m]++
+				}
+			}
+			c.mu.Unlock()
+		}
+		var h1 []string
+		for _, k := range first1 {
+			h1 = append(h1, fmt.Sprintf("%.2f", float64(k)/60))
+		}
+		t.Logf("the same fifty behind the first hold, per minute: %s", strings.Join(h1, " "))
 		if dir := os.Getenv("AZLEASE_PROBE_DIR"); dir != "" {
 			_ = os.WriteFile(dir+"/secondhold.txt", []byte(b.String()), 0o644)
 		}
