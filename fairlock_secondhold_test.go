@@ -7,7 +7,6 @@ package azlease_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -102,9 +101,6 @@ func TestFairSecondLongHoldStaysQuiet(t *testing.T) {
 			h1 = append(h1, fmt.Sprintf("%.2f", float64(k)/60))
 		}
 		t.Logf("the same fifty behind the first hold, per minute: %s", strings.Join(h1, " "))
-		if dir := os.Getenv("AZLEASE_PROBE_DIR"); dir != "" {
-			_ = os.WriteFile(dir+"/secondhold.txt", []byte(b.String()), 0o644)
-		}
 		group := func(lo, hi int) int { // positions lo..hi, the last minute
 			k := 0
 			for i := lo + 1; i <= hi+1 && i < n; i++ {
