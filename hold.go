@@ -18,10 +18,11 @@ import (
 // Hold acquires the lease as [Lease.Acquire] does (proposing the ID that
 // [Lease.NextLeaseID] chose, if any, so a lease handed to this Lease is
 // taken at once) and keeps it renewed on the container client's shared
-// scheduler, every LeaseDuration/3 (up to 10 % sooner; sooner still when
-// AttemptTimeout is over a sixth of LeaseDuration: see holdRenewEvery),
-// until the returned
-// [Lock] is unlocked, handed off, or lost. The Lock's context ends when the
+// scheduler, every LeaseDuration/3 or, when shorter, LeaseDuration −
+// SafetyMargin − 2 × AttemptTimeout (room for two attempts: shorter for an
+// AttemptTimeout over 4.625 s with the other defaults), up to 10 % sooner,
+// until the returned [Lock] is unlocked, handed off, or lost. The Lock's
+// context ends when the
 // lease is lost or its validity deadline passes; it carries ctx's values but
 // not its cancellation. When another holder has the lease, Hold returns an
 // error wrapping [ErrLeaseHeld].
