@@ -11,7 +11,11 @@ package azlease_test
 // before one whose ticket was taken before its Lock call began and that is
 // still waiting, unless that one was passed over while it did not look (the
 // library's hook reported it "missed"), which is counted apart; in clean
-// seeds there is no pass-over at all.
+// seeds there is no pass-over at all. A ticket's place ends when its
+// waiter is served or leaves; one that ends unserved ends when storage
+// applied its waiter's removal of its entry, if that came first: a
+// take-over removes the entry beside its renewal, and when that renewal
+// fails the waiter leaves and joins again at the back.
 //
 // A fourth of the seeds are hosts that die whole (issue 36): the waiters
 // run on two to four hosts, and a host's death kills its holder and its
@@ -208,6 +212,7 @@ type fairTicket struct {
 	taken   time.Time   // the ticket's conditional write succeeded
 	joined  time.Time   // its queue entry was created
 	gone    time.Time   // out of the queue for the order: served, left, removed
+	how     string      // which of those three events it was
 	missed  []time.Time // passed over while it did not look
 	back    []time.Time // found itself missed and cleared the mark
 	evicted time.Time   // a holder deleted its entry
@@ -311,7 +316,7 @@ func (r *fairRecorder) hook(event, lock string, ticket uint64) {
 		tk.joined = now
 	case "served", "left", "removed":
 		if tk.gone.IsZero() {
-			tk.gone = now
+			tk.gone, tk.how = now, event
 		}
 	case "missed":
 		tk.missed = append(tk.missed, now)
@@ -383,7 +388,20 @@ func (r *fairRecorder) check(t0 time.Time, reqs *fairRequests) fairOrder {
 				continue
 			}
 			for _, tk := range a.tickets {
-				if !tk.taken.Before(b.start) || (!tk.gone.IsZero() && !tk.gone.After(b.end)) {
+				// Out of line when its waiter's hook said so, or earlier,
+				// when storage applied the waiter's own removal of its
+				// entry and the ticket then ended unserved: a take-over
+				// removes it beside the renewal, and when the renewal
+				// then fails (its answer lost, then an outage) the waiter
+				// joins again at the back, maybe after the next in line
+				// was served (fairLock.wait). A ticket still waiting, or
+				// served, after its entry's removal keeps its place: the
+				// check still sees a waiter that looks on without an entry.
+				gone := tk.gone
+				if at := reqs.removed(tk.ticket, a.waiter); !at.IsZero() && tk.how != "" && tk.how != "served" && at.Before(gone) {
+					gone = at
+				}
+				if !tk.taken.Before(b.start) || (!gone.IsZero() && !gone.After(b.end)) {
 					continue
 				}
 				// Missed before b was served, as the hook said; or as the
@@ -442,12 +460,18 @@ type fairRequests struct {
 	byClient  map[string][]fairReq
 	announced map[uint64]string
 	entryFrom map[uint64]time.Time // each ticket's first request creating its entry
+	// removedAt is when each ticket's waiter first had its own entry
+	// deleted, as storage applied it (removedBy names that client): from
+	// then on the ticket holds no place in line, whenever the waiter's
+	// hook says so (see fairRecorder.check).
+	removedAt map[uint64]time.Time
+	removedBy map[uint64]string
 	handed    map[string][]time.Time
 	markers   map[uint64]bool
 }
 
 func newFairRequests(lock string) *fairRequests {
-	return &fairRequests{lock: lock, byClient: map[string][]fairReq{}, announced: map[uint64]string{}, entryFrom: map[uint64]time.Time{}, handed: map[string][]time.Time{}, markers: map[uint64]bool{}}
+	return &fairRequests{lock: lock, byClient: map[string][]fairReq{}, announced: map[uint64]string{}, entryFrom: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, removedBy: map[uint64]string{}, handed: map[string][]time.Time{}, markers: map[uint64]bool{}}
 }
 
 func (q *fairRequests) see(r azleasetest.Request) {
@@ -472,9 +496,10 @@ func (q *fairRequests) see(r azleasetest.Request) {
 
 // fault notes the fault drawn for r: a request creating a queue entry that
 // storage applies without delay of its own (passed, or applied and its
-// answer lost) created it by then (its Delay later), for entryAt.
+// answer lost) created it by then (its Delay later), for entryAt; one
+// deleting an entry removed it by then, for removed.
 func (q *fairRequests) fault(r azleasetest.Request, f azleasetest.Fault) azleasetest.Fault {
-	if r.Op != azleasetest.OpPutBlob || !strings.HasPrefix(r.Blob, azlease.QueueName(q.lock)) {
+	if (r.Op != azleasetest.OpPutBlob && r.Op != azleasetest.OpDeleteBlob) || !strings.HasPrefix(r.Blob, azlease.QueueName(q.lock)) {
 		return f
 	}
 	switch f.Action {
@@ -488,11 +513,28 @@ func (q *fairRequests) fault(r azleasetest.Request, f azleasetest.Fault) azlease
 	}
 	at := time.Now().Add(f.Delay)
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	if r.Op == azleasetest.OpDeleteBlob {
+		if prev, ok := q.removedAt[t]; !ok || at.Before(prev) {
+			q.removedAt[t], q.removedBy[t] = at, r.Client
+		}
+		return f
+	}
 	if prev, ok := q.entryFrom[t]; !ok || at.Before(prev) {
 		q.entryFrom[t] = at
 	}
-	q.mu.Unlock()
 	return f
+}
+
+// removed is when ticket's entry was deleted by client, its own waiter,
+// as far as the faults drawn tell (zero if unknown, or deleted by another).
+func (q *fairRequests) removed(ticket uint64, client string) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.removedBy[ticket] != client {
+		return time.Time{}
+	}
+	return q.removedAt[ticket]
 }
 
 // entryAt is when a request creating ticket's queue entry was applied at the
