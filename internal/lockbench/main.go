@@ -28,6 +28,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,7 +64,19 @@ func main() {
 	flag.DurationVar(&p.deadHold, "dead-hold", 10*time.Millisecond, "dead-waiters scenario: each waiter's hold once served")
 	flag.DurationVar(&p.deadCut, "dead-cut", 8*time.Second, "dead-waiters scenario: how long the third victim is cut off (less than -etcd-ttl)")
 	trace := flag.Bool("trace", false, "write every azlease request and each scenario's events to standard error")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lockbench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *trace {
 		tracing = time.Now()
 	}
