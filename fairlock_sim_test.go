@@ -460,10 +460,10 @@ type fairRequests struct {
 	byClient  map[string][]fairReq
 	announced map[uint64]string
 	entryFrom map[uint64]time.Time // each ticket's first request creating its entry
-	// removedAt is when each ticket's waiter first had its own entry
-	// deleted, as storage applied it (removedBy names that client): from
-	// then on the ticket holds no place in line, whenever the waiter's
-	// hook says so (see fairRecorder.check).
+	// removedAt is when each ticket's entry was first deleted, as storage
+	// applied it, and removedBy by which client: when that is the ticket's
+	// own waiter and the ticket then ends unserved, its place ends there
+	// (fairRecorder.check).
 	removedAt map[uint64]time.Time
 	removedBy map[uint64]string
 	handed    map[string][]time.Time
