@@ -524,8 +524,8 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 		switch {
 		case !ok:
 			var from time.Time
-			if !x.Head && !v.date.IsZero() && !x.modified.IsZero() {
-				from = v.sent.Add(-v.date.Sub(x.modified) - time.Second)
+			if !x.Head {
+				from = writtenBy(v.sent, v.date, x.modified)
 			}
 			a = &aheadSeen{stays: []timing.Stay{{Pos: i, From: from}}}
 			if !x.Head {
@@ -547,8 +547,8 @@ func (pl *polling) track(ahead []waiter, v queueView) {
 		pl.holdFrom = map[int]time.Time{}
 	}
 	for i, st := range v.locks {
-		if st.Leased && st.Next == "" && !v.date.IsZero() && !st.modified.IsZero() {
-			pl.holdFrom[i] = v.sent.Add(-v.date.Sub(st.modified) - time.Second)
+		if from := writtenBy(v.sent, v.date, st.modified); st.Leased && st.Next == "" && !from.IsZero() {
+			pl.holdFrom[i] = from
 		}
 	}
 	if v.locks != nil {

@@ -184,10 +184,10 @@ func (lk *Lock) logHandOff(out handOnOutcome) {
 // (storage's clock, whole seconds: a second earlier). Zero when the
 // listing does not tell.
 func (f *fairLock) sleepsUntil(w waiter, v queueView, marker time.Time) time.Time {
-	if v.date.IsZero() || w.modified.IsZero() || v.sent.IsZero() {
+	since := writtenBy(v.sent, v.date, w.modified)
+	if since.IsZero() {
 		return time.Time{}
 	}
-	since := v.sent.Add(-v.date.Sub(w.modified) - time.Second)
 	head, poll := w.paces(f.cfg)
 	return marker.Add(timing.SleepBound(max(marker.Sub(since), 0), head, poll, w.Head))
 }

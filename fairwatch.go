@@ -300,10 +300,10 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 // late leaves less: the lease may then expire first, and the queue's first
 // takes the free lock, in order.
 func markerRest(st Status, sent time.Time, cfg leaseConfig) time.Time {
-	if st.modified.IsZero() || st.listed.IsZero() || sent.IsZero() {
+	written := writtenBy(sent, st.listed, st.modified)
+	if written.IsZero() {
 		return time.Time{}
 	}
-	written := sent.Add(-st.listed.Sub(st.modified) - time.Second)
 	return written.Add(cfg.duration/3 - min(cfg.attemptTimeout, time.Second))
 }
 

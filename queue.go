@@ -587,9 +587,7 @@ func (q *queue) list(ctx context.Context, limit time.Time) (queueView, error) {
 				continue
 			}
 			if w, ok := parseWaiter(q.lock, st); ok {
-				if !date.IsZero() && !w.modified.IsZero() {
-					w.written = v.sent.Add(-date.Sub(w.modified) - time.Second)
-				}
+				w.written = writtenBy(v.sent, date, w.modified)
 				v.ws = append(v.ws, w)
 			}
 			continue
@@ -616,6 +614,18 @@ func effective(ws []waiter, self uint64) []waiter {
 		}
 	}
 	return out
+}
+
+// writtenBy is the earliest instant on the local clock at which a blob
+// storage dates modified was written, as an answer dated date to a request
+// sent at sent tells: sent less the blob's age by storage's clock, and a
+// second (Date and Last-Modified are whole seconds). Zero when one of them
+// is unknown.
+func writtenBy(sent, date, modified time.Time) time.Time {
+	if sent.IsZero() || date.IsZero() || modified.IsZero() {
+		return time.Time{}
+	}
+	return sent.Add(-date.Sub(modified) - time.Second)
 }
 
 // parseWaiter reads a waiter from its listed blob; ok is false for a blob
