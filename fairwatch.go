@@ -170,8 +170,12 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 		d0 := due
 		for _, x := range ahead[1:] {
 			// Each waiter between may have slept, at its place, until
-			// the first's promise ran out, and then looked.
+			// the first's promise ran out, and then looked; and it
+			// counts that promise from its own listings.
 			if d := f.successorDue(pl, x, d0, time.Time{}); d.After(due) {
+				due = d
+			}
+			if d := f.dueAsSeenBy(pl, first, x, got, pl.holdFrom[hi]); d.After(due) {
 				due = d
 			}
 		}
@@ -245,6 +249,13 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 // the hold as it saw it, never older than the hold: holdFrom, when known
 // (not zero), bounds that.
 func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time) time.Time {
+	return f.dueOver(pl, s, f.staysSeen(pl, s, sight, holdFrom))
+}
+
+// staysSeen is where this waiter's listings saw s (timing.Stay), the last
+// stay up to sight, and no stay first in line from before holdFrom (zero:
+// not known).
+func (f *fairLock) staysSeen(pl *polling, s waiter, sight, holdFrom time.Time) []timing.Stay {
 	stays := []timing.Stay{{Pos: 1, To: sight}}
 	if a, ok := pl.ahead[s.Ticket]; ok {
 		stays = slices.Clone(a.stays)
@@ -255,6 +266,42 @@ func (f *fairLock) successorDue(pl *polling, s waiter, sight, holdFrom time.Time
 			stays[i].From = holdFrom
 		}
 	}
+	return stays
+}
+
+// dueAsSeenBy bounds when x, a waiter between this one and s (the first in
+// line, named in a hand-off this waiter first saw at sight), expects s to
+// have looked: the promise x puts on s comes from x's own listings, which
+// saw each of s's moves later than this waiter's did (by x's next look,
+// successorDue), and dated s's join and the hold's start from storage's
+// whole seconds against other answers' Dates (writtenBy: up to viewSlack
+// earlier than this waiter's bound). Without it, a waiter two places behind
+// s, whose listing happened to date s's join a second later than the
+// waiter right behind s did, took the hand-off over before that waiter's
+// own promise ran out: a live waiter passed over (TestMultiProcessFairLock,
+// in CI).
+func (f *fairLock) dueAsSeenBy(pl *polling, s, x waiter, sight, holdFrom time.Time) time.Time {
+	stays := f.staysSeen(pl, s, sight, holdFrom)
+	for i := range stays {
+		if !stays[i].From.IsZero() {
+			stays[i].From = stays[i].From.Add(-viewSlack)
+		}
+		if !stays[i].To.IsZero() {
+			stays[i].To = f.successorDue(pl, x, stays[i].To, time.Time{})
+		}
+	}
+	return f.dueOver(pl, s, stays)
+}
+
+// viewSlack is how much earlier than this waiter another may date a write
+// it reads from a listing (writtenBy: storage's whole seconds of Date and
+// Last-Modified, a second each way), or the listing before one that showed
+// a move.
+const viewSlack = 2 * time.Second
+
+// dueOver is when s, at the stays given, has surely looked, had it
+// followed its schedule (see successorDue).
+func (f *fairLock) dueOver(pl *polling, s waiter, stays []timing.Stay) time.Time {
 	// The pace s slept by is one the record published since it joined:
 	// after this waiter's first read, no more than its reads bound; before,
 	// no more than pl.paces.pre (the largest pace of any list before the

@@ -5,6 +5,7 @@ package azlease
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -79,4 +80,85 @@ func TestTakeLeftLooksBeforeItTakesOver(t *testing.T) {
 		assert.True(t, lk.Valid(), "s still holds it")
 		require.NoError(t, lk.Unlock(ctx))
 	})
+}
+
+// TestWatchersBehindWaitForTheOnesBetween: c waits right behind b, d and
+// e further back; the lock is handed to b, which does not come. Each of c
+// and e lists the queue on its own schedule from its join, and storage
+// dates everything in whole seconds against its own clock, so each dates
+// b's join, and the hold's start, up to two seconds apart. e must not take
+// the hand-off over before c's own promise has run out: in CI, e's
+// listings dated b's join a second later than c's did, its promise ended
+// 215 ms before c's, and e took the lock from live c
+// (TestMultiProcessFairLock). Random timelines; the promises as watch
+// computes them from listings (track).
+func TestWatchersBehindWaitForTheOnesBetween(t *testing.T) {
+	_, cc := schedEmu(t)
+	f := mutexOn(t, cc).fair
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(35, 2))
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for trial := range 400 {
+		base := time.Now().Add(time.Hour) // never reached: watch only computes
+		off := dur(-3*time.Second, 3*time.Second)
+		storage := func(t time.Time) time.Time { return t.Add(off).Truncate(time.Second) }
+		names := []string{"a", "b", "c", "d", "e"}
+		joins := map[string]time.Time{}
+		at := base.Add(dur(50*time.Millisecond, 300*time.Millisecond))
+		for _, n := range names {
+			joins[n] = at
+			at = at.Add(dur(100*time.Millisecond, 400*time.Millisecond))
+		}
+		takeA := at.Add(dur(0, 2*time.Second))                              // a takes the lock: b first in line
+		handB := takeA.Add(dur(50*time.Millisecond, 1500*time.Millisecond)) // a hands it to b
+		ws := func(t time.Time, sent time.Time) []waiter {
+			var out []waiter
+			for i, n := range names {
+				if joins[n].After(sent) || (n == "a" && !takeA.After(t)) {
+					continue
+				}
+				out = append(out, waiter{Waiter: Waiter{Ticket: uint64(i + 1)}, key: n, modified: storage(joins[n])})
+			}
+			return out
+		}
+		lockAt := func(t time.Time) Status {
+			st := Status{Exists: true, Leased: true, Epoch: 1, modified: storage(base)}
+			switch {
+			case !handB.After(t):
+				st.Epoch, st.Next, st.modified = 2, "b", storage(handB)
+			case !takeA.After(t):
+				st.Epoch, st.modified = 2, storage(takeA)
+			}
+			return st
+		}
+		promise := func(self string) time.Time {
+			var pl polling
+			sent := joins[self]
+			for {
+				rtt := dur(time.Millisecond, 12*time.Millisecond)
+				seen := sent.Add(dur(0, rtt)) // when storage read it
+				v := queueView{sent: sent, got: sent.Add(rtt), date: storage(seen), ws: ws(seen, sent)}
+				st := lockAt(seen)
+				st.listed = v.date
+				v.locks = []Status{st}
+				i := slices.IndexFunc(v.ws, func(x waiter) bool { return x.key == self })
+				require.GreaterOrEqual(t, i, 0)
+				ahead := v.ws[:i]
+				pl.track(ahead, v)
+				if st.Next != "" {
+					_, _, _, err := f.watch(ctx, &pl, ahead, v.locks, v.sent, v.got, time.Minute)
+					require.NoError(t, err)
+					require.NotEmpty(t, pl.watch.key, "%s watches the hand-off", self)
+					return pl.watch.promise
+				}
+				// Looks no further apart than the schedule's shortest.
+				sent = v.got.Add(dur(time.Millisecond, 4*time.Millisecond))
+			}
+		}
+		pc, pe := promise("c"), promise("e")
+		if !pe.After(pc.Add(minHandOffMargin)) {
+			t.Fatalf("trial %d: e's promise %v after the hand-off, c's %v: e would take the hand-off from live c",
+				trial, pe.Sub(handB), pc.Sub(handB))
+		}
+	}
 }
