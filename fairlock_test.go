@@ -310,6 +310,69 @@ func TestFairLockDeadWaiter(t *testing.T) {
 	})
 }
 
+// TestFairLockTwoDeadSideBySide: the first two in line die (cut off from
+// storage) while they wait; "next" and "later" wait behind them. The
+// holder's Unlock hands the lock to the first dead one; "next" takes it over
+// once its promise has run out (the dead ones', and what the second dead
+// one computes from its own listings: othersWatch), and "later", which
+// watches the same hand-off, waits out what "next" computes. Two dead
+// waiters side by side cost about a second more than one
+// (TestFairLockDeadWaiter), never a lease duration. (With two dead ahead of
+// "next", a watcher behind it is bounded one view deep only: here "next" is
+// served first; TestWatchersBehindWaitForTheOnesBetween logs how often
+// skewed listings make it otherwise.)
+func TestFairLockTwoDeadSideBySide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEmu(t)
+		ctx := context.Background()
+		holder, stopDead := holderAndFirst(t, e)
+		time.Sleep(300 * time.Millisecond)
+		dctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, err := newMutex(t, e, "dead2", "m", nil).Lock(dctx)
+			assert.Error(t, err)
+		}()
+		time.Sleep(300 * time.Millisecond)
+		type served struct {
+			who string
+			at  time.Time
+			lk  *azlease.Lock
+		}
+		order := make(chan served, 2)
+		for _, who := range []string{"next", "later"} {
+			go func() {
+				lk, err := newMutex(t, e, who, "m", nil).Lock(ctx)
+				assert.NoError(t, err)
+				order <- served{who, time.Now(), lk}
+			}()
+			time.Sleep(300 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		q, err := azlease.InspectQueue(ctx, e.client("x"), "m")
+		require.NoError(t, err)
+		require.Len(t, q, 4)
+		e.Partition("dead", azleasetest.Blackhole)
+		e.Partition("dead2", azleasetest.Blackhole)
+		start := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		first := <-order
+		assert.Equal(t, "next", first.who, "the live waiter right behind the dead ones is served first")
+		cost := first.at.Sub(start)
+		assert.LessOrEqual(t, cost, 4*time.Second, "two dead waiters side by side cost their promises, never a lease duration")
+		t.Logf("two dead waiters side by side cost %v", cost)
+		require.NoError(t, first.lk.Unlock(ctx))
+		second := <-order
+		assert.Equal(t, "later", second.who)
+		require.NoError(t, second.lk.Unlock(ctx))
+		cancel()
+		e.Heal("dead2")
+		<-done
+		stopDead()
+	})
+}
+
 // TestFairWatcherTakesOverWithTheHolderGone: the first is dead and the
 // holder is cut off right after its hand-off (its Unlock returns once the
 // marker is written: issue 35). The waiter right behind the first takes the

@@ -126,6 +126,14 @@ type watchState struct {
 	key     string    // slot/epoch/successor ("": none)
 	promise time.Time // when the first, and each waiter up to this one, would surely have seen it
 	renewAt time.Time // when to renew the lease under the hand-off's ID, if promise is later
+	// sight, holdFrom and margins are what the promise was computed from:
+	// when the hand-off began at the latest (this waiter's first sight of
+	// it, or the marker's write: handedBy), the hold's start as it bounded
+	// it, and the margins added; seen is true once the promise
+	// also covers what the waiters between compute (othersDue).
+	sight, holdFrom time.Time
+	margins         time.Duration
+	seen            bool
 }
 
 // wake is when the watcher should look again (zero: it watches nothing).
@@ -166,19 +174,14 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 	}
 	st := sts[hi]
 	if key := fmt.Sprintf("%d/%d/%s", hi, st.Epoch, first.key); key != pl.watch.key {
-		due := f.successorDue(pl, first, got, pl.holdFrom[hi])
-		d0 := due
-		for _, x := range ahead[1:] {
-			// Each waiter between may have slept, at its place, until
-			// the first's promise ran out, and then looked; and it
-			// counts that promise from its own listings.
-			if d := f.successorDue(pl, x, d0, time.Time{}); d.After(due) {
-				due = d
-			}
-			if d := f.dueAsSeenBy(pl, first, x, got, pl.holdFrom[hi]); d.After(due) {
-				due = d
-			}
+		// From the hand-off's beginning, as far as both this look and
+		// the marker's write tell: every watcher counts from about the
+		// same instant, however late its own look came.
+		ref := got
+		if h := handedBy(st, got); !h.IsZero() && h.Before(ref) {
+			ref = h
 		}
+		due := f.ownDue(pl, ahead, ref, pl.holdFrom[hi])
 		// A margin for round trips, per waiter ahead: each waiter between
 		// watches the first with a margin of its own, and takes the
 		// hand-off over only once that has run out too (with one margin
@@ -186,7 +189,8 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 		// over a hand-off that the live one right behind the first was
 		// about to take, five live waiters passed over).
 		margin := max(minHandOffMargin, 4*got.Sub(sent))
-		pl.watch = watchState{key: key, promise: due.Add(time.Duration(len(ahead)) * margin)}
+		margins := time.Duration(len(ahead)) * margin
+		pl.watch = watchState{key: key, promise: due.Add(margins), sight: ref, holdFrom: pl.holdFrom[hi], margins: margins}
 		if !pl.clean.IsZero() {
 			pl.watch.renewAt = pl.clean.Add(f.cfg.lease.duration/3 - f.cfg.lease.attemptTimeout)
 		}
@@ -201,6 +205,13 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 		f.cfg.lease.log.Debug("azlease: watching a hand-off to the first in line", slog.Uint64("ticket", first.Ticket), slog.Duration("promise", time.Until(pl.watch.promise)))
 	}
 	now := time.Now()
+	if !now.Before(pl.watch.promise) {
+		// Computed only now: a hand-off is mostly taken long before a
+		// watcher behind the one right behind the first gets here, and
+		// the views of the waiters between cost far more CPU (up to 2 ms
+		// with 50 ahead).
+		f.othersWatch(pl, ahead)
+	}
 	switch {
 	case !now.Before(pl.watch.promise):
 		lk, err := f.takeFrom(ctx, first, hi, st, budget)
@@ -269,34 +280,86 @@ func (f *fairLock) staysSeen(pl *polling, s waiter, sight, holdFrom time.Time) [
 	return stays
 }
 
-// dueAsSeenBy bounds when x, a waiter between this one and s (the first in
-// line, named in a hand-off this waiter first saw at sight), expects s to
-// have looked: the promise x puts on s comes from x's own listings, which
-// saw each of s's moves later than this waiter's did (by x's next look,
-// successorDue), and dated s's join and the hold's start from storage's
-// whole seconds against other answers' Dates (writtenBy: up to viewSlack
-// earlier than this waiter's bound). Without it, a waiter two places behind
-// s, whose listing happened to date s's join a second later than the
-// waiter right behind s did, took the hand-off over before that waiter's
-// own promise ran out: a live waiter passed over (TestMultiProcessFairLock,
-// in CI).
-func (f *fairLock) dueAsSeenBy(pl *polling, s, x waiter, sight, holdFrom time.Time) time.Time {
-	stays := f.staysSeen(pl, s, sight, holdFrom)
+// ownDue is when the first in line (ahead[0]), named in a hand-off this
+// waiter first saw at sight, has surely looked, as this waiter's listings
+// tell (successorDue, over the places it saw it hold), and when each
+// waiter between (ahead[1:]), which may have slept at its place until
+// then, has surely looked since.
+func (f *fairLock) ownDue(pl *polling, ahead []waiter, sight, holdFrom time.Time) time.Time {
+	due := f.successorDue(pl, ahead[0], sight, holdFrom)
+	for _, x := range ahead[1:] {
+		due = later(due, f.successorDue(pl, x, sight, time.Time{}))
+	}
+	return due
+}
+
+// othersWatch extends the watched promise, once, to what the waiter right
+// ahead of this one computes (othersDue).
+func (f *fairLock) othersWatch(pl *polling, ahead []waiter) {
+	if pl.watch.seen || len(ahead) < 2 {
+		return
+	}
+	pl.watch.seen = true
+	if p := f.othersDue(pl, ahead, pl.watch.sight, pl.watch.holdFrom).Add(pl.watch.margins); p.After(pl.watch.promise) {
+		pl.watch.promise = p
+	}
+}
+
+// othersDue bounds the ownDue that y, the waiter right ahead of this one
+// (ahead[0] is the first in line, named in a hand-off that began by sight
+// at the latest), computes from its own listings. Those saw every move
+// later than this waiter's did (at y's next look), and dated every write
+// from storage's whole seconds against other answers' Dates (writtenBy, and
+// handedBy for the sight: up to viewSlack apart from this waiter's dates).
+// Without it, a waiter two places behind the first, whose listing happened
+// to date the first's join a second later than the live waiter right
+// behind the first did, took the hand-off over before that waiter's own
+// promise ran out (TestMultiProcessFairLock, in CI). One view deep only: y
+// bounds the one ahead of it in turn, and a bound of that bound, two views
+// deep, is looser again; followed all the way, ten waiters of one crashed
+// host held the live one behind them for minutes. So the waiter right
+// behind the first is never passed over by one further back
+// (TestWatchersBehindWaitForTheOnesBetween), while one further back can be,
+// once, when two or more ahead of it are dead or paused and the listings'
+// dates fall badly (docs/design/fair-locks-cost.md).
+func (f *fairLock) othersDue(pl *polling, ahead []waiter, sight, holdFrom time.Time) time.Time {
+	y := ahead[len(ahead)-1]
+	due := f.dueSeen(pl, ahead[0], f.staysSeen(pl, ahead[0], sight, holdFrom), y)
+	for _, x := range ahead[1 : len(ahead)-1] {
+		due = later(due, f.dueSeen(pl, x, f.staysSeen(pl, x, sight, time.Time{}), y))
+	}
+	return due
+}
+
+// dueSeen is dueOver over stays as y may have seen them: every date
+// viewSlack earlier (the sight that ends the last stay later), every move
+// seen at y's next look after this waiter's listing showed it.
+func (f *fairLock) dueSeen(pl *polling, s waiter, stays []timing.Stay, y waiter) time.Time {
 	for i := range stays {
 		if !stays[i].From.IsZero() {
 			stays[i].From = stays[i].From.Add(-viewSlack)
 		}
-		if !stays[i].To.IsZero() {
-			stays[i].To = f.successorDue(pl, x, stays[i].To, time.Time{})
+		switch {
+		case i == len(stays)-1:
+			stays[i].To = stays[i].To.Add(viewSlack)
+		case !stays[i].To.IsZero():
+			// y's next look, by its schedule as y's own listings may
+			// date it.
+			ys := f.staysSeen(pl, y, stays[i].To, time.Time{})
+			for j := range ys {
+				if !ys[j].From.IsZero() {
+					ys[j].From = ys[j].From.Add(-viewSlack)
+				}
+			}
+			stays[i].To = f.dueOver(pl, y, ys)
 		}
 	}
 	return f.dueOver(pl, s, stays)
 }
 
-// viewSlack is how much earlier than this waiter another may date a write
-// it reads from a listing (writtenBy: storage's whole seconds of Date and
-// Last-Modified, a second each way), or the listing before one that showed
-// a move.
+// viewSlack is how far apart two waiters may date one write they both read
+// from listings or looks (writtenBy, handedBy: storage's whole seconds of
+// Date and Last-Modified, a second each way).
 const viewSlack = 2 * time.Second
 
 // dueOver is when s, at the stays given, has surely looked, had it
@@ -331,6 +394,18 @@ func (f *fairLock) dueOver(pl *polling, s waiter, stays []timing.Stay) time.Time
 		}
 	}
 	return due
+}
+
+// handedBy is the latest instant, on the local clock, at which the
+// hand-off st shows (looked at, answered at got) can have begun: the
+// marker's write, which st's Last-Modified dates against the answer's Date
+// (storage's whole seconds: a second later), counted back from the answer.
+// Zero when the look does not tell.
+func handedBy(st Status, got time.Time) time.Time {
+	if got.IsZero() || st.listed.IsZero() || st.modified.IsZero() {
+		return time.Time{}
+	}
+	return got.Add(-st.listed.Sub(st.modified) + time.Second)
 }
 
 // markerRest is when a watcher that looked at st (sent at sent) renews a
