@@ -7,9 +7,12 @@ package azlease
 // successor's hand-off ID) once the successor, had it followed its
 // schedule, would surely have looked (timing.SuccessorDue, from where this
 // waiter's own looks saw it, and the pace the lock record published, which
-// paceWatch bounds); meanwhile it renews the hand-off's lease under that ID
-// when its watch outlives the lease's guaranteed rest. A hand-off to a
-// waiter gone from the queue is the first in line's to take at once.
+// paceWatch bounds); a waiter further back waits, besides, until each one
+// between would have taken it over, and what the one right ahead of it
+// computes from its own listings (othersDue). Meanwhile the watcher renews
+// the hand-off's lease under that ID when its watch outlives the lease's
+// guaranteed rest. A hand-off to a waiter gone from the queue is the first
+// in line's to take at once.
 
 import (
 	"context"
@@ -152,10 +155,13 @@ func (ws watchState) wake() time.Time {
 // (ahead[0]) is watched by the waiters behind it until the first, had it
 // followed its schedule, would surely have seen it, and each waiter between
 // it and this one (ahead[1:]) would surely have taken it over itself (their
-// promises, from where this waiter's listings saw each of them and when, and
-// a margin for round trips); then this waiter takes it over (a Change from
-// the first's hand-off ID), and marks those ahead missed: they keep their
-// tickets, and one that looks again is first at the next hand-off. sts is a
+// promises, from where this waiter's listings saw each of them and when,
+// counted from the hand-off's beginning as the marker dates it, a margin for
+// round trips each, and, once that has run out, what the waiter right ahead
+// computes from its own listings: othersWatch); then this waiter takes it
+// over (a Change from the first's hand-off ID), and marks those ahead
+// missed: they keep their tickets, and one that looks again is first at the
+// next hand-off. sts is a
 // look at the slots sent at sent and answered at got. It returns the lock it
 // took; relist when the queue should be listed again (the hand-off was
 // taken, or its lease is gone); at, when to look again for the watch (zero:
@@ -280,11 +286,10 @@ func (f *fairLock) staysSeen(pl *polling, s waiter, sight, holdFrom time.Time) [
 	return stays
 }
 
-// ownDue is when the first in line (ahead[0]), named in a hand-off this
-// waiter first saw at sight, has surely looked, as this waiter's listings
-// tell (successorDue, over the places it saw it hold), and when each
-// waiter between (ahead[1:]), which may have slept at its place until
-// then, has surely looked since.
+// ownDue is when the first in line (ahead[0]), named in a hand-off that
+// began by sight at the latest, has surely looked since, as this waiter's
+// listings tell (successorDue, over the places it saw it hold), and each
+// waiter between (ahead[1:]) too, and so seen it.
 func (f *fairLock) ownDue(pl *polling, ahead []waiter, sight, holdFrom time.Time) time.Time {
 	due := f.successorDue(pl, ahead[0], sight, holdFrom)
 	for _, x := range ahead[1:] {
