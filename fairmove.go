@@ -59,6 +59,6 @@ func (f *fairLock) movedAt(p int, ticket uint64, prev, v queueView, last time.Ti
 	}
 	// From the listing's answer, not its send: here the later is the safe
 	// side (a shorter stand-still, shorter sleeps).
-	at := v.got.Add(-is.listed.Sub(is.modified) + time.Second + 2*f.cfg.lease.attemptTimeout)
+	at := writtenNoLaterThan(v.got, is.listed, is.modified).Add(2 * f.cfg.lease.attemptTimeout)
 	return earlier(later(later(at, prev.got), last), now)
 }

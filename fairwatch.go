@@ -131,7 +131,7 @@ type watchState struct {
 	renewAt time.Time // when to renew the lease under the hand-off's ID, if promise is later
 	// sight, holdFrom and margins are what the promise was computed from:
 	// when the hand-off began at the latest (this waiter's first sight of
-	// it, or the marker's write: handedBy), the hold's start as it bounded
+	// it, or the marker's write: writtenNoLaterThan), the hold's start as it bounded
 	// it, and the margins added; seen is true once the promise
 	// also covers what the waiters between compute (othersDue).
 	sight, holdFrom time.Time
@@ -181,10 +181,10 @@ func (f *fairLock) watch(ctx context.Context, pl *polling, ahead []waiter, sts [
 	st := sts[hi]
 	if key := fmt.Sprintf("%d/%d/%s", hi, st.Epoch, first.key); key != pl.watch.key {
 		// From the hand-off's beginning, as far as both this look and
-		// the marker's write tell: every watcher counts from about the
+		// the marker's write (its Last-Modified) tell: every watcher counts from about the
 		// same instant, however late its own look came.
 		ref := got
-		if h := handedBy(st, got); !h.IsZero() && h.Before(ref) {
+		if h := writtenNoLaterThan(got, st.listed, st.modified); !h.IsZero() && h.Before(ref) {
 			ref = h
 		}
 		due := f.ownDue(pl, ahead, ref, pl.holdFrom[hi])
@@ -315,7 +315,7 @@ func (f *fairLock) othersWatch(pl *polling, ahead []waiter) {
 // at the latest), computes from its own listings. Those saw every move
 // later than this waiter's did (at y's next look), and dated every write
 // from storage's whole seconds against other answers' Dates (writtenBy, and
-// handedBy for the sight: up to viewSlack apart from this waiter's dates).
+// writtenNoLaterThan for the sight: up to viewSlack apart from this waiter's dates).
 // Without it, a waiter two places behind the first, whose listing happened
 // to date the first's join a second later than the live waiter right
 // behind the first did, took the hand-off over before that waiter's own
@@ -340,10 +340,8 @@ func (f *fairLock) othersDue(pl *polling, ahead []waiter, sight, holdFrom time.T
 // viewSlack earlier (the sight that ends the last stay later), every move
 // seen at y's next look after this waiter's listing showed it.
 func (f *fairLock) dueSeen(pl *polling, s waiter, stays []timing.Stay, y waiter) time.Time {
+	datedEarlier(stays)
 	for i := range stays {
-		if !stays[i].From.IsZero() {
-			stays[i].From = stays[i].From.Add(-viewSlack)
-		}
 		switch {
 		case i == len(stays)-1:
 			stays[i].To = stays[i].To.Add(viewSlack)
@@ -351,19 +349,25 @@ func (f *fairLock) dueSeen(pl *polling, s waiter, stays []timing.Stay, y waiter)
 			// y's next look, by its schedule as y's own listings may
 			// date it.
 			ys := f.staysSeen(pl, y, stays[i].To, time.Time{})
-			for j := range ys {
-				if !ys[j].From.IsZero() {
-					ys[j].From = ys[j].From.Add(-viewSlack)
-				}
-			}
+			datedEarlier(ys)
 			stays[i].To = f.dueOver(pl, y, ys)
 		}
 	}
 	return f.dueOver(pl, s, stays)
 }
 
+// datedEarlier moves every known start of stays viewSlack earlier: as
+// another waiter's listings may date them.
+func datedEarlier(stays []timing.Stay) {
+	for i := range stays {
+		if !stays[i].From.IsZero() {
+			stays[i].From = stays[i].From.Add(-viewSlack)
+		}
+	}
+}
+
 // viewSlack is how far apart two waiters may date one write they both read
-// from listings or looks (writtenBy, handedBy: storage's whole seconds of
+// from listings or looks (writtenBy, writtenNoLaterThan: storage's whole seconds of
 // Date and Last-Modified, a second each way).
 const viewSlack = 2 * time.Second
 
@@ -399,18 +403,6 @@ func (f *fairLock) dueOver(pl *polling, s waiter, stays []timing.Stay) time.Time
 		}
 	}
 	return due
-}
-
-// handedBy is the latest instant, on the local clock, at which the
-// hand-off st shows (looked at, answered at got) can have begun: the
-// marker's write, which st's Last-Modified dates against the answer's Date
-// (storage's whole seconds: a second later), counted back from the answer.
-// Zero when the look does not tell.
-func handedBy(st Status, got time.Time) time.Time {
-	if got.IsZero() || st.listed.IsZero() || st.modified.IsZero() {
-		return time.Time{}
-	}
-	return got.Add(-st.listed.Sub(st.modified) + time.Second)
 }
 
 // markerRest is when a watcher that looked at st (sent at sent) renews a

@@ -628,6 +628,17 @@ func writtenBy(sent, date, modified time.Time) time.Time {
 	return sent.Add(-date.Sub(modified) - time.Second)
 }
 
+// writtenNoLaterThan is the latest instant on the local clock at which a
+// blob storage dates modified was written, as an answer dated date and got
+// at got tells: got less the blob's age by storage's clock, and a second
+// later (whole seconds). Zero when one of them is unknown.
+func writtenNoLaterThan(got, date, modified time.Time) time.Time {
+	if got.IsZero() || date.IsZero() || modified.IsZero() {
+		return time.Time{}
+	}
+	return got.Add(-date.Sub(modified) + time.Second)
+}
+
 // parseWaiter reads a waiter from its listed blob; ok is false for a blob
 // that is not one (a name that is not a ticket, no announced ID).
 func parseWaiter(lock string, st Status) (waiter, bool) {
