@@ -727,9 +727,12 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 				continue
 			}
 		}
-		if p > 0 && slices.ContainsFunc(v.locks, func(st Status) bool { return st.Leased && st.Next == w.key }) {
-			// Handed the lock while it saw others ahead (they were passed
-			// over without its knowing): take it.
+		if slices.ContainsFunc(v.locks, func(st Status) bool { return st.Leased && st.Next == w.key }) {
+			// Handed the lock: take it from the listing. The first in
+			// line saves its look (a hot lock's next holder mostly finds
+			// the hand-off in the listing that shows it first); one that
+			// saw others ahead was handed it past them (they were passed
+			// over without its knowing).
 			lk, _, err := f.takeTurn(ctx, w, v.locks, budget, &pl.retried)
 			if lk != nil {
 				return served(lk), nil
