@@ -466,8 +466,8 @@ type polling struct {
 // PaceShare of what the queue needs at that pace to bring it right behind
 // the first: shorter than its schedule (timing.BackWait) is always
 // allowed, and where holds are short the published pace (the holds
-// alone) leaves out the hand-offs' time, so its schedule's floor
-// (timing.BackFloor per position) set the queue's speed.
+// alone) leaves out the hand-offs' time, so its own floor
+// (timing.OwnFloor per position) sets the queue's speed.
 type ownPace struct {
 	at     time.Time // the send of the listing it last counted
 	epochs uint64    // the slots' epochs that listing showed, summed
@@ -808,11 +808,11 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		default:
 			// Toward its turn at the published pace (most of the way at
 			// once), and less often the longer the queue stands still
-			// (timing.BackWait, as its watcher counts it). Jitter only
-			// shortens it (timing.BackSpread): waiters that joined
-			// together do not list together for good through a
-			// stand-still.
-			d := timing.BackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
+			// (timing.OwnBackWait: at most timing.BackWait, as its
+			// watcher counts it). Jitter only shortens it
+			// (timing.BackSpread): waiters that joined together do not
+			// list together for good through a stand-still.
+			d := timing.OwnBackWait(p, time.Since(pl.moved), pl.paces.last, f.cfg.poll)
 			if own := pl.own.saw(v); own > 0 {
 				d = min(d, max(time.Duration(float64(p-1)*float64(own)*timing.PaceShare), timing.LookFloor))
 			}

@@ -271,6 +271,28 @@ func TestBackWaitNearCap(t *testing.T) {
 	assert.Equal(t, BackWait(5, time.Hour, 0, poll), WaiterSchedule(200*time.Millisecond, poll, 0)(5, time.Hour))
 }
 
+// TestOwnBackWaitWithinTheSchedule: what a waiter sleeps itself
+// (OwnBackWait) is never longer than what its watchers count (BackWait,
+// and so the promises built on it), grows with its position and the
+// stand-still as BackWait does, and is shorter only where the floor per
+// position decides: a hot queue, young, with no pace published.
+func TestOwnBackWaitWithinTheSchedule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 9))
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	for trial := range 100_000 {
+		poll := ms(100 + rng.Int64N(5_000))
+		pace := []time.Duration{0, ms(rng.Int64N(20)), ms(rng.Int64N(2_000)), ms(rng.Int64N(600_000))}[rng.IntN(4)]
+		p := 2 + rng.IntN(200)
+		age := []time.Duration{ms(rng.Int64N(100)), ms(rng.Int64N(90_000)), ms(rng.Int64N(3_600_000))}[rng.IntN(3)]
+		own, sched := OwnBackWait(p, age, pace, poll), BackWait(p, age, pace, poll)
+		require.LessOrEqual(t, own, sched, "trial %d: poll %v pace %v p %d age %v", trial, poll, pace, p, age)
+		require.LessOrEqual(t, own, OwnBackWait(p+1, age, pace, poll), "trial %d: p %d", trial, p)
+	}
+	assert.Equal(t, 49*OwnFloor, OwnBackWait(49, 0, 0, time.Second), "the back of a hot queue of 50")
+	assert.Equal(t, 49*BackFloor, BackWait(49, 0, 0, time.Second))
+	assert.Equal(t, BackWait(5, time.Minute, time.Second, time.Second), OwnBackWait(5, time.Minute, time.Second, time.Second), "a stand-still or a pace decides: the same")
+}
+
 // TestOlderWatchersNeverEarly: an older version's watcher counts a waiter
 // of this version by the older schedule with the poll the waiter's entry
 // says to older versions (OlderPoll); it allows at least what this
