@@ -19,7 +19,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -737,7 +739,8 @@ func quantileI(xs []int, p float64) int {
 // second of CPU each (four with -race: two seeds cost make test about
 // 16 s). Its quantile targets need 20 seeds or more, so make test's run
 // checks only that the model plays and balances; the figures in
-// bench/results.md come from 200 seeds:
+// bench/results.md come from 200 seeds (and 1,000 a layout for the ×10
+// jump's moves), run on every core:
 //
 //	AZLEASE_MODEL_SEEDS=200 go test -run TestLoadBalancerModel -v ./shards
 func modelSeeds() int {
@@ -786,8 +789,24 @@ func TestLoadBalancerModel(t *testing.T) {
 				steady, backForth        int
 				starts                   []float64
 			)
-			for seed := range uint64(modelSeeds()) {
-				r := runModel(cfg, seed)
+			// The seeds in parallel (each is a pure function of its
+			// seed): 1,000 a layout take 20 CPU-minutes.
+			results := make([]modelResult, modelSeeds())
+			next := make(chan int)
+			var wg sync.WaitGroup
+			for range runtime.GOMAXPROCS(0) {
+				wg.Go(func() {
+					for i := range next {
+						results[i] = runModel(cfg, uint64(i))
+					}
+				})
+			}
+			for i := range results {
+				next <- i
+			}
+			close(next)
+			wg.Wait()
+			for seed, r := range results {
 				starts = append(starts, r.startRatio)
 				p99s = append(p99s, r.steadyP99)
 				conv = append(conv, r.converged)
