@@ -35,7 +35,11 @@ import (
 	"time"
 )
 
-func main() {
+func main() { os.Exit(lockbench()) }
+
+// lockbench is the command; it returns the exit code, so that the CPU
+// profile is flushed on every path.
+func lockbench() int {
 	var p params
 	out := flag.String("out", "", "write the markdown report to this file (default: standard output)")
 	waiters := flag.String("waiters", "8,16,50", "the order scenario's numbers of waiters W, comma-separated")
@@ -73,8 +77,9 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "lockbench:", err)
-			os.Exit(2)
+			return 2
 		}
+		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
 	if *trace {
@@ -82,20 +87,21 @@ func main() {
 	}
 	if err := parseScenarios(&p, *scenarios); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
-		os.Exit(2)
+		return 2
 	}
 	if err := parseWindows(&p, *windows); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
-		os.Exit(2)
+		return 2
 	}
 	if err := parseHolds(&p, *holds, *holdWaiters); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
-		os.Exit(2)
+		return 2
 	}
 	if err := mainErr(&p, *out, *waiters, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 func mainErr(p *params, out, waiters, only string) error {
