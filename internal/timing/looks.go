@@ -346,9 +346,10 @@ const BackFloor = 10 * time.Millisecond
 // the lock handed to it in the listing it wakes to), so a floor above the
 // time a hand-off takes holds the queue back. With the first in line taking
 // a hand-off its listing shows (no look), a hand-off takes 6 to 8 ms on
-// loopback: 50 contenders with zero holds made 98 to 99 acquisitions a
-// second by BackFloor, 105 to 108 by 9 ms, at about half a request more an
-// acquisition (earlier wakes list more; 8 ms: 109 to 113 at two more).
+// loopback: 50 contenders with zero holds made 95 to 98 acquisitions a
+// second by BackFloor and 108.6 to 109.0 by 9 ms, at 10.4 to 10.6 requests
+// each either way (alternating rounds; 8 ms: 109 to 113 at about 12.5, as
+// waiters woken before their turn list more).
 // A sleep shorter than the schedule never shortens a watcher's promise, so
 // versions that count BackFloor stay in order.
 const OwnFloor = 9 * time.Millisecond
