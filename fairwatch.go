@@ -306,8 +306,24 @@ func (f *fairLock) othersWatch(pl *polling, ahead []waiter) {
 	}
 	pl.watch.seen = true
 	if p := f.othersDue(pl, ahead, pl.watch.sight, pl.watch.holdFrom).Add(pl.watch.margins); p.After(pl.watch.promise) {
-		pl.watch.promise = p
+		pl.watch.promise = minTime(p, pl.watch.promise.Add(othersCap))
 	}
+}
+
+// othersCap is the most othersWatch extends a watcher's own promise: what
+// two views of one hand-off can differ by (viewSlack on each side). The
+// bound othersDue computes maps every move through y's next look, which
+// after a stand-still of minutes is its sleep far back (up to BackCap):
+// uncapped, a watcher behind eight dead waiters waited out such a sleep
+// and left a free lock untaken for up to 5 minutes (TestFairLockSimulation
+// seed 542; 17-20 s before othersWatch).
+const othersCap = 2 * viewSlack
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // othersDue bounds the ownDue that y, the waiter right ahead of this one
