@@ -306,7 +306,7 @@ func (f *fairLock) othersWatch(pl *polling, ahead []waiter) {
 	}
 	pl.watch.seen = true
 	if p := f.othersDue(pl, ahead, pl.watch.sight, pl.watch.holdFrom).Add(pl.watch.margins); p.After(pl.watch.promise) {
-		pl.watch.promise = minTime(p, pl.watch.promise.Add(othersCap))
+		pl.watch.promise = earlier(p, pl.watch.promise.Add(othersCap))
 	}
 }
 
@@ -318,13 +318,6 @@ func (f *fairLock) othersWatch(pl *polling, ahead []waiter) {
 // and left a free lock untaken for up to 5 minutes (TestFairLockSimulation
 // seed 542; 17-20 s before othersWatch).
 const othersCap = 2 * viewSlack
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
 
 // othersDue bounds the ownDue that y, the waiter right ahead of this one
 // (ahead[0] is the first in line, named in a hand-off that began by sight
