@@ -231,16 +231,24 @@ func holderAndFirst(t *testing.T, e *emu) (holder *azlease.Lock, stopDead func()
 	ctx := context.Background()
 	holder, err := newMutex(t, e, "holder", "m", nil).Lock(ctx)
 	require.NoError(t, err)
-	dctx, cancel := context.WithCancel(ctx)
+	return holder, waiterToDie(t, e, "dead")
+}
+
+// waiterToDie starts who waiting for lock "m", a Lock that must fail (the
+// test cuts who off, then ends it). stop cancels its ctx, heals its client
+// and waits for it.
+func waiterToDie(t *testing.T, e *emu, who string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, err := newMutex(t, e, "dead", "m", nil).Lock(dctx)
+		_, err := newMutex(t, e, who, "m", nil).Lock(ctx)
 		assert.Error(t, err)
 	}()
-	return holder, func() {
+	return func() {
 		cancel()
-		e.Heal("dead")
+		e.Heal(who)
 		<-done
 	}
 }
@@ -327,13 +335,7 @@ func TestFairLockTwoDeadSideBySide(t *testing.T) {
 		ctx := context.Background()
 		holder, stopDead := holderAndFirst(t, e)
 		time.Sleep(300 * time.Millisecond)
-		dctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, err := newMutex(t, e, "dead2", "m", nil).Lock(dctx)
-			assert.Error(t, err)
-		}()
+		stopDead2 := waiterToDie(t, e, "dead2")
 		time.Sleep(300 * time.Millisecond)
 		type served struct {
 			who string
@@ -366,9 +368,7 @@ func TestFairLockTwoDeadSideBySide(t *testing.T) {
 		second := <-order
 		assert.Equal(t, "later", second.who)
 		require.NoError(t, second.lk.Unlock(ctx))
-		cancel()
-		e.Heal("dead2")
-		<-done
+		stopDead2()
 		stopDead()
 	})
 }
