@@ -65,13 +65,18 @@ type fairLock struct {
 	// waiter (under localMu; zero: never): a Lock soon after joins the
 	// queue without looking whether the lock is free (lock).
 	handedOff time.Time
+	// handedFrom is the listing that Unlock handed on from, and the
+	// ticket of the holder that did (under localMu): a Lock right after
+	// places itself in the queue from it (fairjoin.go).
+	handedFrom handedFrom
 }
 
-// noteHandOff notes that an Unlock of this value handed the lock to a
-// waiter at now.
-func (f *fairLock) noteHandOff(now time.Time) {
+// noteHandOff notes that an Unlock of this value, by the holder with
+// ticket (zero: none), handed the lock to a waiter at now, from listing v.
+func (f *fairLock) noteHandOff(now time.Time, v queueView, ticket uint64) {
 	f.localMu.Lock()
 	f.handedOff = now
+	f.handedFrom = handedFrom{at: now, v: v, ticket: ticket}
 	f.localMu.Unlock()
 }
 
@@ -233,6 +238,7 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 		}
 	}
 	for {
+		asked := time.Now()
 		w, err := f.join(ctx, f.slots[0].cfg.lease.duration)
 		switch {
 		case ctx.Err() != nil:
@@ -250,7 +256,11 @@ func (f *fairLock) lock(ctx context.Context) (*Lock, error) {
 			continue
 		}
 		fairHook("joined", f.name, w.Ticket)
-		lk, err := f.wait(ctx, w, &last)
+		place := f.placed(w.Ticket, asked)
+		if place.at > 0 {
+			fairHook("placed", f.name, w.Ticket)
+		}
+		lk, err := f.wait(ctx, w, place, &last)
 		if lk != nil && lk.Term.Err() != nil {
 			// Its term ended before it could be returned: an epoch write
 			// answered near its limit, then the queue entry's removal
@@ -593,8 +603,10 @@ func (h *holdWatch) saw(epochs []uint64, now time.Time) time.Duration {
 }
 
 // wait waits in the queue until w gets the lock, ctx ends, or something
-// fails for good; last keeps the last transient failure.
-func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, error) {
+// fails for good; last keeps the last transient failure. A waiter placed
+// without a listing (fairjoin.go) first sleeps toward its turn from there,
+// and counts the queue's pace (ownPace) from the listing that placed it.
+func (f *fairLock) wait(ctx context.Context, w waiter, place placement, last *error) (*Lock, error) {
 	wake, done := f.waitLocal(w.key)
 	defer done()
 	var (
@@ -603,6 +615,12 @@ func (f *fairLock) wait(ctx context.Context, w waiter, last *error) (*Lock, erro
 		first  uint64 // the first waiter's ticket, at the last listing
 		marked bool
 	)
+	if place.at > 0 {
+		pl.own.saw(place.from)
+		if !sleepWake(ctx, timing.OwnBackWait(place.at, 0, 0, f.cfg.poll), wake) {
+			return nil, context.Cause(ctx)
+		}
+	}
 	budget := f.slots[0].cfg.lease.duration
 	var seen queueView // the last listing
 	// A take-over removes w's entry beside its renewal and epoch write

@@ -20,14 +20,15 @@ import (
 )
 
 // TestFairHotLockRequests: with every request taking 0.5 ms, an
-// acquisition costs about 11 requests: the successor's Change, renewal and
+// acquisition costs about 9 requests: the successor's Change, renewal and
 // epoch; the holder's Change and marker; the append and the entry of its
-// next join, the entry's deletion; a listing as it joins and one as its
-// turn nears; its look as the first in line. No head mark (the first in
-// line finds the lock handed at its first look), no listing of the tickets
-// blobs (the generation is known), and Unlock lists nothing (the listing
-// that made its caller first is milliseconds old): 14.1 before those
-// three. Not one request fails.
+// next join, the entry's deletion; a listing as its turn nears, which
+// mostly shows the lock handed to it. No listing as it joins (its place is
+// known from its own Unlock's listing and its ticket: fairjoin.go; 10.1
+// before), no head mark, no look as the first in line (the listing showed
+// the hand-off), no listing of the tickets blobs (the generation is
+// known), and Unlock lists nothing (the listing that made its caller first
+// is milliseconds old). Not one request fails.
 func TestFairHotLockRequests(t *testing.T) {
 	azlease.HeavyTest(t)
 	synctest.Test(t, func(t *testing.T) {
@@ -103,9 +104,9 @@ func TestFairHotLockRequests(t *testing.T) {
 		}
 		t.Log(line)
 		assert.Greater(t, taken, 250, "acquisitions")
-		assert.LessOrEqual(t, per, 11.5, "requests per acquisition")
+		assert.LessOrEqual(t, per, 9.6, "requests per acquisition")
 		assert.LessOrEqual(t, float64(ops[opWrite])/float64(taken), 2.05, "metadata writes per acquisition: no head mark")
-		assert.LessOrEqual(t, float64(ops[opList])/float64(taken), 2.05, "listings per acquisition: none in Unlock")
+		assert.LessOrEqual(t, float64(ops[opList])/float64(taken), 1.1, "listings per acquisition: none in Unlock, none as it joins")
 		assert.Empty(t, failed, "failed requests")
 	})
 }

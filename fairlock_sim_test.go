@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/azlease/azlease"
@@ -70,6 +71,10 @@ type fairScenario struct {
 	// and die together at pileDie (an event "piledeath"), for good.
 	pile   int
 	pileAt time.Duration
+	// hot, when not zero, makes the seed a hot lock's (newHotFairScenario):
+	// every request takes hot longer, waiters ask again at once and hold
+	// for a few milliseconds at most.
+	hot time.Duration
 }
 
 // newFairScenario draws seed's scenario: seeds 2 and 3 of every 4 are
@@ -103,7 +108,16 @@ func newFairScenario(seed uint64) fairScenario {
 	if sc.unordered {
 		nodes++
 	}
-	for at := 20 * time.Second; at < sc.length-30*time.Second; at += time.Duration(15+rng.IntN(30)) * time.Second {
+	drawFairEvents(rng, &sc, nodes, 20*time.Second, sc.length-30*time.Second, 15, 30)
+	sc.events, sc.badStart, sc.badLen = addOperatorTrouble(rng, sc.events, sc.length, sc.opts.LeaseDuration)
+	sc.slots = 1
+	return sc
+}
+
+// drawFairEvents draws sc's events from rng: a cut, pause, crash or outage
+// of one of nodes every step to step+spread seconds from first to until.
+func drawFairEvents(rng *rand.Rand, sc *fairScenario, nodes int, first, until time.Duration, step, spread int) {
+	for at := first; at < until; at += time.Duration(step+rng.IntN(spread)) * time.Second {
 		kind := []string{"cut", "cut", "pause", "crash", "crash", "outage"}[rng.IntN(6)]
 		d := time.Duration(1+rng.IntN(40)) * time.Second
 		if kind == "pause" {
@@ -111,8 +125,34 @@ func newFairScenario(seed uint64) fairScenario {
 		}
 		sc.events = append(sc.events, event{at: at, kind: kind, node: rng.IntN(nodes), dur: d})
 	}
-	sc.events, sc.badStart, sc.badLen = addOperatorTrouble(rng, sc.events, sc.length, sc.opts.LeaseDuration)
-	sc.slots = 1
+}
+
+// newHotFairScenario draws a hot lock's scenario (TestFairHotLockSimulation):
+// 24 to 35 waiters that ask again as soon as they unlock and hold for at
+// most a few milliseconds, every request 0.5 to 3 ms, so that a Lock right
+// after its own hand-off joins placed from it (fairjoin.go); a third of
+// the seeds clean, the others with the original mix's faults and events
+// (no operator trouble: its breaks and bad periods need minutes).
+func newHotFairScenario(seed uint64) fairScenario {
+	rng := rand.New(rand.NewPCG(seed, 0x407))
+	sc := fairScenario{
+		seed:      seed,
+		waiters:   24 + rng.IntN(12),
+		clean:     rng.IntN(3) == 0,
+		clockRate: 1,
+		length:    45 * time.Second,
+		slots:     1,
+		hot:       time.Duration(500+rng.IntN(2500)) * time.Microsecond,
+	}
+	sc.opts.LeaseDuration = time.Duration([]int{15, 20}[rng.IntN(2)]) * time.Second
+	sc.opts.PollInterval = time.Second
+	sc.opts.HeadPollInterval = time.Duration([]int{0, 100}[rng.IntN(2)]) * time.Millisecond
+	if sc.clean {
+		return sc
+	}
+	sc.faultRate = rng.Float64() * 0.05
+	sc.clockRate = []float64{1, 1.01, 0.99}[rng.IntN(3)]
+	drawFairEvents(rng, &sc, sc.waiters, 5*time.Second, sc.length-20*time.Second, 4, 8)
 	return sc
 }
 
@@ -170,6 +210,14 @@ func (sc fairScenario) livenessBound() time.Duration {
 }
 
 func (sc fairScenario) String() string {
+	if sc.hot > 0 {
+		return fmt.Sprintf("hot lock, requests %v, %s", sc.hot, sc.plain())
+	}
+	return sc.plain()
+}
+
+// plain is String without a hot lock's request time.
+func (sc fairScenario) plain() string {
 	if sc.hosts > 0 {
 		return fmt.Sprintf("seed %d: hosts that die, %d waiters on %d hosts and a pile of %d at %v, %d slots, lease %v, poll %v, head poll %v, %d events",
 			sc.seed, sc.waiters, sc.hosts, sc.pile, sc.pileAt, sc.slots, sc.opts.LeaseDuration, sc.opts.PollInterval, sc.opts.HeadPollInterval, len(sc.events))
@@ -649,6 +697,8 @@ type fairStats struct {
 	longest time.Duration
 	bound   time.Duration
 	stuck   []string
+	// placed counts the joins placed without a listing (fairjoin.go).
+	placed int
 }
 
 // simWaiter is a fair (or the unordered) waiter's state that events act on.
@@ -733,13 +783,16 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 	reqs := newFairRequests(c.blob)
 	c.setFaults(func(r azleasetest.Request) azleasetest.Fault {
 		reqs.see(r)
+		var f azleasetest.Fault
 		switch {
 		case sc.clean || sc.hosts > 0:
-			return reqs.fault(r, azleasetest.Fault{})
 		case outage.Load():
 			return azleasetest.Fault{Action: azleasetest.Fail}
+		default:
+			f = mix.draw(r)
 		}
-		return reqs.fault(r, mix.draw(r))
+		f.Delay += sc.hot
+		return reqs.fault(r, f)
 	})
 	var st fairStats
 	st.clean = sc.clean
@@ -884,6 +937,9 @@ func runFairScenario(t *testing.T, sc fairScenario) fairStats {
 		require.NoError(t, err)
 		require.Empty(t, q, "%v: every waiter left the queue", sc)
 	}
+	rec.mu.Lock()
+	st.placed = rec.events["placed"]
+	rec.mu.Unlock()
 	if sc.hosts > 0 {
 		st.bound = sc.livenessBound()
 		st.longest, st.stuck = stuckWaits(sc.slots, run.terms, rec, st.bound, t0, runEnd)
@@ -997,10 +1053,11 @@ func (r *fairRun) waiterLoop(w *simWaiter, rng *rand.Rand, unordered bool) {
 	}
 	lock := r.newLock(w.name, unordered)
 	for time.Now().Before(r.end) {
-		// Ask again at once, soon, or a while later.
-		switch rng.IntN(3) {
-		case 0:
-		case 1:
+		// Ask again at once, soon, or a while later (a hot lock's: at
+		// once).
+		switch n := rng.IntN(3); {
+		case n == 0 || r.sc.hot > 0:
+		case n == 1:
 			time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
 		default:
 			time.Sleep(time.Duration(rng.IntN(8000)) * time.Millisecond)
@@ -1071,11 +1128,13 @@ func (r *fairRun) lockOnce(w *simWaiter, rng *rand.Rand, lock func(context.Conte
 	b := believed{node: w.name, epoch: lk.Epoch(), leaseID: lk.Token().LeaseID, start: time.Now()}
 	r.rec.note("%s holds %s, epoch %d", w.name, lk.Name(), lk.Epoch())
 	var hold time.Duration
-	switch rng.IntN(10) {
-	case 0, 1, 2:
-	case 3, 4, 5, 6:
+	switch n := rng.IntN(10); {
+	case r.sc.hot > 0:
+		hold = time.Duration(n) * time.Millisecond / 2 // up to 4.5 ms
+	case n <= 2:
+	case n <= 6:
 		hold = time.Duration(rng.IntN(1000)) * time.Millisecond
-	case 7, 8:
+	case n <= 8:
 		hold = time.Duration(1000+rng.IntN(9000)) * time.Millisecond
 	default:
 		hold = time.Duration(rng.Int64N(int64(2 * r.sc.opts.LeaseDuration)))
@@ -1190,6 +1249,41 @@ func checkFairScenario(t *testing.T, sc fairScenario, st fairStats) {
 	if len(st.stuck) > 0 {
 		t.Errorf("%v: the queue stuck: a live waiter waited while a slot was free for longer than %v:\n  %s", sc, st.bound, strings.Join(st.stuck, "\n  "))
 	}
+}
+
+// TestFairHotLockSimulation plays hot locks' scenarios (newHotFairScenario)
+// and checks them as TestFairLockSimulation does: 24 to 35 waiters that ask
+// again at once, so that most joins are placed from their own hand-off
+// without a listing (fairjoin.go), under faults, pauses and crashes in two
+// thirds of the seeds. Seeds run in parallel:
+//
+//	go test -run TestFairHotLockSimulation . -seeds 200
+func TestFairHotLockSimulation(t *testing.T) {
+	n := partSeeds(60, 2)
+	routeFairHooks(t)
+	var total, clean fairStats
+	defer func() {
+		t.Logf("%d seeds: %d locks (%d Lock calls gave up), %d joins placed without a listing, %d overlapping pairs; order, all seeds: %v; clean seeds: %v",
+			n, total.locks, total.gaveUp, total.placed, total.overlaps, total.order, clean.order)
+		if !t.Failed() && n >= 2 {
+			assert.Positive(t, total.placed, "joins placed from the hand-off")
+		}
+	}()
+	simulation[fairScenario, fairStats]{
+		seeds:    n,
+		scenario: newHotFairScenario,
+		play:     runFairScenario,
+		check:    checkFairScenario,
+		add: func(sc fairScenario, st fairStats) {
+			total.mutexStats.add(st.mutexStats)
+			total.order.add(st.order)
+			total.placed += st.placed
+			if sc.clean {
+				clean.mutexStats.add(st.mutexStats)
+				clean.order.add(st.order)
+			}
+		},
+	}.run(t)
 }
 
 // TestFairLockEightDeadInARow plays one scenario of the simulation, pinned

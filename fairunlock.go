@@ -141,7 +141,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		return true, err
 	}
 	lk.logHandOff(out)
-	f.noteHandOff(time.Now())
+	f.noteHandOff(time.Now(), v, fs.ticket)
 	return true, nil
 }
 
