@@ -7,21 +7,29 @@ package azlease
 // by that place, so the listing a waiter makes as it joins is saved (one
 // request an acquisition of a hot lock's ten).
 //
-// Why a sleep from that place keeps every promise: a waiter's watchers
+// Why a sleep from that place keeps the promises: a waiter's watchers
 // count, from the first listing that shows it, that it may have been one
 // place further back since its entry was written (track), and Unlock's
 // bound counts every place (sleepsUntil). The place counted here is where
 // it would be had nobody been served since the hand-off but the successor,
 // who is counted as still waiting: within a few round trips of the hand-off
 // (placedWithin), before the successor could have taken the lock and handed
-// it on, that is where it is, or one place nearer. Far enough back
-// (placedFrom), its sleep per place (timing.OwnFloor) is short enough that
-// a place or two nearer is still within what its watchers count
-// (timing.BackFloor per place): OwnFloor × (p + 2) ≤ BackFloor × p.
+// it on, and with nobody gone from the queue otherwise, that is where it
+// is, or one place nearer. The place is not known for sure (a waiter whose
+// ctx ended since the listing, or a ticket whose entry was never written,
+// counts a place that is not there), so the waiter sleeps no longer than
+// its schedule at placedSlack places nearer: 2 and a tenth of the place
+// (6 at 49, the back of a queue of 50). More waiters gone than that within
+// the half-second before its join can make it look late; its watcher may
+// then pass it over once, as a paused waiter (it is first when back).
 // Anything else (a Semaphore, a listing of another generation's tickets,
 // a Lock called later, a place near the front) lists as it joins.
 
-import "time"
+import (
+	"time"
+
+	"github.com/azlease/azlease/internal/timing"
+)
 
 // handedFrom is what a fair Mutex's Unlock handed on from: when, the
 // listing, and the ticket of the holder that handed on.
@@ -32,9 +40,22 @@ type handedFrom struct {
 }
 
 // placedFrom is the least place (waiters ahead) a join is placed at
-// without a listing: at 18 and more, two places fewer than counted are
-// still slept within the watchers' schedule (9 ms × 20 ≤ 10 ms × 18).
+// without a listing: nearer the front a place counted wrong weighs more,
+// and the listing costs less (the waiter lists near its turn anyway).
 const placedFrom = 20
+
+// placedSlack is how many places nearer than counted a placed waiter may
+// be and still sleep within its schedule (placedSleep): 2, and a tenth of
+// the place.
+func placedSlack(p int) int { return 2 + p/10 }
+
+// placedSleep is how long a waiter placed at p (≥ placedFrom) first sleeps:
+// its own wait there (timing.OwnBackWait), no longer than its schedule at
+// placedSlack places nearer (timing.BackWait), with poll its
+// PollInterval.
+func placedSleep(p int, poll time.Duration) time.Duration {
+	return min(timing.OwnBackWait(p, 0, 0, poll), timing.BackWait(p-placedSlack(p), 0, 0, poll))
+}
 
 // placedWithin is how soon after its hand-off, in round trips of the
 // listing it handed on from, a Lock of the same Mutex value is placed

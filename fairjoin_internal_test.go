@@ -68,15 +68,23 @@ func TestJoinPlacedFromTheHandOff(t *testing.T) {
 	}
 }
 
-// TestPlacedSleepWithinTheSchedule: a waiter placed two places further back
-// than it is, placedFrom or more, sleeps no longer than its watchers count
-// for the place it is at (timing.BackWait): the claim fairjoin.go rests on.
+// TestPlacedSleepWithinTheSchedule: a waiter placed up to placedSlack
+// places further back than it is sleeps no longer than its watchers count
+// for the place it is at (timing.BackWait), nor than it would have slept
+// had it listed (timing.OwnBackWait): the claim fairjoin.go rests on.
 func TestPlacedSleepWithinTheSchedule(t *testing.T) {
 	for _, poll := range []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second} {
 		for p := placedFrom; p < 5000; p++ {
-			if own, back := timing.OwnBackWait(p, 0, 0, poll), timing.BackWait(p-2, 0, 0, poll); own > back {
-				t.Fatalf("poll %v: placed at %d, sleeps %v; at %d its watchers count %v", poll, p, own, p-2, back)
+			d := placedSleep(p, poll)
+			for k := 0; k <= placedSlack(p); k++ {
+				if back := timing.BackWait(p-k, 0, 0, poll); d > back {
+					t.Fatalf("poll %v: placed at %d, sleeps %v; at %d its watchers count %v", poll, p, d, p-k, back)
+				}
+			}
+			if own := timing.OwnBackWait(p, 0, 0, poll); d > own {
+				t.Fatalf("poll %v: placed at %d, sleeps %v, longer than its own wait there (%v)", poll, p, d, own)
 			}
 		}
 	}
+	assert.Equal(t, 6, placedSlack(49), "the back of a queue of 50")
 }

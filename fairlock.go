@@ -617,7 +617,7 @@ func (f *fairLock) wait(ctx context.Context, w waiter, place placement, last *er
 	)
 	if place.at > 0 {
 		pl.own.saw(place.from)
-		if !sleepWake(ctx, timing.OwnBackWait(place.at, 0, 0, f.cfg.poll), wake) {
+		if !sleepWake(ctx, placedSleep(place.at, f.cfg.poll), wake) {
 			return nil, context.Cause(ctx)
 		}
 	}
