@@ -702,6 +702,13 @@ type fairStats struct {
 	placed int
 }
 
+// add adds o's counts (not the hosts seeds' fields) to s.
+func (s *fairStats) add(o fairStats) {
+	s.mutexStats.add(o.mutexStats)
+	s.order.add(o.order)
+	s.placed += o.placed
+}
+
 // simWaiter is a fair (or the unordered) waiter's state that events act on.
 type simWaiter struct {
 	name string
@@ -1215,15 +1222,12 @@ func TestFairLockSimulation(t *testing.T) {
 		play:     runFairScenario,
 		check:    checkFairScenario,
 		add: func(sc fairScenario, st fairStats) {
-			total.mutexStats.add(st.mutexStats)
-			total.order.add(st.order)
+			total.add(st)
 			if sc.clean {
-				clean.mutexStats.add(st.mutexStats)
-				clean.order.add(st.order)
+				clean.add(st)
 			}
 			if sc.hosts > 0 {
-				hosts.mutexStats.add(st.mutexStats)
-				hosts.order.add(st.order)
+				hosts.add(st)
 				hosts.longest = max(hosts.longest, st.longest)
 				hosts.bound = max(hosts.bound, st.bound)
 			}
@@ -1287,12 +1291,9 @@ func TestFairHotLockSimulation(t *testing.T) {
 		play:     runFairScenario,
 		check:    checkFairScenario,
 		add: func(sc fairScenario, st fairStats) {
-			total.mutexStats.add(st.mutexStats)
-			total.order.add(st.order)
-			total.placed += st.placed
+			total.add(st)
 			if sc.clean {
-				clean.mutexStats.add(st.mutexStats)
-				clean.order.add(st.order)
+				clean.add(st)
 			}
 		},
 	}.run(t)
