@@ -31,8 +31,10 @@ import (
 	"github.com/azlease/azlease/internal/timing"
 )
 
-// handedFrom is what a fair Mutex's Unlock handed on from: when, the
-// listing, and the ticket of the holder that handed on.
+// handedFrom is what a fair Mutex's Unlock handed on from: when it began
+// (before its Change was sent: nobody could act on the hand-off earlier,
+// so a window counted from there is never longer than from the Change's
+// apply), the listing, and the ticket of the holder that handed on.
 type handedFrom struct {
 	at     time.Time
 	v      queueView
@@ -57,7 +59,7 @@ func placedSleep(p int, poll time.Duration) time.Duration {
 	return min(timing.OwnBackWait(p, 0, 0, poll), timing.BackWait(p-placedSlack(p), 0, 0, poll))
 }
 
-// placedWithin is how soon after its hand-off, in round trips of the
+// placedWithin is how soon after its Unlock began, in round trips of the
 // listing it handed on from, a Lock of the same Mutex value is placed
 // without a listing: the successor looks, takes the lock, and hands it on
 // (its Change and marker) before the one behind it can be served, at

@@ -72,11 +72,12 @@ type fairLock struct {
 }
 
 // noteHandOff notes that an Unlock of this value, by the holder with
-// ticket (zero: none), handed the lock to a waiter at now, from listing v.
-func (f *fairLock) noteHandOff(now time.Time, v queueView, ticket uint64) {
+// ticket (zero: none), that began at began handed the lock to a waiter
+// from listing v, and returned at now.
+func (f *fairLock) noteHandOff(now, began time.Time, v queueView, ticket uint64) {
 	f.localMu.Lock()
 	f.handedOff = now
-	f.handedFrom = handedFrom{at: now, v: v, ticket: ticket}
+	f.handedFrom = handedFrom{at: began, v: v, ticket: ticket}
 	f.localMu.Unlock()
 }
 

@@ -29,7 +29,8 @@ import (
 func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	fs := lk.fair
 	f := fs.f
-	held := time.Since(fs.took) // the pace this hand-off publishes (metaHolds)
+	began := time.Now() // before the Change is sent: a join placed from this hand-off counts from here (fairjoin.go)
+	held := began.Sub(fs.took) // the pace this hand-off publishes (metaHolds)
 	// The listing that made this holder first in line, when it is recent
 	// (reuseListing), shows a waiter behind it, nobody ahead and nobody
 	// marked missed (a Mutex: one slot), saves a listing (a hot lock's, an
@@ -141,7 +142,7 @@ func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 		return true, err
 	}
 	lk.logHandOff(out)
-	f.noteHandOff(time.Now(), v, fs.ticket)
+	f.noteHandOff(time.Now(), began, v, fs.ticket)
 	return true, nil
 }
 
