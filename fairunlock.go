@@ -29,7 +29,7 @@ import (
 func (lk *Lock) unlockFair(ctx context.Context) (handed bool, err error) {
 	fs := lk.fair
 	f := fs.f
-	began := time.Now() // before the Change is sent: a join placed from this hand-off counts from here (fairjoin.go)
+	began := time.Now()        // before the Change is sent: a join placed from this hand-off counts from here (fairjoin.go)
 	held := began.Sub(fs.took) // the pace this hand-off publishes (metaHolds)
 	// The listing that made this holder first in line, when it is recent
 	// (reuseListing), shows a waiter behind it, nobody ahead and nobody
