@@ -200,6 +200,67 @@ func TestLoadGoesWithTheShard(t *testing.T) {
 	})
 }
 
+// TestLoadStaysWithALeaversShards: a replica that stops cleanly leaves its
+// shards' loads on its membership: the replica that takes them starts its
+// work from them (Shard.Load), and the group counts them at their loads
+// rather than at the mean, while free and once taken, before the taker
+// publishes anything of its own (a rolling deploy's stop would otherwise
+// place the heavy shards by count, then move them again once published).
+func TestLoadStaysWithALeaversShards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := azleasetest.NewServer(t, nil)
+		names := shards.Numbered(2)
+		l := &loads{v: map[string]float64{"0": 100, "1": 1}}
+		o := newOwners()
+		a, err := shards.New(srv.Client("a"), "g", names, &shards.Options{Identity: "a"})
+		require.NoError(t, err)
+		require.NoError(t, a.Start(context.Background(), reporting(o, "a", l, nil)))
+		time.Sleep(30 * time.Second)
+		require.Equal(t, map[string]int{"a": 2}, o.counts())
+		require.NoError(t, a.Stop(context.Background()))
+
+		got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
+		require.NoError(t, err)
+		want := map[string]float64{"0": 100, "1": 1}
+		for _, s := range got.Shards {
+			assert.True(t, s.LoadReported, "free, its leaver's load: %+v", s)
+			assert.InEpsilon(t, want[s.Name], s.Load, 0.01, "%+v", s)
+		}
+
+		// b reports nothing: what it knows of the loads came from a.
+		var mu sync.Mutex
+		seen := map[string]float64{}
+		b, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: "b"})
+		require.NoError(t, err)
+		require.NoError(t, b.Start(context.Background(), reporting(o, "b", &loads{v: map[string]float64{}}, func(s string, v float64, ok bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[s] = -1
+			if ok {
+				seen[s] = v
+			}
+		})))
+		for range 30 {
+			time.Sleep(time.Second)
+			got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
+			require.NoError(t, err)
+			for _, s := range got.Shards {
+				assert.True(t, s.LoadReported, "%+v", s)
+				assert.InEpsilon(t, want[s.Name], s.Load, 0.05, "%+v", s)
+			}
+		}
+		require.Equal(t, map[string]int{"b": 2}, o.counts())
+		mu.Lock()
+		assert.Len(t, seen, 2)
+		for s, v := range seen {
+			assert.InEpsilon(t, want[s], v, 0.01, "the taker starts from the leaver's load of %s", s)
+		}
+		mu.Unlock()
+		require.NoError(t, b.Stop(context.Background()))
+		o.check(t, srv, "g", names)
+	})
+}
+
 // TestUnreportedShardsCountAsTheMean: when half the shards report a load
 // of 1 and the rest nothing, the rest count as 1: the group balances by
 // count, 8 and 8.

@@ -469,10 +469,17 @@ const withdrawTimeout = 3 * time.Second
 // then stops every shard. Withdrawing them first means that nothing is
 // handed to this replica as it leaves, nor to a membership that an acquire
 // of this replica's, applied late, leases again for a lease duration (it
-// would count as a member, with no ID to hand it anything under). Nothing
-// in bg may be running.
+// would count as a member, with no ID to hand it anything under). The
+// same write leaves the shards' loads as they are now on the released
+// membership: the others place the shards by them while free and once
+// taken, and their takers' meters start from them (lastLoadsOfTheGone),
+// where withdrawn they counted at the mean until each taker published
+// them, and the plan moved some again as they did. Nothing in bg may be
+// running.
 func (g *Group) leave() {
 	ctx := context.Background()
+	last := &announcement{}
+	last.loads, last.rest = g.publishedLoads(time.Now())
 	g.mu.Lock()
 	m := g.member
 	g.member = nil
@@ -483,7 +490,7 @@ func (g *Group) leave() {
 			// must not hold up the stop, and the withdrawal only saves a
 			// lease duration in the rare case above.
 			wctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
-			_ = m.SetMetadata(wctx, g.membershipMetadata(m, &announcement{}))
+			_ = m.SetMetadata(wctx, g.membershipMetadata(m, last))
 			cancel()
 		}
 		_ = m.Unlock(ctx)

@@ -71,7 +71,8 @@ func TestZoneProbers(t *testing.T) {
 // holder last published, while free and once taken free by a replica that
 // has not published it yet; a shard of a live member, and one whose gone
 // holder did not publish it, keep what their blob says; the load of a
-// member that left (its loads withdrawn) is not used.
+// membership that published none (an older version's leave withdrew
+// them) gives nothing.
 func TestLastLoadsOfTheGone(t *testing.T) {
 	names := leaseNames{group: "g"}
 	member := func(id string, leased bool, loads map[string]float64) azlease.Status {

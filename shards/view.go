@@ -224,7 +224,7 @@ func (v view) withLoads(member string, next *announcement) (w view, ok bool) {
 // parseView reads a listing of the group's blobs.
 func parseView(names leaseNames, listed []azlease.Status) view {
 	v := view{members: map[string]memberInfo{}, shards: map[string]shardInfo{}, suspects: map[string]bool{}, lists: map[string]bool{}}
-	former := map[string]map[string]float64{} // members gone without leaving (their loads not withdrawn): their last loads
+	former := map[string]map[string]float64{} // members no longer live (crashed, or left): the loads they last published
 	for _, st := range listed {
 		switch {
 		case strings.HasPrefix(st.Name, names.membersPrefix()):
@@ -294,9 +294,10 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 }
 
 // lastLoadsOfTheGone sets the last known load of the shards whose holder
-// went without leaving (a crash, a partition: its membership expired with
-// its loads still published) to the load that holder last published: the
-// shard while free, or taken free and not yet published by its taker.
+// is no longer a member (a crash, a partition: its membership expired with
+// its loads published; or a clean leave, which leaves them on the released
+// membership) to the load that holder last published: the shard while
+// free, or taken free and not yet published by its taker.
 // Every replica then places the shards of a lost member by their real
 // loads, the same before and after their takers publish them, rather than
 // by what their blobs last carried (a hand-off's, often old, or nothing:
