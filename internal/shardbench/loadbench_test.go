@@ -138,6 +138,7 @@ type loadResult struct {
 	backForth    int
 	jumpBack     time.Duration // -1: not within the run
 	jumpMoves    int
+	jumpHot      bool          // the jump made the shard heavier than a replica's share (it must then be alone: its replica's other shards all go)
 	addOwned     time.Duration // an added shard: from AddShards to its work running
 	perSecond    map[string]float64
 	stableWindow time.Duration
@@ -350,6 +351,11 @@ func runAzleaseLoad(t *testing.T, k, n int, seed uint64, report bool, ph loadPha
 		jumped := names[lp.rng.IntN(len(names))]
 		jumpedFrom := snapshot()[jumped]
 		lp.jump(jumped, 10)
+		total := 0.0
+		for _, s := range names {
+			total += lp.baseOf(s)
+		}
+		res.jumpHot = lp.baseOf(jumped) > total/float64(len(members))
 		mu.Lock()
 		before = len(moves)
 		mu.Unlock()
@@ -687,6 +693,18 @@ func TestLoadBench(t *testing.T) {
 			sm/float64(len(rs)), bf, dur(quantile(jumps, 0.5)), dur(slices.Max(jumps)), quantile(jm, 0.5), slices.Max(jm), dur(quantile(adds, 0.5)))
 	}
 	fmt.Fprintf(&b, "| offline greedy | | (%d) to %.3f | | | | |\n\n", quantile(greedy, 0.5), quantile(greedyFinal, 0.5))
+	if rs := rows["by load"]; len(rs) > 0 && slices.ContainsFunc(rs, func(r loadResult) bool { return !r.jumpHot }) {
+		var all, within []int
+		for _, r := range rs {
+			all = append(all, r.jumpMoves)
+			if !r.jumpHot {
+				within = append(within, r.jumpMoves)
+			}
+		}
+		fmt.Fprintf(&b, "By load, the ×10 jump's moves until back in band: p90 %d over the %d jumps that leave the shard within a replica's share\n", quantile(within, 0.9), len(within))
+		fmt.Fprintf(&b, "(p50 %d, max %d); over all %d, p90 %d (a jump that makes the shard hot sends its replica's other shards away).\n\n",
+			quantile(within, 0.5), slices.Max(within), len(all), quantile(all, 0.9))
+	}
 	t.Log("\n" + b.String())
 	if !full {
 		return
@@ -694,9 +712,13 @@ func TestLoadBench(t *testing.T) {
 	if loadOnly {
 		var jumps []string
 		for i, r := range rows["by load"] {
-			jumps = append(jumps, fmt.Sprintf("%d:%v", first+uint64(i), r.jumpBack))
+			hot := ""
+			if r.jumpHot {
+				hot = ",hot"
+			}
+			jumps = append(jumps, fmt.Sprintf("%d:%v/%d%s", first+uint64(i), r.jumpBack, r.jumpMoves, hot))
 		}
-		fmt.Fprintf(&b, "×10 jump back in band by seed: %s\n", strings.Join(jumps, " "))
+		fmt.Fprintf(&b, "×10 jump back in band by seed (seed:time/moves): %s\n", strings.Join(jumps, " "))
 		if err := os.WriteFile(report, []byte(b.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
