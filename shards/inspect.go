@@ -372,6 +372,9 @@ func (v view) shardList(given []string) (list []string, known bool, note string)
 	var silentNote string
 	if len(silent) > 0 {
 		silentNote = fmt.Sprintf("; %d members do not say which shards they run (an older version)", len(silent))
+		if len(silent) == 1 {
+			silentNote = "; 1 member does not say which shards it runs (an older version)"
+		}
 	}
 	switch {
 	case given != nil && listSum(given) == sum:

@@ -322,12 +322,12 @@ func shardsJSON(name, containerName string, a shards.Assignment) assignmentJSON 
 func printShards(w io.Writer, name, containerName string, a shards.Assignment) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	count, state := fmt.Sprintf("%d shards", len(a.Shards)), "balanced"
+	count, state := counted(len(a.Shards), "shard"), "balanced"
 	switch {
 	case !a.PlanKnown:
-		count, state = fmt.Sprintf("%d shards taken so far", len(a.Shards)), "plan not known"
+		count, state = counted(len(a.Shards), "shard")+" taken so far", "plan not known"
 	case a.Misplaced > 0:
-		state = fmt.Sprintf("%d shards not where the plan puts them", a.Misplaced)
+		state = counted(a.Misplaced, "shard") + " not where the plan puts them"
 	}
 	fmt.Fprintf(tw, "group\t%s (container %s): %s, %s, %s\n", name, containerName, members(len(a.Members), ""), count, state)
 	if a.ByLoad {
@@ -399,10 +399,15 @@ func members(n int, adjective string) string {
 	if adjective != "" {
 		adjective += " "
 	}
+	return counted(n, adjective+"member")
+}
+
+// counted is n and noun, plural unless n is 1: "1 shard", "3 shards".
+func counted(n int, noun string) string {
 	if n == 1 {
-		return "1 " + adjective + "member"
+		return "1 " + noun
 	}
-	return fmt.Sprintf("%d %smembers", n, adjective)
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // loadText is a load with three significant digits.

@@ -359,7 +359,8 @@ while :; do echo $load > "$AZLEASE_LOAD_FILE"; sleep 0.2; done`, log)
 }
 
 // TestShardsStatusCountsMembers: status --shards says "1 member", not "1
-// members" (a new user's first look at a group of one).
+// members" (a new user's first look at a group of one), and "1 shard"
+// likewise (seen as a replica of two stopped and its hot shard was free).
 func TestShardsStatusCountsMembers(t *testing.T) {
 	var b strings.Builder
 	printShards(&b, "grp", "locks", shards.Assignment{PlanKnown: true, Members: []shards.MemberStatus{{Name: "a", Weight: 1}}})
@@ -369,4 +370,10 @@ func TestShardsStatusCountsMembers(t *testing.T) {
 	assert.Contains(t, b.String(), "grp (container locks): 0 members, 0 shards, balanced")
 	assert.Equal(t, "2 live members", members(2, "live"))
 	assert.Equal(t, "1 live member", members(1, "live"))
+	b.Reset()
+	printShards(&b, "grp", "locks", shards.Assignment{PlanKnown: true, Misplaced: 1, Shards: []shards.ShardStatus{{Name: "0"}}})
+	assert.Contains(t, b.String(), "grp (container locks): 0 members, 1 shard, 1 shard not where the plan puts them")
+	b.Reset()
+	printShards(&b, "grp", "locks", shards.Assignment{Shards: []shards.ShardStatus{{Name: "0"}}})
+	assert.Contains(t, b.String(), "1 shard taken so far, plan not known")
 }
