@@ -473,9 +473,8 @@ const withdrawTimeout = 3 * time.Second
 // same write leaves the shards' loads as they are now on the released
 // membership: the others place the shards by them while free and once
 // taken, and their takers' meters start from them (lastLoadsOfTheGone),
-// where withdrawn they counted at the mean until each taker published
-// them, and the plan moved some again as they did. Nothing in bg may be
-// running.
+// where withdrawn they counted at the mean, and their takers started from
+// nothing, until each taker published them. Nothing in bg may be running.
 func (g *Group) leave() {
 	ctx := context.Background()
 	last := &announcement{}
