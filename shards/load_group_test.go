@@ -204,8 +204,8 @@ func TestLoadGoesWithTheShard(t *testing.T) {
 // shards' loads on its membership: the replica that takes them starts its
 // work from them (Shard.Load), and the group counts them at their loads
 // rather than at the mean, while free and once taken, before the taker
-// publishes anything of its own (a rolling deploy's stop would otherwise
-// place the heavy shards by count, then move them again once published).
+// publishes anything of its own (they counted at the mean, and the taker
+// started from nothing, when a leave withdrew them).
 func TestLoadStaysWithALeaversShards(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := azleasetest.NewServer(t, nil)
