@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -148,6 +149,40 @@ func TestGroupBalancesByLoad(t *testing.T) {
 	})
 }
 
+// startedLoads records, for each shard a replica's work started, the load
+// Shard.Load gave it then (-1: none).
+type startedLoads struct {
+	mu   sync.Mutex
+	seen map[string]float64
+}
+
+func (sl *startedLoads) record(s string, v float64, ok bool) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.seen == nil {
+		sl.seen = map[string]float64{}
+	}
+	sl.seen[s] = -1
+	if ok {
+		sl.seen[s] = v
+	}
+}
+
+func (sl *startedLoads) get() map[string]float64 {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return maps.Clone(sl.seen)
+}
+
+// startOne starts replica id of group "g" over names with work.
+func startOne(t *testing.T, srv *azleasetest.Server, id string, names []string, work shards.Work) *shards.Group {
+	t.Helper()
+	g, err := shards.New(srv.Client(id), "g", names, &shards.Options{Identity: id})
+	require.NoError(t, err)
+	require.NoError(t, g.Start(context.Background(), work))
+	return g
+}
+
 // TestLoadGoesWithTheShard: a shard handed on carries its smoothed load:
 // the receiver's work finds it in Shard.Load before reporting anything,
 // and Inspect shows it while the receiver has not published it yet.
@@ -157,34 +192,20 @@ func TestLoadGoesWithTheShard(t *testing.T) {
 		names := shards.Numbered(2)
 		l := &loads{v: map[string]float64{"0": 100, "1": 100}}
 		o := newOwners()
-		a, err := shards.New(srv.Client("a"), "g", names, &shards.Options{Identity: "a"})
-		require.NoError(t, err)
-		require.NoError(t, a.Start(context.Background(), reporting(o, "a", l, nil)))
+		a := startOne(t, srv, "a", names, reporting(o, "a", l, nil))
 		time.Sleep(30 * time.Second)
 		require.Equal(t, map[string]int{"a": 2}, o.counts())
 
 		// b reports nothing: what it knows of the load came with the shard.
-		var mu sync.Mutex
-		seen := map[string]float64{}
-		b, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: "b"})
-		require.NoError(t, err)
-		require.NoError(t, b.Start(context.Background(), reporting(o, "b", &loads{v: map[string]float64{}}, func(s string, v float64, ok bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			if ok {
-				seen[s] = v
-			} else {
-				seen[s] = -1
-			}
-		})))
+		var started startedLoads
+		b := startOne(t, srv, "b", names, reporting(o, "b", &loads{v: map[string]float64{}}, started.record))
 		time.Sleep(30 * time.Second)
 		require.Equal(t, map[string]int{"a": 1, "b": 1}, o.counts())
-		mu.Lock()
+		seen := started.get()
 		require.Len(t, seen, 1)
 		for _, v := range seen {
 			assert.InEpsilon(t, 100, v, 0.01, "the receiver starts from the load carried")
 		}
-		mu.Unlock()
 		got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
 		require.NoError(t, err)
 		for _, s := range got.Shards {
@@ -212,9 +233,7 @@ func TestLoadStaysWithALeaversShards(t *testing.T) {
 		names := shards.Numbered(2)
 		l := &loads{v: map[string]float64{"0": 100, "1": 1}}
 		o := newOwners()
-		a, err := shards.New(srv.Client("a"), "g", names, &shards.Options{Identity: "a"})
-		require.NoError(t, err)
-		require.NoError(t, a.Start(context.Background(), reporting(o, "a", l, nil)))
+		a := startOne(t, srv, "a", names, reporting(o, "a", l, nil))
 		time.Sleep(30 * time.Second)
 		require.Equal(t, map[string]int{"a": 2}, o.counts())
 		require.NoError(t, a.Stop(context.Background()))
@@ -228,18 +247,8 @@ func TestLoadStaysWithALeaversShards(t *testing.T) {
 		}
 
 		// b reports nothing: what it knows of the loads came from a.
-		var mu sync.Mutex
-		seen := map[string]float64{}
-		b, err := shards.New(srv.Client("b"), "g", names, &shards.Options{Identity: "b"})
-		require.NoError(t, err)
-		require.NoError(t, b.Start(context.Background(), reporting(o, "b", &loads{v: map[string]float64{}}, func(s string, v float64, ok bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			seen[s] = -1
-			if ok {
-				seen[s] = v
-			}
-		})))
+		var started startedLoads
+		b := startOne(t, srv, "b", names, reporting(o, "b", &loads{v: map[string]float64{}}, started.record))
 		for range 30 {
 			time.Sleep(time.Second)
 			got, err := shards.Inspect(context.Background(), srv.Client("observer"), "g", nil)
@@ -250,12 +259,11 @@ func TestLoadStaysWithALeaversShards(t *testing.T) {
 			}
 		}
 		require.Equal(t, map[string]int{"b": 2}, o.counts())
-		mu.Lock()
+		seen := started.get()
 		assert.Len(t, seen, 2)
 		for s, v := range seen {
 			assert.InEpsilon(t, want[s], v, 0.01, "the taker starts from the leaver's load of %s", s)
 		}
-		mu.Unlock()
 		require.NoError(t, b.Stop(context.Background()))
 		o.check(t, srv, "g", names)
 	})
