@@ -72,7 +72,8 @@ func TestZoneProbers(t *testing.T) {
 // has not published it yet; a shard of a live member, and one whose gone
 // holder did not publish it, keep what their blob says; the load of a
 // membership that published none (an older version's leave withdrew
-// them) gives nothing.
+// them) gives nothing; one that did not fit the holder's entries counts at
+// the mean of those that did not (as for a live member).
 func TestLastLoadsOfTheGone(t *testing.T) {
 	names := leaseNames{group: "g"}
 	member := func(id string, leased bool, loads map[string]float64) azlease.Status {
@@ -105,9 +106,14 @@ func TestLastLoadsOfTheGone(t *testing.T) {
 		}
 		return st
 	}
+	big := member("big", false, map[string]float64{"g": 4})
+	big.Metadata[metaLoadRest] = "2:" + encodeLoad(0.5) // two more that did not fit
 	v := parseView(names, []azlease.Status{
 		member("live", true, map[string]float64{"a": 5}),
 		member("gone", false, map[string]float64{"b": 7, "c": 9, "d": 11}),
+		big,
+		shard("g", "big", 3, false, "", encodeLoad(2)), // free: big's entry, 4
+		shard("h", "live", 5, true, "big", ""),         // taken free from big, not in its entries: the rest's mean
 		member("left", false, nil),
 		shard("a", "live", 3, true, "", ""),             // a live member's
 		shard("b", "gone", 4, false, "", encodeLoad(1)), // free: its gone holder's 7, not the blob's 1
@@ -131,4 +137,6 @@ func TestLastLoadsOfTheGone(t *testing.T) {
 	assert.InDelta(t, 11, load("d"), 0.1)
 	assert.InDelta(t, 3, load("e"), 0.05)
 	assert.Equal(t, -1.0, load("f"))
+	assert.InDelta(t, 4, load("g"), 0.05)
+	assert.InDelta(t, 0.5, load("h"), 0.01)
 }

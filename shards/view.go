@@ -224,14 +224,16 @@ func (v view) withLoads(member string, next *announcement) (w view, ok bool) {
 // parseView reads a listing of the group's blobs.
 func parseView(names leaseNames, listed []azlease.Status) view {
 	v := view{members: map[string]memberInfo{}, shards: map[string]shardInfo{}, suspects: map[string]bool{}, lists: map[string]bool{}}
-	former := map[string]map[string]float64{} // members no longer live (crashed, or left): the loads they last published
+	former := map[string]formerLoads{} // members no longer live (crashed, or left): the loads they last published
 	for _, st := range listed {
 		switch {
 		case strings.HasPrefix(st.Name, names.membersPrefix()):
 			id := strings.TrimPrefix(st.Name, names.membersPrefix())
 			w, err := strconv.Atoi(st.Metadata[metaWeight])
-			if !st.Leased && st.Metadata[metaLoads] != "" {
-				former[id] = parseLoads(st.Metadata[metaLoads])
+			if !st.Leased && (st.Metadata[metaLoads] != "" || st.Metadata[metaLoadRest] != "") {
+				f := formerLoads{loads: parseLoads(st.Metadata[metaLoads])}
+				f.restN, f.restMu, _ = parseRest(st.Metadata[metaLoadRest])
+				former[id] = f
 			}
 			if !st.Leased || err != nil || w < 1 || w > MaxWeight || st.Err != nil {
 				continue // not a live member (yet)
@@ -293,17 +295,26 @@ func parseView(names leaseNames, listed []azlease.Status) view {
 	return v
 }
 
+// formerLoads is what a membership no longer live last published: its
+// shards' loads by key, and the count and mean of the rest.
+type formerLoads struct {
+	loads  map[string]float64
+	restN  int
+	restMu float64
+}
+
 // lastLoadsOfTheGone sets the last known load of the shards whose holder
 // is no longer a member (a crash, a partition: its membership expired with
 // its loads published; or a clean leave, which leaves them on the released
-// membership) to the load that holder last published: the shard while
-// free, or taken free and not yet published by its taker.
+// membership) to the load that holder last published (its entry, else the
+// mean of the loads that did not fit its metadata, as for a live member):
+// the shard while free, or taken free and not yet published by its taker.
 // Every replica then places the shards of a lost member by their real
 // loads, the same before and after their takers publish them, rather than
 // by what their blobs last carried (a hand-off's, often old, or nothing:
 // the mean), which changed the plan as the takers published and left some
 // shard planned from one replica to another for polls.
-func (v view) lastLoadsOfTheGone(former map[string]map[string]float64) {
+func (v view) lastLoadsOfTheGone(former map[string]formerLoads) {
 	if len(former) == 0 {
 		return
 	}
@@ -317,10 +328,18 @@ func (v view) lastLoadsOfTheGone(former map[string]map[string]float64) {
 				}
 			}
 		}
-		if l, ok := former[from][loadKey(name)]; ok && from != "" {
-			s.lastLoad, s.hasLast = l, true
-			v.shards[name] = s
+		f, ok := former[from]
+		if !ok || from == "" {
+			continue
 		}
+		if l, ok := f.loads[loadKey(name)]; ok {
+			s.lastLoad, s.hasLast = l, true
+		} else if f.restN > 0 {
+			s.lastLoad, s.hasLast = f.restMu, true
+		} else {
+			continue
+		}
+		v.shards[name] = s
 	}
 }
 
